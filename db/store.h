@@ -75,6 +75,8 @@ int store_job_insert(store *s, int64_t dataset_id, const char *network, const ch
 int store_job_set_status(store *s, int64_t id, const char *status, const char *error);
 int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
                            double images_per_sec, double eta_seconds);
+/* Replaces the stored config (jobspec stores it again once the id is in it). */
+int store_job_set_config(store *s, int64_t id, const char *config_json);
 int store_job_get(store *s, int64_t id, store_job *out);
 int store_job_list(store *s, store_job **out, size_t *n);      /* newest first */
 /* The oldest queued job's id in *id, or STORE_NOT_FOUND. */
@@ -98,6 +100,9 @@ typedef struct store_metric {
 int store_metric_insert(store *s, int64_t job_id, const store_metric *m);
 /* Metrics of a job with step > since_step (use -1 for all), in insertion order. */
 int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric **out, size_t *n);
+/* Deletes a job's metrics with step > after_step (-1: all), e.g. when a job is
+ * requeued to run again from its start or from a checkpoint. */
+int store_metric_delete(store *s, int64_t job_id, int64_t after_step);
 /* The latest value of each tag, for the job view. */
 int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n);
 

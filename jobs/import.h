@@ -18,9 +18,11 @@ typedef struct import_opts {
     int channels;            /* 1 or 3; 0: 1 if the first image is grayscale, else 3 */
     int val_percent;         /* share of each class held out for validation (default 20) */
     unsigned long long seed; /* the split is a seeded shuffle (default 1) */
+    unsigned long long max_bytes;   /* cap on uncompressed bytes read; 0: 4 GiB */
+    unsigned long max_entries;      /* cap on archive entries; 0: 1,000,000 */
 } import_opts;
 
-#define IMPORT_OPTS_DEFAULT { 0, 0, 0, 20, 1 }
+#define IMPORT_OPTS_DEFAULT { 0, 0, 0, 20, 1, 0, 0 }
 
 /* Called now and then with the fraction done (0..1). May be NULL. */
 typedef void (*import_progress_fn)(void *arg, double fraction);

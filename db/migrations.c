@@ -1,0 +1,59 @@
+/* db/migrations.c: kiln's schema, as forward migrations (see migrations.h).
+ *
+ * Times are RFC 3339 UTC text ("2026-11-22T08:00:00Z"), written by store.c.
+ * Metric values may be NULL: SQLite stores a NaN as NULL, and a diverging job's
+ * NaN loss is still a data point (store.c reads it back as NaN).
+ */
+#include "db/migrations.h"
+
+const store_migration store_migrations[] = {
+    {
+        .version = 1,
+        .what = "datasets, jobs and metrics",
+        .sql =
+            "CREATE TABLE datasets ("
+            "  id          INTEGER PRIMARY KEY AUTOINCREMENT,"
+            "  name        TEXT NOT NULL,"
+            "  status      TEXT NOT NULL DEFAULT 'importing'"
+            "              CHECK (status IN ('importing', 'ready', 'failed')),"
+            "  progress    REAL NOT NULL DEFAULT 0,"
+            "  info_json   TEXT,"
+            "  error       TEXT,"
+            "  created_at  TEXT NOT NULL"
+            ");"
+            "CREATE INDEX datasets_by_name ON datasets (name);"
+            /* A dataset that jobs use cannot be deleted (RESTRICT): delete the jobs first. */
+            "CREATE TABLE jobs ("
+            "  id              INTEGER PRIMARY KEY AUTOINCREMENT,"
+            "  dataset_id      INTEGER NOT NULL REFERENCES datasets (id) ON DELETE RESTRICT,"
+            "  status          TEXT NOT NULL DEFAULT 'queued'"
+            "                  CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),"
+            "  network         TEXT NOT NULL,"
+            "  config_json     TEXT NOT NULL,"
+            "  error           TEXT,"
+            "  epoch           INTEGER NOT NULL DEFAULT 0,"
+            "  epochs          INTEGER NOT NULL,"
+            "  step            INTEGER NOT NULL DEFAULT 0,"
+            "  steps           INTEGER NOT NULL DEFAULT 0,"
+            "  images_per_sec  REAL NOT NULL DEFAULT 0,"
+            "  eta_seconds     REAL NOT NULL DEFAULT -1,"
+            "  created_at      TEXT NOT NULL,"
+            "  started_at      TEXT,"
+            "  finished_at     TEXT"
+            ");"
+            "CREATE INDEX jobs_by_status ON jobs (status, id);"
+            "CREATE INDEX jobs_by_dataset ON jobs (dataset_id);"
+            "CREATE TABLE metrics ("
+            "  id         INTEGER PRIMARY KEY,"
+            "  job_id     INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+            "  step       INTEGER NOT NULL,"
+            "  epoch      REAL NOT NULL,"
+            "  tag        TEXT NOT NULL,"
+            "  value      REAL,"
+            "  wall_time  REAL NOT NULL"
+            ");"
+            "CREATE INDEX metrics_by_job_step ON metrics (job_id, step);",
+    },
+};
+
+const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

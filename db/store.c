@@ -1,0 +1,954 @@
+/* db/store.c: the SQLite store (contract in store.h).
+ *
+ * Crash safety: the database runs in WAL mode with synchronous=NORMAL, so a
+ * committed transaction survives a crash of kiln (a power loss may lose the
+ * last few commits, never corrupt the file). Every write is one statement in
+ * its own transaction, except the migrations, which run together in one
+ * BEGIN IMMEDIATE transaction: a second process opening the same file at the
+ * same moment waits (busy timeout) and then finds the schema current.
+ *
+ * Threads: one connection, opened SQLITE_OPEN_FULLMUTEX, and a mutex of our own
+ * around every public function, so that a statement's bind-step-read-reset is
+ * never interleaved with another thread's. Statements are prepared once (a
+ * table of SQL texts, prepared lazily and kept) and always use bound
+ * parameters; no value ever reaches SQL text.
+ */
+#include "db/store.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "db/migrations.h"   /* store_migrations, store_migration_count */
+
+#define STORE_BUSY_TIMEOUT_MS 5000
+#define NOW_SQL "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
+
+/* ---- the statements ------------------------------------------------------- */
+
+enum stmt_id {
+    ST_DS_INSERT,
+    ST_DS_PROGRESS,
+    ST_DS_FINISH,
+    ST_DS_GET,
+    ST_DS_BY_NAME,
+    ST_DS_LIST,
+    ST_DS_DELETE,
+    ST_JOB_INSERT,
+    ST_JOB_STATUS,
+    ST_JOB_PROGRESS,
+    ST_JOB_CONFIG,
+    ST_JOB_GET,
+    ST_JOB_LIST,
+    ST_JOB_NEXT_QUEUED,
+    ST_JOB_IDS_STATUS,
+    ST_JOB_DELETE,
+    ST_METRIC_INSERT,
+    ST_METRIC_LIST,
+    ST_METRIC_DELETE,
+    ST_METRIC_LATEST,
+    ST_COUNT
+};
+
+#define DS_COLS "id, name, status, progress, info_json, error, created_at"
+#define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
+                 "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at"
+#define METRIC_COLS "step, epoch, tag, value, wall_time"
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_DS_INSERT] = "INSERT INTO datasets (name, status, progress, created_at) "
+                     "VALUES (?1, 'importing', 0, " NOW_SQL ")",
+    [ST_DS_PROGRESS] = "UPDATE datasets SET progress = ?2 WHERE id = ?1",
+    [ST_DS_FINISH] = "UPDATE datasets SET status = ?2, info_json = ?3, error = ?4, "
+                     "progress = CASE WHEN ?2 = 'ready' THEN 1 ELSE progress END WHERE id = ?1",
+    [ST_DS_GET] = "SELECT " DS_COLS " FROM datasets WHERE id = ?1",
+    [ST_DS_BY_NAME] = "SELECT " DS_COLS " FROM datasets WHERE name = ?1 "
+                      "ORDER BY (status = 'ready') DESC, id DESC LIMIT 1",
+    [ST_DS_LIST] = "SELECT " DS_COLS " FROM datasets ORDER BY id DESC",
+    [ST_DS_DELETE] = "DELETE FROM datasets WHERE id = ?1",
+    [ST_JOB_INSERT] = "INSERT INTO jobs (dataset_id, status, network, config_json, epochs, created_at) "
+                      "VALUES (?1, 'queued', ?2, ?3, ?4, " NOW_SQL ")",
+    [ST_JOB_STATUS] =
+        "UPDATE jobs SET status = ?2, error = ?3, "
+        "started_at = CASE WHEN ?2 = 'running' THEN " NOW_SQL " "
+        "                  WHEN ?2 = 'queued' THEN NULL ELSE started_at END, "
+        "finished_at = CASE WHEN ?2 IN ('done', 'failed', 'cancelled') THEN " NOW_SQL " "
+        "                   ELSE NULL END "
+        "WHERE id = ?1",
+    [ST_JOB_PROGRESS] = "UPDATE jobs SET epoch = ?2, step = ?3, steps = ?4, images_per_sec = ?5, "
+                        "eta_seconds = ?6 WHERE id = ?1",
+    [ST_JOB_CONFIG] = "UPDATE jobs SET config_json = ?2 WHERE id = ?1",
+    [ST_JOB_GET] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?1",
+    [ST_JOB_LIST] = "SELECT " JOB_COLS " FROM jobs ORDER BY id DESC",
+    [ST_JOB_NEXT_QUEUED] = "SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1",
+    [ST_JOB_IDS_STATUS] = "SELECT id FROM jobs WHERE status = ?1 ORDER BY id",
+    [ST_JOB_DELETE] = "DELETE FROM jobs WHERE id = ?1",
+    [ST_METRIC_INSERT] = "INSERT INTO metrics (job_id, step, epoch, tag, value, wall_time) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_METRIC_LIST] = "SELECT " METRIC_COLS " FROM metrics WHERE job_id = ?1 AND step > ?2 ORDER BY id",
+    [ST_METRIC_DELETE] = "DELETE FROM metrics WHERE job_id = ?1 AND step > ?2",
+    [ST_METRIC_LATEST] = "SELECT " METRIC_COLS " FROM metrics WHERE id IN "
+                         "(SELECT MAX(id) FROM metrics WHERE job_id = ?1 GROUP BY tag) ORDER BY tag",
+};
+
+struct store {
+    sqlite3 *db;
+    pthread_mutex_t mu;
+    sqlite3_stmt *stmt[ST_COUNT];
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* For the functions whose contract has no err: the reason goes to stderr,
+ * where the server's log has it next to the request that failed. */
+static void log_db_error(store *s, const char *what)
+{
+    fprintf(stderr, "kiln: store: %s: %s\n", what, sqlite3_errmsg(s->db));
+}
+
+/* The prepared statement for id, reset and with no bindings, or NULL. Call
+ * with s->mu held; pair with stmt_done. */
+static sqlite3_stmt *stmt_get(store *s, enum stmt_id id, char *err, size_t errlen)
+{
+    if (!s->stmt[id]) {
+        int rc = sqlite3_prepare_v3(s->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+                                    &s->stmt[id], NULL);
+        if (rc != SQLITE_OK) {
+            set_err(err, errlen, "preparing statement %d: %s", (int)id, sqlite3_errmsg(s->db));
+            if (!err)
+                log_db_error(s, "prepare");
+            s->stmt[id] = NULL;
+            return NULL;
+        }
+    }
+    return s->stmt[id];
+}
+
+static void stmt_done(sqlite3_stmt *q)
+{
+    if (q) {
+        sqlite3_reset(q);
+        sqlite3_clear_bindings(q);
+    }
+}
+
+/* *dst = a copy of text column i, or NULL for SQL NULL. Returns false only
+ * when a non-NULL value could not be copied (out of memory). */
+static bool col_dup(sqlite3_stmt *q, int i, char **dst)
+{
+    *dst = NULL;
+    if (sqlite3_column_type(q, i) == SQLITE_NULL)
+        return true;
+    const unsigned char *t = sqlite3_column_text(q, i);
+    *dst = t ? strdup((const char *)t) : NULL;
+    return *dst != NULL;
+}
+
+static void lock(store *s) { pthread_mutex_lock(&s->mu); }
+static void unlock(store *s) { pthread_mutex_unlock(&s->mu); }
+
+/* ---- opening and migrating ------------------------------------------------ */
+
+static int exec_sql(store *s, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        set_err(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_user_version(store *s, int *version, char *err, size_t errlen)
+{
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &q, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW) {
+        set_err(err, errlen, "reading the schema version: %s", sqlite3_errmsg(s->db));
+        sqlite3_finalize(q);
+        return -1;
+    }
+    *version = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    return 0;
+}
+
+static int latest_version(void)
+{
+    return store_migrations[store_migration_count - 1].version;
+}
+
+static int migrate(store *s, const char *path, char *err, size_t errlen)
+{
+    char msg[512];
+    int version = 0;
+    int latest = latest_version();
+
+    if (exec_sql(s, "BEGIN IMMEDIATE", msg, sizeof msg) != 0) {
+        set_err(err, errlen, "%s: cannot start the schema check: %s", path, msg);
+        return -1;
+    }
+    if (read_user_version(s, &version, msg, sizeof msg) != 0) {
+        set_err(err, errlen, "%s: %s", path, msg);
+        goto fail;
+    }
+    if (version > latest) {
+        set_err(err, errlen,
+                "%s has schema version %d, newer than this kiln knows (%d): it was written by a "
+                "newer kiln; run that version, or use another data directory", path, version, latest);
+        goto fail;
+    }
+    for (size_t i = 0; i < store_migration_count; i++) {
+        const store_migration *m = &store_migrations[i];
+        if (m->version <= version)
+            continue;
+        if (exec_sql(s, m->sql, msg, sizeof msg) != 0) {
+            set_err(err, errlen, "%s: migration to schema version %d (%s) failed: %s", path,
+                    m->version, m->what, msg);
+            goto fail;
+        }
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", m->version);
+        if (exec_sql(s, pragma, msg, sizeof msg) != 0) {
+            set_err(err, errlen, "%s: setting schema version %d: %s", path, m->version, msg);
+            goto fail;
+        }
+    }
+    if (exec_sql(s, "COMMIT", msg, sizeof msg) != 0) {
+        set_err(err, errlen, "%s: committing the schema: %s", path, msg);
+        goto fail;
+    }
+    return 0;
+fail:
+    exec_sql(s, "ROLLBACK", NULL, 0);
+    return -1;
+}
+
+store *store_open(const char *path, char *err, size_t errlen)
+{
+    char msg[512];
+    store *s = calloc(1, sizeof *s);
+    if (!s) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    int rc = sqlite3_open_v2(path, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        set_err(err, errlen, "cannot open %s: %s", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        goto fail;
+    }
+    sqlite3_extended_result_codes(s->db, 1);
+    sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
+
+    /* journal_mode answers with the mode it is in: anything but "wal" means the
+     * file system cannot do WAL (some network file systems), and we refuse it. */
+    sqlite3_stmt *q = NULL;
+    rc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &q, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW) {
+        set_err(err, errlen, "%s: cannot switch to WAL mode: %s (is it a SQLite database?)", path,
+                sqlite3_errmsg(s->db));
+        sqlite3_finalize(q);
+        goto fail;
+    }
+    const char *mode = (const char *)sqlite3_column_text(q, 0);
+    if (!mode || strcmp(mode, "wal") != 0) {
+        set_err(err, errlen, "%s: the database stays in journal mode \"%s\", not WAL; put the data "
+                "directory on a local file system", path, mode ? mode : "?");
+        sqlite3_finalize(q);
+        goto fail;
+    }
+    sqlite3_finalize(q);
+
+    if (exec_sql(s, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;", msg, sizeof msg) != 0) {
+        set_err(err, errlen, "%s: %s", path, msg);
+        goto fail;
+    }
+    if (migrate(s, path, err, errlen) != 0)
+        goto fail;
+    return s;
+fail:
+    store_close(s);
+    return NULL;
+}
+
+void store_close(store *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(s->stmt[i]);
+    sqlite3_close(s->db);      /* every statement is finalized: closes now */
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int store_schema_version(store *s)
+{
+    int v = -1;
+    lock(s);
+    if (read_user_version(s, &v, NULL, 0) != 0)
+        v = -1;
+    unlock(s);
+    return v;
+}
+
+/* ---- small helpers for one-statement functions ----------------------------- */
+
+static int bind_text_or_null(sqlite3_stmt *q, int i, const char *t)
+{
+    return t ? sqlite3_bind_text(q, i, t, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(q, i);
+}
+
+/* Steps an UPDATE/DELETE whose parameters are bound: 0, STORE_NOT_FOUND when
+ * no row changed, -1 on an error. Resets q. Call with s->mu held. */
+static int step_change(store *s, sqlite3_stmt *q, int bind_rc, const char *what)
+{
+    int ret = -1;
+    if (bind_rc != SQLITE_OK) {
+        log_db_error(s, what);
+        goto out;
+    }
+    if (sqlite3_step(q) != SQLITE_DONE) {
+        log_db_error(s, what);
+        goto out;
+    }
+    ret = sqlite3_changes(s->db) > 0 ? 0 : STORE_NOT_FOUND;
+out:
+    stmt_done(q);
+    return ret;
+}
+
+static bool valid_dataset_status(const char *st)
+{
+    return st && (!strcmp(st, "importing") || !strcmp(st, "ready") || !strcmp(st, "failed"));
+}
+
+static bool valid_job_status(const char *st)
+{
+    static const char *const ok[] = { "queued", "running", "done", "failed", "cancelled" };
+    for (size_t i = 0; st && i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(st, ok[i]))
+            return true;
+    return false;
+}
+
+/* Reads the ids of a one-column query into a malloc'ed array. Resets q. */
+static int collect_ids(store *s, sqlite3_stmt *q, int64_t **ids, size_t *n)
+{
+    int64_t *arr = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    *ids = NULL;
+    *n = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            int64_t *na = realloc(arr, ncap * sizeof *na);
+            if (!na)
+                goto fail;
+            arr = na;
+            cap = ncap;
+        }
+        arr[len++] = sqlite3_column_int64(q, 0);
+    }
+    if (rc != SQLITE_DONE) {
+        log_db_error(s, "reading ids");
+        goto fail;
+    }
+    stmt_done(q);
+    *ids = arr;
+    *n = len;
+    return 0;
+fail:
+    stmt_done(q);
+    free(arr);
+    return -1;
+}
+
+/* ---- datasets ------------------------------------------------------------- */
+
+int store_dataset_insert(store *s, const char *name, int64_t *id, char *err, size_t errlen)
+{
+    int ret = -1;
+    lock(s);
+    sqlite3_stmt *q = stmt_get(s, ST_DS_INSERT, err, errlen);
+    if (!q)
+        goto out;
+    if (sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_step(q) != SQLITE_DONE) {
+        set_err(err, errlen, "inserting dataset: %s", sqlite3_errmsg(s->db));
+        goto out;
+    }
+    *id = sqlite3_last_insert_rowid(s->db);
+    ret = 0;
+out:
+    stmt_done(q);
+    unlock(s);
+    return ret;
+}
+
+int store_dataset_set_progress(store *s, int64_t id, double progress)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_DS_PROGRESS, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 2, progress);
+        ret = step_change(s, q, b, "dataset progress");
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_dataset_finish(store *s, int64_t id, const char *status, const char *info_json,
+                         const char *error)
+{
+    if (!valid_dataset_status(status))
+        return -1;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_DS_FINISH, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 3, info_json);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 4, error);
+        ret = step_change(s, q, b, "dataset finish");
+    }
+    unlock(s);
+    return ret;
+}
+
+/* Fills d from a row of DS_COLS. Returns 0, or -1 when out of memory. */
+static int read_dataset(sqlite3_stmt *q, store_dataset *d)
+{
+    memset(d, 0, sizeof *d);
+    d->id = sqlite3_column_int64(q, 0);
+    d->progress = sqlite3_column_double(q, 3);
+    bool ok = col_dup(q, 1, &d->name);
+    ok = col_dup(q, 2, &d->status) && ok;
+    ok = col_dup(q, 4, &d->info_json) && ok;
+    ok = col_dup(q, 5, &d->error) && ok;
+    ok = col_dup(q, 6, &d->created_at) && ok;
+    if (!ok) {
+        store_dataset_clear(d);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs a single-row dataset query whose parameter 1 is bound. */
+static int dataset_one(store *s, sqlite3_stmt *q, store_dataset *out)
+{
+    int ret = -1;
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW)
+        ret = read_dataset(q, out);
+    else if (rc == SQLITE_DONE)
+        ret = STORE_NOT_FOUND;
+    else
+        log_db_error(s, "reading dataset");
+    stmt_done(q);
+    return ret;
+}
+
+int store_dataset_get(store *s, int64_t id, store_dataset *out)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_DS_GET, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
+            ret = dataset_one(s, q, out);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_dataset_find_by_name(store *s, const char *name, store_dataset *out)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_DS_BY_NAME, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT) == SQLITE_OK)
+            ret = dataset_one(s, q, out);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_dataset_list(store *s, store_dataset **out, size_t *n)
+{
+    store_dataset *arr = NULL;
+    size_t len = 0, cap = 0;
+    int ret = -1, rc;
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    sqlite3_stmt *q = stmt_get(s, ST_DS_LIST, NULL, 0);
+    if (!q)
+        goto out;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            store_dataset *na = realloc(arr, ncap * sizeof *na);
+            if (!na)
+                goto out;
+            arr = na;
+            cap = ncap;
+        }
+        if (read_dataset(q, &arr[len]) != 0)
+            goto out;
+        len++;
+    }
+    if (rc != SQLITE_DONE) {
+        log_db_error(s, "listing datasets");
+        goto out;
+    }
+    *out = arr;
+    *n = len;
+    arr = NULL;
+    ret = 0;
+out:
+    stmt_done(q);
+    unlock(s);
+    if (arr)
+        store_dataset_list_free(arr, len);
+    return ret;
+}
+
+int store_dataset_delete(store *s, int64_t id)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_DS_DELETE, NULL, 0);
+    if (q)
+        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "deleting dataset");
+    unlock(s);
+    return ret;
+}
+
+void store_dataset_clear(store_dataset *d)
+{
+    if (!d)
+        return;
+    free(d->name);
+    free(d->status);
+    free(d->info_json);
+    free(d->error);
+    free(d->created_at);
+    memset(d, 0, sizeof *d);
+}
+
+void store_dataset_list_free(store_dataset *list, size_t n)
+{
+    for (size_t i = 0; list && i < n; i++)
+        store_dataset_clear(&list[i]);
+    free(list);
+}
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
+                     int epochs, int64_t *id, char *err, size_t errlen)
+{
+    int ret = -1;
+    lock(s);
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_INSERT, err, errlen);
+    if (!q)
+        goto out;
+    int b = sqlite3_bind_int64(q, 1, dataset_id);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_text(q, 2, network, -1, SQLITE_TRANSIENT);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_text(q, 3, config_json, -1, SQLITE_TRANSIENT);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_int(q, 4, epochs);
+    if (b != SQLITE_OK || sqlite3_step(q) != SQLITE_DONE) {
+        set_err(err, errlen, "inserting job: %s", sqlite3_errmsg(s->db));
+        goto out;
+    }
+    *id = sqlite3_last_insert_rowid(s->db);
+    ret = 0;
+out:
+    stmt_done(q);
+    unlock(s);
+    return ret;
+}
+
+int store_job_set_status(store *s, int64_t id, const char *status, const char *error)
+{
+    if (!valid_job_status(status)) {
+        fprintf(stderr, "kiln: store: job %lld: invalid status \"%s\"\n", (long long)id,
+                status ? status : "(null)");
+        return -1;
+    }
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_STATUS, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 3, error);
+        ret = step_change(s, q, b, "job status");
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
+                           double images_per_sec, double eta_seconds)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_PROGRESS, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 2, epoch);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 3, step);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 4, steps);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 5, isfinite(images_per_sec) ? images_per_sec : 0);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 6, isfinite(eta_seconds) ? eta_seconds : -1);
+        ret = step_change(s, q, b, "job progress");
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_job_set_config(store *s, int64_t id, const char *config_json)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_CONFIG, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 2, config_json, -1, SQLITE_TRANSIENT);
+        ret = step_change(s, q, b, "job config");
+    }
+    unlock(s);
+    return ret;
+}
+
+/* Fills j from a row of JOB_COLS. Returns 0, or -1 when out of memory. */
+static int read_job(sqlite3_stmt *q, store_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(q, 0);
+    j->dataset_id = sqlite3_column_int64(q, 1);
+    j->epoch = sqlite3_column_int(q, 6);
+    j->epochs = sqlite3_column_int(q, 7);
+    j->step = sqlite3_column_int64(q, 8);
+    j->steps = sqlite3_column_int64(q, 9);
+    j->images_per_sec = sqlite3_column_double(q, 10);
+    j->eta_seconds = sqlite3_column_double(q, 11);
+    bool ok = col_dup(q, 2, &j->status);
+    ok = col_dup(q, 3, &j->config_json) && ok;
+    ok = col_dup(q, 4, &j->network) && ok;
+    ok = col_dup(q, 5, &j->error) && ok;
+    ok = col_dup(q, 12, &j->created_at) && ok;
+    ok = col_dup(q, 13, &j->started_at) && ok;
+    ok = col_dup(q, 14, &j->finished_at) && ok;
+    if (!ok) {
+        store_job_clear(j);
+        return -1;
+    }
+    return 0;
+}
+
+int store_job_get(store *s, int64_t id, store_job *out)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_GET, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK) {
+            int rc = sqlite3_step(q);
+            if (rc == SQLITE_ROW)
+                ret = read_job(q, out);
+            else if (rc == SQLITE_DONE)
+                ret = STORE_NOT_FOUND;
+            else
+                log_db_error(s, "reading job");
+        }
+        stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_job_list(store *s, store_job **out, size_t *n)
+{
+    store_job *arr = NULL;
+    size_t len = 0, cap = 0;
+    int ret = -1, rc;
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_LIST, NULL, 0);
+    if (!q)
+        goto out;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            store_job *na = realloc(arr, ncap * sizeof *na);
+            if (!na)
+                goto out;
+            arr = na;
+            cap = ncap;
+        }
+        if (read_job(q, &arr[len]) != 0)
+            goto out;
+        len++;
+    }
+    if (rc != SQLITE_DONE) {
+        log_db_error(s, "listing jobs");
+        goto out;
+    }
+    *out = arr;
+    *n = len;
+    arr = NULL;
+    ret = 0;
+out:
+    stmt_done(q);
+    unlock(s);
+    if (arr)
+        store_job_list_free(arr, len);
+    return ret;
+}
+
+int store_job_next_queued(store *s, int64_t *id)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_NEXT_QUEUED, NULL, 0);
+    if (q) {
+        int rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW) {
+            *id = sqlite3_column_int64(q, 0);
+            ret = 0;
+        } else if (rc == SQLITE_DONE) {
+            ret = STORE_NOT_FOUND;
+        } else {
+            log_db_error(s, "next queued job");
+        }
+        stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_job_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_IDS_STATUS, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_text(q, 1, status, -1, SQLITE_TRANSIENT) == SQLITE_OK)
+            ret = collect_ids(s, q, ids, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_job_delete(store *s, int64_t id)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_DELETE, NULL, 0);
+    if (q)
+        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "deleting job");
+    unlock(s);
+    return ret;
+}
+
+void store_job_clear(store_job *j)
+{
+    if (!j)
+        return;
+    free(j->status);
+    free(j->config_json);
+    free(j->network);
+    free(j->error);
+    free(j->created_at);
+    free(j->started_at);
+    free(j->finished_at);
+    memset(j, 0, sizeof *j);
+}
+
+void store_job_list_free(store_job *list, size_t n)
+{
+    for (size_t i = 0; list && i < n; i++)
+        store_job_clear(&list[i]);
+    free(list);
+}
+
+/* ---- metrics -------------------------------------------------------------- */
+
+int store_metric_insert(store *s, int64_t job_id, const store_metric *m)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_METRIC_INSERT, NULL, 0);
+    if (q) {
+        size_t taglen = strnlen(m->tag, sizeof m->tag);
+        int b = sqlite3_bind_int64(q, 1, job_id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 2, m->step);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 3, m->epoch);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 4, m->tag, (int)taglen, SQLITE_TRANSIENT);
+        if (b == SQLITE_OK)   /* NaN binds as NULL; +-Inf is kept */
+            b = isnan(m->value) ? sqlite3_bind_null(q, 5) : sqlite3_bind_double(q, 5, m->value);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 6, m->wall_time);
+        if (b != SQLITE_OK || sqlite3_step(q) != SQLITE_DONE)
+            log_db_error(s, "inserting metric");
+        else
+            ret = 0;
+        stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+/* Reads rows of METRIC_COLS into a malloc'ed array. Resets q. */
+static int collect_metrics(store *s, sqlite3_stmt *q, store_metric **out, size_t *n)
+{
+    store_metric *arr = NULL;
+    size_t len = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            store_metric *na = realloc(arr, ncap * sizeof *na);
+            if (!na) {
+                fprintf(stderr, "kiln: store: out of memory reading %zu metrics\n", len);
+                goto fail;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        store_metric *m = &arr[len++];
+        memset(m, 0, sizeof *m);
+        m->step = sqlite3_column_int64(q, 0);
+        m->epoch = sqlite3_column_double(q, 1);
+        const unsigned char *tag = sqlite3_column_text(q, 2);
+        snprintf(m->tag, sizeof m->tag, "%s", tag ? (const char *)tag : "");
+        m->value = sqlite3_column_type(q, 3) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 3);
+        m->wall_time = sqlite3_column_double(q, 4);
+    }
+    if (rc != SQLITE_DONE) {
+        log_db_error(s, "reading metrics");
+        goto fail;
+    }
+    stmt_done(q);
+    *out = arr;
+    *n = len;
+    return 0;
+fail:
+    stmt_done(q);
+    free(arr);
+    return -1;
+}
+
+int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_METRIC_LIST, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, job_id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 2, since_step);
+        if (b == SQLITE_OK)
+            ret = collect_metrics(s, q, out, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_metric_delete(store *s, int64_t job_id, int64_t after_step)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_METRIC_DELETE, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, job_id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 2, after_step);
+        ret = step_change(s, q, b, "deleting metrics");
+        if (ret == STORE_NOT_FOUND)
+            ret = 0;           /* nothing to delete is fine */
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_METRIC_LATEST, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_int64(q, 1, job_id) == SQLITE_OK)
+            ret = collect_metrics(s, q, out, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}

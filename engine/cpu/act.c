@@ -1,0 +1,72 @@
+/* engine/cpu/act.c: element-wise activations on oneDNN's eltwise primitive.
+ * ReLU uses the "use dst for backward" form, so the backward pass needs only
+ * the forward output and the forward pass may run in place. */
+#include "engine/cpu/cpu.h"
+
+#include "engine/errors.h"
+
+int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **out,
+                 char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_memory_desc_t data;
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
+    be_plan *p = NULL;
+    const dnnl_dim_t dims[] = { d->n, (dnnl_dim_t)d->size };
+    dnnl_alg_kind_t alg;
+
+    *out = NULL;
+    switch (d->alg) {
+    case BE_ACT_RELU:
+        alg = dnnl_eltwise_relu_use_dst_for_bwd;
+        break;
+    default:
+        eng_err(err, errlen, "cpu backend: activation %d is not supported", (int)d->alg);
+        goto out;
+    }
+    if (cpu_md(&data, 2, dims, dnnl_nc, err, errlen) < 0)
+        goto out;
+    if (!(p = cpu_plan_new(CPU_PLAN_ACT, err, errlen)))
+        goto out;
+    DNNL_TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, alg, &data, 0.0f, 0.0f),
+             "eltwise_forward_desc_init");
+    if (cpu_pd(ctx, &ed, NULL, &fwd_pd, err, errlen) < 0)
+        goto out;
+    if (passes & BE_FWD) {
+        const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DST };
+        if (cpu_prim_make(ctx, fwd_pd, 2, args, &p->fwd, err, errlen) < 0)
+            goto out;
+    }
+    if (passes & BE_BWD_DATA) {
+        const int args[] = { DNNL_ARG_DST, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC };
+        DNNL_TRY(dnnl_eltwise_backward_desc_init(&ed, alg, &data, &data, 0.0f, 0.0f),
+                 "eltwise_backward_desc_init");
+        if (cpu_pd(ctx, &ed, fwd_pd, &pd, err, errlen) < 0 ||
+            cpu_prim_make(ctx, pd, 3, args, &p->bwd_data, err, errlen) < 0)
+            goto out;
+    }
+    *out = p;
+    p = NULL;
+    rc = 0;
+out:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (fwd_pd)
+        dnnl_primitive_desc_destroy(fwd_pd);
+    cpu_backend.plan_free(ctx, p);
+    return rc;
+}
+
+int cpu_act_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, be_buf *y, char *err, size_t errlen)
+{
+    void *data[] = { cpu_ptr(x), cpu_ptr(y) };
+    return cpu_prim_run(ctx, &p->fwd, data, err, errlen);
+}
+
+int cpu_act_bwd(be_ctx *ctx, be_plan *p, const be_buf *y, const be_buf *dy, be_buf *dx,
+                char *err, size_t errlen)
+{
+    void *data[] = { cpu_ptr(y), cpu_ptr(dy), cpu_ptr(dx) };
+    return cpu_prim_run(ctx, &p->bwd_data, data, err, errlen);
+}

@@ -1,0 +1,270 @@
+/* engine/cpu/cpu.c: the CPU backend's context, buffers, primitive helpers and
+ * its operations table (see engine/backend.h for the contract and
+ * engine/cpu/cpu.h for how primitives are kept). */
+#include "engine/cpu/cpu.h"
+
+#include <dnnl_debug.h>     /* dnnl_status2str */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/errors.h"
+
+#define CPU_ALIGN 64
+
+int cpu_dnnl_err(dnnl_status_t s, const char *what, char *err, size_t errlen)
+{
+    return eng_err(err, errlen, "cpu backend: oneDNN %s failed: %s", what, dnnl_status2str(s));
+}
+
+/* ---- context --------------------------------------------------------------- */
+
+static void ctx_free(be_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->attr)
+        dnnl_primitive_attr_destroy(ctx->attr);
+    if (ctx->stream)
+        dnnl_stream_destroy(ctx->stream);
+    if (ctx->eng)
+        dnnl_engine_destroy(ctx->eng);
+    free(ctx->scratch);
+    free(ctx);
+}
+
+static int ctx_create(int device, be_ctx **out, char *err, size_t errlen)
+{
+    int rc = -1;
+    *out = NULL;
+    if (device != 0)
+        return eng_err(err, errlen, "cpu backend: there is only device 0, not %d", device);
+    be_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return eng_err(err, errlen, "cpu backend: out of memory");
+    DNNL_TRY(dnnl_engine_create(&ctx->eng, dnnl_cpu, 0), "engine_create");
+    DNNL_TRY(dnnl_stream_create(&ctx->stream, ctx->eng, dnnl_stream_default_flags),
+             "stream_create");
+    DNNL_TRY(dnnl_primitive_attr_create(&ctx->attr), "primitive_attr_create");
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(ctx->attr, dnnl_scratchpad_mode_user),
+             "set_scratchpad_mode");
+    *out = ctx;
+    ctx = NULL;
+    rc = 0;
+out:
+    ctx_free(ctx);
+    return rc;
+}
+
+/* ---- buffers --------------------------------------------------------------- */
+
+static void *aligned_zalloc(size_t bytes)
+{
+    size_t size = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    if (size < bytes)
+        return NULL;                             /* overflow */
+    if (size == 0)
+        size = CPU_ALIGN;
+    void *p = aligned_alloc(CPU_ALIGN, size);
+    if (p)
+        memset(p, 0, size);
+    return p;
+}
+
+static be_buf *buf_alloc(be_ctx *ctx, size_t bytes, char *err, size_t errlen)
+{
+    be_buf *b = malloc(sizeof *b);
+    void *p = aligned_zalloc(bytes);
+    if (!b || !p) {
+        free(b);
+        free(p);
+        eng_err(err, errlen, "cpu backend: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    b->p = p;
+    b->bytes = bytes;
+    return b;
+}
+
+static void buf_free(be_ctx *ctx, be_buf *b)
+{
+    if (!b)
+        return;
+    free(b->p);
+    free(b);
+}
+
+static int buf_upload(be_ctx *ctx, be_buf *dst, size_t offset, const void *src, size_t bytes,
+                      char *err, size_t errlen)
+{
+    if (offset > dst->bytes || bytes > dst->bytes - offset)
+        return eng_err(err, errlen, "cpu backend: upload of %zu bytes at %zu overruns a "
+                       "%zu-byte buffer", bytes, offset, dst->bytes);
+    memcpy((char *)dst->p + offset, src, bytes);
+    return 0;
+}
+
+static int buf_download(be_ctx *ctx, const be_buf *src, size_t offset, void *dst, size_t bytes,
+                        char *err, size_t errlen)
+{
+    if (offset > src->bytes || bytes > src->bytes - offset)
+        return eng_err(err, errlen, "cpu backend: download of %zu bytes at %zu overruns a "
+                       "%zu-byte buffer", bytes, offset, src->bytes);
+    memcpy(dst, (const char *)src->p + offset, bytes);
+    return 0;
+}
+
+/* ---- primitives ------------------------------------------------------------ */
+
+int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
+           char *err, size_t errlen)
+{
+    dnnl_dims_t d;
+    memcpy(d, dims, (size_t)nd * sizeof *dims);
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
+    return s == dnnl_success ? 0 : cpu_dnnl_err(s, "memory_desc_init_by_tag", err, errlen);
+}
+
+int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
+           dnnl_primitive_desc_t *pd, char *err, size_t errlen)
+{
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, op_desc, ctx->attr, ctx->eng, hint);
+    return s == dnnl_success ? 0 : cpu_dnnl_err(s, "primitive_desc_create", err, errlen);
+}
+
+static int grow_scratch(be_ctx *ctx, size_t bytes, char *err, size_t errlen)
+{
+    if (bytes <= ctx->scratch_bytes)
+        return 0;
+    void *p = aligned_zalloc(bytes);
+    if (!p)
+        return eng_err(err, errlen, "cpu backend: cannot allocate a %zu-byte scratchpad", bytes);
+    free(ctx->scratch);
+    ctx->scratch = p;
+    ctx->scratch_bytes = bytes;
+    return 0;
+}
+
+int cpu_prim_make(be_ctx *ctx, const_dnnl_primitive_desc_t pd, int nargs, const int *args,
+                  cpu_prim *p, char *err, size_t errlen)
+{
+    int rc = -1;
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < nargs; i++) {
+        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                                     args[i]);
+        if (!md) {
+            eng_err(err, errlen, "cpu backend: primitive has no argument %d", args[i]);
+            goto out;
+        }
+        DNNL_TRY(dnnl_memory_create(&p->mem[i], md, ctx->eng, DNNL_MEMORY_NONE),
+                 "memory_create");
+        p->args[i] = args[i];
+        p->nargs = i + 1;
+    }
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    if (sbytes > 0) {
+        if (grow_scratch(ctx, sbytes, err, errlen) < 0)
+            goto out;
+        DNNL_TRY(dnnl_memory_create(&p->scratch_mem, smd, ctx->eng, DNNL_MEMORY_NONE),
+                 "memory_create");
+    }
+    DNNL_TRY(dnnl_primitive_create(&p->prim, pd), "primitive_create");
+    rc = 0;
+out:
+    if (rc < 0)
+        cpu_prim_free(p);
+    return rc;
+}
+
+int cpu_prim_run(be_ctx *ctx, cpu_prim *p, void *const *data, char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_exec_arg_t ea[CPU_MAX_ARGS + 1];
+    int n = 0;
+    if (!p->prim)
+        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+    for (int i = 0; i < p->nargs; i++) {
+        DNNL_TRY(dnnl_memory_set_data_handle(p->mem[i], data[i]), "memory_set_data_handle");
+        ea[n].arg = p->args[i];
+        ea[n].memory = p->mem[i];
+        n++;
+    }
+    if (p->scratch_mem) {
+        DNNL_TRY(dnnl_memory_set_data_handle(p->scratch_mem, ctx->scratch),
+                 "memory_set_data_handle");
+        ea[n].arg = DNNL_ARG_SCRATCHPAD;
+        ea[n].memory = p->scratch_mem;
+        n++;
+    }
+    DNNL_TRY(dnnl_primitive_execute(p->prim, ctx->stream, n, ea), "primitive_execute");
+    DNNL_TRY(dnnl_stream_wait(ctx->stream), "stream_wait");
+    rc = 0;
+out:
+    return rc;
+}
+
+void cpu_prim_free(cpu_prim *p)
+{
+    if (p->prim)
+        dnnl_primitive_destroy(p->prim);
+    for (int i = 0; i < CPU_MAX_ARGS; i++)
+        if (p->mem[i])
+            dnnl_memory_destroy(p->mem[i]);
+    if (p->scratch_mem)
+        dnnl_memory_destroy(p->scratch_mem);
+    memset(p, 0, sizeof *p);
+}
+
+be_plan *cpu_plan_new(cpu_plan_kind kind, char *err, size_t errlen)
+{
+    be_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        eng_err(err, errlen, "cpu backend: out of memory");
+    else
+        p->kind = kind;
+    return p;
+}
+
+static void plan_free(be_ctx *ctx, be_plan *p)
+{
+    if (!p)
+        return;
+    cpu_prim_free(&p->fwd);
+    cpu_prim_free(&p->bwd_data);
+    cpu_prim_free(&p->bwd_weights);
+    free(p->workspace);
+    free(p->row_loss);
+    free(p->row_hit);
+    free(p);
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
+const backend cpu_backend = {
+    .name = "cpu",
+    .ctx_create = ctx_create,
+    .ctx_free = ctx_free,
+    .buf_alloc = buf_alloc,
+    .buf_free = buf_free,
+    .buf_upload = buf_upload,
+    .buf_download = buf_download,
+    .plan_free = plan_free,
+    .conv_plan = cpu_conv_plan,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_data = cpu_conv_bwd_data,
+    .conv_bwd_weights = cpu_conv_bwd_weights,
+    .pool_plan = cpu_pool_plan,
+    .pool_fwd = cpu_pool_fwd,
+    .pool_bwd = cpu_pool_bwd,
+    .dense_plan = cpu_dense_plan,
+    .dense_fwd = cpu_dense_fwd,
+    .dense_bwd_data = cpu_dense_bwd_data,
+    .dense_bwd_weights = cpu_dense_bwd_weights,
+    .act_plan = cpu_act_plan,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .xent_plan = cpu_xent_plan,
+    .xent = cpu_xent,
+    .sgd_update = cpu_sgd_update,
+};

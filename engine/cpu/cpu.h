@@ -1,0 +1,121 @@
+/* engine/cpu/cpu.h: internals of the CPU backend (oneDNN), shared by its files.
+ *
+ * Each plan holds up to three oneDNN primitives (forward, backward-data,
+ * backward-weights), created once with plain layouts. Every primitive keeps
+ * one memory object per argument, created without data; running a primitive
+ * only points those objects at the buffers of this call
+ * (dnnl_memory_set_data_handle) and executes. Scratchpads are in user mode:
+ * all primitives of a context share one scratch buffer owned by the context,
+ * grown when a plan needing more is made. oneDNN here runs on OpenMP, so a
+ * primitive has finished when dnnl_primitive_execute returns on the CPU; we
+ * still wait on the stream after each execute, as the API asks.
+ */
+#ifndef KILN_ENGINE_CPU_CPU_H
+#define KILN_ENGINE_CPU_CPU_H
+
+#include <dnnl.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+
+struct be_ctx {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_primitive_attr_t attr;     /* scratchpad mode user */
+    void *scratch;                  /* shared by every primitive of this context */
+    size_t scratch_bytes;
+};
+
+struct be_buf {
+    void *p;                        /* 64-byte aligned */
+    size_t bytes;
+};
+
+#define CPU_MAX_ARGS 6
+
+/* One primitive and the memory objects of its arguments, in declaration order,
+ * plus the scratchpad (bound to the context's scratch) when it needs one. */
+typedef struct cpu_prim {
+    dnnl_primitive_t prim;          /* NULL: not created (pass not asked for) */
+    int nargs;                      /* declared arguments */
+    int args[CPU_MAX_ARGS];
+    dnnl_memory_t mem[CPU_MAX_ARGS];
+    dnnl_memory_t scratch_mem;      /* NULL when no scratchpad is needed */
+} cpu_prim;
+
+typedef enum cpu_plan_kind {
+    CPU_PLAN_CONV, CPU_PLAN_POOL, CPU_PLAN_DENSE, CPU_PLAN_ACT, CPU_PLAN_XENT
+} cpu_plan_kind;
+
+struct be_plan {
+    cpu_plan_kind kind;
+    cpu_prim fwd, bwd_data, bwd_weights;
+    void *workspace;                /* max pooling: argmax from fwd for bwd_data */
+    /* softmax cross-entropy */
+    int n, classes;
+    float *row_loss;
+    int *row_hit;
+};
+
+/* Fills err from a failed oneDNN call; returns -1. */
+int cpu_dnnl_err(dnnl_status_t s, const char *what, char *err, size_t errlen);
+
+#define DNNL_TRY(call, what) do { dnnl_status_t s_ = (call); \
+    if (s_ != dnnl_success) { cpu_dnnl_err(s_, (what), err, errlen); goto out; } } while (0)
+
+/* Plain memory descriptor: dims[0..nd) with format tag. */
+int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
+           char *err, size_t errlen);
+
+/* Creates the primitive descriptor for op_desc (hint: the forward one for a
+ * backward pass, or NULL) with the context's attributes. */
+int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
+           dnnl_primitive_desc_t *pd, char *err, size_t errlen);
+
+/* Makes p's primitive from pd with memory objects for the nargs arguments in
+ * args[], and a scratchpad if pd needs one (growing ctx's). */
+int cpu_prim_make(be_ctx *ctx, const_dnnl_primitive_desc_t pd, int nargs, const int *args,
+                  cpu_prim *p, char *err, size_t errlen);
+
+/* Binds data[i] to the i-th declared argument and executes. */
+int cpu_prim_run(be_ctx *ctx, cpu_prim *p, void *const *data, char *err, size_t errlen);
+
+void cpu_prim_free(cpu_prim *p);
+
+/* A new zeroed plan of that kind, or NULL with err set. */
+be_plan *cpu_plan_new(cpu_plan_kind kind, char *err, size_t errlen);
+
+/* The ops, one file each (conv.c, pool.c, dense.c, act.c, loss.c, optim.c). */
+int cpu_conv_plan(be_ctx *, const be_conv_desc *, unsigned, be_plan **, char *, size_t);
+int cpu_conv_fwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *, be_buf *,
+                 char *, size_t);
+int cpu_conv_bwd_data(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,
+                      char *, size_t);
+int cpu_conv_bwd_weights(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,
+                         be_buf *, char *, size_t);
+int cpu_pool_plan(be_ctx *, const be_pool_desc *, unsigned, be_plan **, char *, size_t);
+int cpu_pool_fwd(be_ctx *, be_plan *, const be_buf *, be_buf *, char *, size_t);
+int cpu_pool_bwd(be_ctx *, be_plan *, const be_buf *, be_buf *, char *, size_t);
+int cpu_dense_plan(be_ctx *, const be_dense_desc *, unsigned, be_plan **, char *, size_t);
+int cpu_dense_fwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *, be_buf *,
+                  char *, size_t);
+int cpu_dense_bwd_data(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,
+                       char *, size_t);
+int cpu_dense_bwd_weights(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,
+                          be_buf *, char *, size_t);
+int cpu_act_plan(be_ctx *, const be_act_desc *, unsigned, be_plan **, char *, size_t);
+int cpu_act_fwd(be_ctx *, be_plan *, const be_buf *, be_buf *, char *, size_t);
+int cpu_act_bwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *, char *, size_t);
+int cpu_xent_plan(be_ctx *, const be_xent_desc *, be_plan **, char *, size_t);
+int cpu_xent(be_ctx *, be_plan *, const be_buf *, const be_buf *, float, be_buf *, be_buf *,
+             double *, int *, char *, size_t);
+int cpu_sgd_update(be_ctx *, be_buf *, be_buf *, const be_buf *, size_t, const be_sgd *,
+                   char *, size_t);
+
+/* A buffer's data for a oneDNN handle (oneDNN takes void * even for inputs). */
+static inline void *cpu_ptr(const be_buf *b)
+{
+    return b ? b->p : NULL;
+}
+
+#endif

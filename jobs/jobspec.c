@@ -1,0 +1,551 @@
+/* jobs/jobspec.c: a POST /api/v1/jobs body turned into a queued job.
+ *
+ * Order of checks, so that the first problem a user sees is the cheapest to
+ * fix: unknown fields (400 unknown_field), then each field's type and range
+ * (400 invalid_field, or 400 missing_field for dataset_id/network), then what
+ * this build cannot do (422 not_supported), then the dataset (422
+ * dataset_not_found, 409 dataset_not_ready), then the network against the
+ * dataset's shape and classes (422 unknown_network, 422 invalid_network).
+ *
+ * Nothing is written until everything is valid. Then the job row is inserted,
+ * jobs/<id>/job.json is written atomically (temporary name, fsync, rename), and
+ * the stored config is replaced by the same text with the id in it. The
+ * scheduler starts a queued job only once its job.json exists, so it never
+ * sees the window between the insert and the file.
+ */
+#include "jobs/jobspec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/dataset.h"   /* ds_info_load, ds_info_free */
+#include "engine/net.h"       /* net_builtin, net_builtin_names, net_validate */
+
+/* Ranges of the request's fields (the BRIEF's table). */
+#define EPOCHS_DEFAULT 10
+#define EPOCHS_MAX 10000
+#define BATCH_DEFAULT 64
+#define BATCH_MAX 4096
+#define SEED_DEFAULT 1
+#define SEED_MAX 4294967295.0
+#define SNAPSHOT_DEFAULT 1
+#define SNAPSHOT_MAX 10000
+#define LR_DEFAULT 0.01
+#define LR_MAX 10.0
+#define MOMENTUM_DEFAULT 0.9
+#define WEIGHT_DECAY_DEFAULT 0.0
+#define NAME_MAX_LEN 200
+#define DATASET_ID_MAX 9007199254740991.0     /* 2^53 - 1: exact in a JSON number */
+
+static const char *const job_fields[] = {
+    "dataset_id", "network", "epochs", "batch_size", "precision", "solver", "seed",
+    "snapshot_interval", "name", NULL,
+};
+static const char *const solver_fields[] = { "type", "lr", "momentum", "weight_decay", NULL };
+
+/* Precisions and solvers: what this build runs, and what it knows of but
+ * cannot run yet (422 not_supported rather than 400). */
+static const char *const precisions_ok[] = { "fp32", NULL };
+static const char *const precisions_later[] = { "amp-bf16", "amp-fp16", NULL };
+static const char *const solvers_ok[] = { "sgd", NULL };
+static const char *const solvers_later[] = { "adam", "adamw", NULL };
+
+static int fail(job_error *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(job_error *e, int status, const char *code, const char *fmt, ...)
+{
+    e->http_status = status;
+    snprintf(e->code, sizeof e->code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static bool in_list(const char *const *list, const char *s)
+{
+    for (size_t i = 0; list[i]; i++)
+        if (!strcmp(list[i], s))
+            return true;
+    return false;
+}
+
+/* "a, b, c" into buf. */
+static void join_list(const char *const *list, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; list[i] && used < n; i++) {
+        int k = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", list[i]);
+        if (k < 0)
+            break;
+        used += (size_t)k;
+    }
+}
+
+void jobspec_dir(const char *data_dir, int64_t id, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/jobs/%lld", data_dir, (long long)id);
+}
+
+/* ---- field checks --------------------------------------------------------- */
+
+/* 400 unknown_field for the first key of obj not in allowed; 400 invalid_field
+ * for a key given twice. where is "" or "solver.". */
+static int check_fields(const cJSON *obj, const char *const *allowed, const char *where,
+                        const char *what, job_error *e)
+{
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        const char *key = c->string ? c->string : "";
+        if (!in_list(allowed, key)) {
+            char names[256];
+            join_list(allowed, names, sizeof names);
+            return fail(e, 400, "unknown_field", "unknown field \"%s%.64s\": %s takes %s", where, key,
+                        what, names);
+        }
+        for (const cJSON *d = obj->child; d != c; d = d->next)
+            if (d->string && !strcmp(d->string, key))
+                return fail(e, 400, "invalid_field", "field \"%s%.64s\" is given twice", where, key);
+    }
+    return 0;
+}
+
+/* An optional field: NULL when absent or JSON null (take the default). */
+static const cJSON *opt_field(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool is_integer(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble;
+}
+
+/* An integer field in [lo, hi], or def when absent. */
+static int get_int(const cJSON *obj, const char *where, const char *name, double def, double lo,
+                   double hi, double *out, job_error *e)
+{
+    const cJSON *v = opt_field(obj, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!is_integer(v) || v->valuedouble < lo || v->valuedouble > hi)
+        return fail(e, 400, "invalid_field", "%s%s must be an integer from %.0f to %.0f", where, name,
+                    lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* A number field in [lo, hi] (or (lo, hi] with lo_open, [lo, hi) with hi_open). */
+static int get_num(const cJSON *obj, const char *where, const char *name, double def, double lo,
+                   bool lo_open, double hi, bool hi_open, double *out, job_error *e)
+{
+    const cJSON *v = opt_field(obj, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    bool ok = isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+    if (!ok)
+        return fail(e, 400, "invalid_field", "%s%s must be a number %s %g and %s %g", where, name,
+                    lo_open ? "greater than" : "from", lo, hi_open ? "below" : "up to", hi);
+    *out = x;
+    return 0;
+}
+
+/* A string field naming one of ok (or of later: 422 not_supported). */
+static int get_choice(const cJSON *obj, const char *where, const char *name, const char *def,
+                      const char *const *ok, const char *const *later, const char **out,
+                      job_error *e)
+{
+    const cJSON *v = opt_field(obj, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (cJSON_IsString(v) && in_list(ok, v->valuestring)) {
+        *out = v->valuestring;
+        return 0;
+    }
+    char oks[128];
+    join_list(ok, oks, sizeof oks);
+    if (cJSON_IsString(v) && in_list(later, v->valuestring))
+        return fail(e, 422, "not_supported", "%s%s \"%s\" is not supported yet; use %s", where, name,
+                    v->valuestring, oks);
+    char all[256], laters[128];
+    join_list(later, laters, sizeof laters);
+    snprintf(all, sizeof all, "%s%s%s", oks, laters[0] ? ", " : "", laters);
+    return fail(e, 400, "invalid_field", "%s%s must be one of %s", where, name, all);
+}
+
+/* ---- the request ---------------------------------------------------------- */
+
+typedef struct request {
+    double dataset_id;
+    const cJSON *network;       /* string or object, in the request */
+    double epochs, batch_size, seed, snapshot_interval;
+    const char *precision;
+    const char *solver_type;
+    double lr, momentum, weight_decay;
+    const char *name;           /* NULL when not given */
+} request;
+
+static int parse_request(const cJSON *body, request *r, job_error *e)
+{
+    if (!cJSON_IsObject(body))
+        return fail(e, 400, "invalid_request", "the request body must be a JSON object");
+    if (check_fields(body, job_fields, "", "a job", e))
+        return -1;
+
+    const cJSON *ds = opt_field(body, "dataset_id");
+    if (!ds)
+        return fail(e, 400, "missing_field", "dataset_id is required (the id of a ready dataset)");
+    if (get_int(body, "", "dataset_id", 0, 1, DATASET_ID_MAX, &r->dataset_id, e))
+        return -1;
+
+    r->network = opt_field(body, "network");
+    if (!r->network)
+        return fail(e, 400, "missing_field",
+                    "network is required: a built-in network name (e.g. \"lenet\") or a spec object");
+    if (!cJSON_IsString(r->network) && !cJSON_IsObject(r->network))
+        return fail(e, 400, "invalid_field",
+                    "network must be a built-in network name (a string) or a spec object");
+
+    if (get_int(body, "", "epochs", EPOCHS_DEFAULT, 1, EPOCHS_MAX, &r->epochs, e) ||
+        get_int(body, "", "batch_size", BATCH_DEFAULT, 1, BATCH_MAX, &r->batch_size, e) ||
+        get_int(body, "", "seed", SEED_DEFAULT, 0, SEED_MAX, &r->seed, e) ||
+        get_int(body, "", "snapshot_interval", SNAPSHOT_DEFAULT, 1, SNAPSHOT_MAX,
+                &r->snapshot_interval, e))
+        return -1;
+
+    r->name = NULL;
+    const cJSON *name = opt_field(body, "name");
+    if (name) {
+        if (!cJSON_IsString(name) || strlen(name->valuestring) > NAME_MAX_LEN)
+            return fail(e, 400, "invalid_field", "name must be a string of at most %d bytes",
+                        NAME_MAX_LEN);
+        if (name->valuestring[0])
+            r->name = name->valuestring;
+    }
+
+    const cJSON *solver = opt_field(body, "solver");
+    static const cJSON empty = { .type = cJSON_Object };
+    if (!solver)
+        solver = &empty;
+    if (!cJSON_IsObject(solver))
+        return fail(e, 400, "invalid_field",
+                    "solver must be an object: {\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9, "
+                    "\"weight_decay\": 0}");
+    if (check_fields(solver, solver_fields, "solver.", "solver", e) ||
+        get_num(solver, "solver.", "lr", LR_DEFAULT, 0, true, LR_MAX, false, &r->lr, e) ||
+        get_num(solver, "solver.", "momentum", MOMENTUM_DEFAULT, 0, false, 1, true, &r->momentum, e) ||
+        get_num(solver, "solver.", "weight_decay", WEIGHT_DECAY_DEFAULT, 0, false, 1, false,
+                &r->weight_decay, e))
+        return -1;
+
+    /* What this build cannot run comes after every 400, before the dataset. */
+    if (get_choice(body, "", "precision", "fp32", precisions_ok, precisions_later, &r->precision, e) ||
+        get_choice(solver, "solver.", "type", "sgd", solvers_ok, solvers_later, &r->solver_type, e))
+        return -1;
+    return 0;
+}
+
+/* ---- the dataset and the network ------------------------------------------ */
+
+static int load_dataset(store *st, const char *abs_data, int64_t id, char *dir, size_t dirlen,
+                        ds_info *info, job_error *e)
+{
+    store_dataset d;
+    int rc = store_dataset_get(st, id, &d);
+    if (rc == STORE_NOT_FOUND)
+        return fail(e, 422, "dataset_not_found", "dataset %lld does not exist", (long long)id);
+    if (rc != 0)
+        return fail(e, 500, "internal", "reading dataset %lld from the database failed", (long long)id);
+    if (strcmp(d.status, "ready") != 0) {
+        if (!strcmp(d.status, "failed"))
+            fail(e, 409, "dataset_not_ready", "dataset %lld (\"%.64s\") failed to import (%.200s); "
+                 "import it again", (long long)id, d.name, d.error ? d.error : "no reason recorded");
+        else
+            fail(e, 409, "dataset_not_ready", "dataset %lld (\"%.64s\") is still %s (%.0f%%); wait "
+                 "until it is ready", (long long)id, d.name, d.status, d.progress * 100);
+        store_dataset_clear(&d);
+        return -1;
+    }
+    store_dataset_clear(&d);
+
+    snprintf(dir, dirlen, "%s/datasets/%lld", abs_data, (long long)id);
+    char err[256];
+    if (ds_info_load(dir, info, err, sizeof err) != 0)
+        return fail(e, 500, "dataset_unreadable", "dataset %lld is ready but its header cannot be "
+                    "read: %s", (long long)id, err);
+    return 0;
+}
+
+/* The spec (a new cJSON tree) and its display name, or -1 with e filled. */
+static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **spec,
+                           char *net_name, size_t namelen, job_error *e)
+{
+    *spec = NULL;
+    if (cJSON_IsString(req_net)) {
+        const char *text = net_builtin(req_net->valuestring);
+        if (!text) {
+            char names[256];
+            join_list(net_builtin_names(), names, sizeof names);
+            return fail(e, 422, "unknown_network", "unknown network \"%.64s\"; built-in networks: %s",
+                        req_net->valuestring, names);
+        }
+        *spec = cJSON_Parse(text);
+        if (!*spec)
+            return fail(e, 500, "internal", "the built-in network \"%s\" does not parse",
+                        req_net->valuestring);
+        snprintf(net_name, namelen, "%s", req_net->valuestring);
+    } else {
+        *spec = cJSON_Duplicate(req_net, 1);
+        if (!*spec)
+            return fail(e, 500, "internal", "out of memory copying the network spec");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(req_net, "name");
+        snprintf(net_name, namelen, "%.63s",
+                 cJSON_IsString(n) && n->valuestring[0] ? n->valuestring : "custom");
+    }
+
+    char err[512];
+    net_shape in = { info->c, info->h, info->w };
+    if (net_validate(*spec, in, info->nclasses, err, sizeof err) != 0) {
+        cJSON_Delete(*spec);
+        *spec = NULL;
+        return fail(e, 422, "invalid_network", "%s", err);
+    }
+    return 0;
+}
+
+/* ---- the resolved config and its file ------------------------------------- */
+
+static cJSON *build_config(const request *r, const char *dataset_dir, const ds_info *info,
+                           const char *net_name, cJSON *spec)
+{
+    cJSON *cfg = cJSON_CreateObject();
+    if (!cfg)
+        goto fail;
+    bool ok = cJSON_AddNumberToObject(cfg, "id", 0) &&   /* set once the row exists */
+              cJSON_AddNumberToObject(cfg, "dataset_id", r->dataset_id) &&
+              cJSON_AddStringToObject(cfg, "dataset_dir", dataset_dir) &&
+              cJSON_AddStringToObject(cfg, "network_name", net_name);
+    if (!ok)
+        goto fail;
+    cJSON_AddItemToObject(cfg, "network", spec);
+    spec = NULL;
+
+    int shape[3] = { info->c, info->h, info->w };
+    cJSON *input = cJSON_CreateIntArray(shape, 3);
+    cJSON *classes = cJSON_CreateStringArray((const char *const *)info->classes, info->nclasses);
+    if (!input || !classes) {
+        cJSON_Delete(input);
+        cJSON_Delete(classes);
+        goto fail;
+    }
+    cJSON_AddItemToObject(cfg, "input", input);
+    cJSON_AddItemToObject(cfg, "classes", classes);
+
+    cJSON *solver = cJSON_CreateObject();
+    if (!solver)
+        goto fail;
+    ok = cJSON_AddNumberToObject(cfg, "epochs", r->epochs) &&
+         cJSON_AddNumberToObject(cfg, "batch_size", r->batch_size) &&
+         cJSON_AddStringToObject(cfg, "precision", r->precision) &&
+         cJSON_AddStringToObject(cfg, "backend", "cpu") &&
+         cJSON_AddNumberToObject(cfg, "seed", r->seed) &&
+         cJSON_AddNumberToObject(cfg, "snapshot_interval", r->snapshot_interval) &&
+         cJSON_AddStringToObject(solver, "type", r->solver_type) &&
+         cJSON_AddNumberToObject(solver, "lr", r->lr) &&
+         cJSON_AddNumberToObject(solver, "momentum", r->momentum) &&
+         cJSON_AddNumberToObject(solver, "weight_decay", r->weight_decay);
+    cJSON_AddItemToObject(cfg, "solver", solver);
+    if (!ok)
+        goto fail;
+    if (r->name && !cJSON_AddStringToObject(cfg, "name", r->name))
+        goto fail;
+    return cfg;
+fail:
+    cJSON_Delete(spec);
+    cJSON_Delete(cfg);
+    return NULL;
+}
+
+static int mkdir_if_missing(const char *path)
+{
+    return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Writes text to dir/name through dir/name.tmp, fsync and rename. */
+static int write_atomic(const char *dir, const char *name, const char *text, char *err, size_t errlen)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    size_t len = strlen(text), done = 0;
+    while (done < len) {
+        ssize_t k = write(fd, text + done, len - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            snprintf(err, errlen, "writing %s: %s", tmp, strerror(errno));
+            goto fail;
+        }
+        done += (size_t)k;
+    }
+    if (fsync(fd) != 0) {
+        snprintf(err, errlen, "fsync %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        snprintf(err, errlen, "closing %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        snprintf(err, errlen, "renaming %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fsync_dir(dir);
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return -1;
+}
+
+/* Makes <data>/jobs/<id>, moving aside a folder left by an older database. */
+static int make_job_dir(const char *abs_data, int64_t id, char *dir, size_t dirlen, char *err,
+                        size_t errlen)
+{
+    char jobs[PATH_MAX];
+    snprintf(jobs, sizeof jobs, "%s/jobs", abs_data);
+    if (mkdir_if_missing(jobs) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", jobs, strerror(errno));
+        return -1;
+    }
+    jobspec_dir(abs_data, id, dir, dirlen);
+    if (mkdir(dir, 0755) == 0)
+        return 0;
+    if (errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    char aside[PATH_MAX + 32];
+    snprintf(aside, sizeof aside, "%s.stale-%lld", dir, (long long)time(NULL));
+    fprintf(stderr, "kiln: %s exists from an older database; moving it to %s\n", dir, aside);
+    if (rename(dir, aside) != 0 || mkdir(dir, 0755) != 0) {
+        snprintf(err, errlen, "cannot replace the stale folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t steps_of(const request *r, const ds_info *info)
+{
+    int64_t batch = (int64_t)r->batch_size;
+    int64_t per_epoch = ((int64_t)info->train_count + batch - 1) / batch;
+    return per_epoch * (int64_t)r->epochs;
+}
+
+int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *id, job_error *e)
+{
+    request r;
+    ds_info info;
+    bool have_info = false;
+    cJSON *spec = NULL, *cfg = NULL;
+    char *text = NULL;
+    char abs_data[PATH_MAX], dataset_dir[PATH_MAX + 64], job_dir[PATH_MAX + 64];
+    char net_name[64], err[512];
+    int64_t job_id = 0;
+    bool inserted = false;
+    int ret = -1;
+
+    memset(e, 0, sizeof *e);
+    memset(&info, 0, sizeof info);
+    if (parse_request(body, &r, e))
+        goto out;
+    if (!realpath(data_dir, abs_data)) {
+        fail(e, 500, "internal", "data directory %s: %s", data_dir, strerror(errno));
+        goto out;
+    }
+    if (load_dataset(st, abs_data, (int64_t)r.dataset_id, dataset_dir, sizeof dataset_dir, &info, e))
+        goto out;
+    have_info = true;
+    if (resolve_network(r.network, &info, &spec, net_name, sizeof net_name, e))
+        goto out;
+
+    cfg = build_config(&r, dataset_dir, &info, net_name, spec);
+    spec = NULL;                              /* owned by cfg (or freed) now */
+    if (!cfg || !(text = cJSON_PrintUnformatted(cfg))) {
+        fail(e, 500, "internal", "out of memory building the job config");
+        goto out;
+    }
+    if (store_job_insert(st, (int64_t)r.dataset_id, net_name, text, (int)r.epochs, &job_id, err,
+                         sizeof err) != 0) {
+        fail(e, 500, "internal", "storing the job failed: %s", err);
+        goto out;
+    }
+    inserted = true;
+
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(cfg, "id"), (double)job_id);
+    cJSON_free(text);
+    text = cJSON_Print(cfg);
+    if (!text) {
+        fail(e, 500, "internal", "out of memory building the job config");
+        goto out;
+    }
+    if (make_job_dir(abs_data, job_id, job_dir, sizeof job_dir, err, sizeof err) != 0 ||
+        write_atomic(job_dir, "job.json", text, err, sizeof err) != 0) {
+        fail(e, 500, "internal", "writing job.json failed: %s", err);
+        goto out;
+    }
+    if (store_job_set_config(st, job_id, text) != 0 ||
+        store_job_set_progress(st, job_id, 0, 0, steps_of(&r, &info), 0, -1) != 0) {
+        fail(e, 500, "internal", "updating job %lld in the database failed", (long long)job_id);
+        goto out;
+    }
+    *id = job_id;
+    ret = 0;
+out:
+    if (ret != 0 && inserted)
+        store_job_delete(st, job_id);        /* never leave a job the worker cannot read */
+    cJSON_free(text);
+    cJSON_Delete(cfg);
+    cJSON_Delete(spec);
+    if (have_info)
+        ds_info_free(&info);
+    return ret;
+}

@@ -1,0 +1,26 @@
+# Integration and browser tests: node's built-in test runner (node:test) drives a
+# real `kiln serve` (tests/integration/lib/kiln.mjs starts one per test file on a
+# free loopback port with a temporary data directory). They train, so they run
+# one at a time. npm packages come from node_modules (scripts/install-deps).
+find_program(NODE_EXECUTABLE node)
+if(NOT NODE_EXECUTABLE)
+  message(WARNING "node not found: the integration and browser tests are not registered (run scripts/install-deps)")
+  return()
+endif()
+
+# kiln_node_test(NAME FILE LABEL TIMEOUT): one test file, one ctest test.
+function(kiln_node_test name file label timeout)
+  add_test(NAME ${name}
+    COMMAND ${NODE_EXECUTABLE} --test --test-reporter=spec ${file}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>"
+    LABELS ${label}
+    TIMEOUT ${timeout}
+    RUN_SERIAL TRUE)
+endfunction()
+
+kiln_node_test(integration_api    tests/integration/api.test.mjs    integration 900)
+kiln_node_test(integration_upload tests/integration/upload.test.mjs integration 1200)
+kiln_node_test(integration_demo   tests/integration/demo.test.mjs   integration 1800)
+kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)

@@ -1,0 +1,51 @@
+// kiln dashboard: a hash router over two views, and the header's service info.
+//   #/          datasets and jobs (home.js)
+//   #/jobs/ID   one job, live (job.js)
+// Everything goes through the public REST API under /api/v1.
+
+import { get } from './api.js';
+import { h, fill, fmtBytes } from './ui.js';
+import { renderHome } from './home.js';
+import { renderJob } from './job.js';
+
+const main = document.getElementById('main');
+let teardown = null;
+
+function route() {
+  if (teardown) { teardown(); teardown = null; }
+  const hash = location.hash || '#/';
+  const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
+  main.dataset.view = m ? 'job' : 'home';
+  delete main.dataset.status;
+  if (m) {
+    document.title = `Job ${m[1]} · kiln`;
+    teardown = renderJob(main, Number(m[1]));
+  } else {
+    document.title = 'kiln';
+    teardown = renderHome(main);
+  }
+  main.focus({ preventScroll: true });
+  window.scrollTo(0, 0);
+}
+
+async function loadInfo() {
+  const el = document.getElementById('service-info');
+  try {
+    const info = await get('/info');
+    const devices = (info.devices || []).map((d) => {
+      const mem = d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : '';
+      return h('span', { class: 'chip', title: `${d.kind} ${d.index}: ${d.name}${mem}` },
+        h('span', { class: `dot dot-${d.kind}` }), `${d.name}${mem}`);
+    });
+    fill(el,
+      h('span', { class: 'chip', id: 'info-version' }, `v${info.version}`),
+      h('span', { class: 'chip', id: 'info-backends' }, `backend: ${(info.backends || []).join(', ') || '—'}`),
+      ...devices);
+  } catch (e) {
+    fill(el, h('span', { class: 'chip chip-error' }, `service unavailable: ${e.message}`));
+  }
+}
+
+window.addEventListener('hashchange', route);
+route();
+loadInfo();

@@ -1,0 +1,258 @@
+// The job view (#/jobs/ID): status, progress with epoch/step, ETA and
+// throughput, loss and accuracy curves, the worker's log lines, cancel and
+// model download. Curves are filled from GET /metrics first, then live from
+// the SSE stream /events (EventSource), which ends after the final status.
+
+import { get, post, API, ApiError } from './api.js';
+import { createChart } from './charts.js';
+import {
+  h, fill, statusBadge, progressBar, setProgress, fmtPercent, fmtNumber, fmtDuration, fmtTime, fmtCount,
+} from './ui.js';
+
+const FINAL = new Set(['done', 'failed', 'cancelled']);
+const LOG_LINES = 200;
+
+export function renderJob(root, id) {
+  const st = {
+    job: null, es: null, alive: true, charts: [], stepsPerEpoch: 0, pendingMetrics: [],
+    latest: {}, lastEventId: 0, pollTimer: null,
+  };
+
+  const title = h('h1', { class: 'page-title' }, `Job ${id}`);
+  const subtitle = h('p', { class: 'muted', id: 'job-subtitle' });
+  const badge = h('span', { id: 'job-status', 'aria-live': 'polite' });
+  const cancelBtn = h('button', { type: 'button', class: 'btn btn-danger', id: 'job-cancel', hidden: true }, 'Cancel');
+  const download = h('a', { class: 'btn btn-primary', id: 'job-download', hidden: true,
+    href: `${API}/jobs/${id}/model?format=tar`, download: `kiln-job-${id}-model.tar` }, 'Download model (.tar)');
+  const bar = progressBar(0, 'training progress');
+  bar.id = 'job-progress';
+  const progressText = h('span', { class: 'progress-text', id: 'job-progress-text' });
+  const stats = {
+    epoch: h('dd', { id: 'stat-epoch' }, '—'),
+    step: h('dd', { id: 'stat-step' }, '—'),
+    eta: h('dd', { id: 'stat-eta' }, '—'),
+    ips: h('dd', { id: 'stat-ips' }, '—'),
+    loss: h('dd', { id: 'stat-loss' }, '—'),
+    valacc: h('dd', { id: 'stat-valacc' }, '—'),
+  };
+  const errorBox = h('div', { class: 'error-box', role: 'alert', id: 'job-error', hidden: true });
+  const actionError = h('p', { class: 'form-error', role: 'alert', hidden: true });
+  const lossBox = h('div', { class: 'chart', id: 'chart-loss', role: 'img', 'aria-label': 'training and validation loss by epoch' });
+  const accBox = h('div', { class: 'chart', id: 'chart-accuracy', role: 'img', 'aria-label': 'training and validation accuracy by epoch' });
+  const config = h('dl', { class: 'config', id: 'job-config' });
+  const log = h('pre', { class: 'log', id: 'job-log', 'aria-live': 'off', tabindex: '0' });
+  const logCard = h('section', { class: 'card', 'aria-labelledby': 'log-title', hidden: true },
+    h('div', { class: 'card-head' }, h('h2', { id: 'log-title' }, 'Log')), log);
+
+  const stat = (label, dd) => h('div', { class: 'stat' }, h('dt', {}, label), dd);
+
+  fill(root,
+    h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
+    h('div', { class: 'page-head' },
+      h('div', {}, h('div', { class: 'title-row' }, title, badge), subtitle),
+      h('div', { class: 'page-actions' }, cancelBtn, download)),
+    actionError,
+    errorBox,
+    h('section', { class: 'card', 'aria-labelledby': 'progress-title' },
+      h('div', { class: 'card-head' }, h('h2', { id: 'progress-title' }, 'Progress'), progressText),
+      bar,
+      h('dl', { class: 'stats' },
+        stat('Epoch', stats.epoch), stat('Step', stats.step), stat('ETA', stats.eta),
+        stat('Images/s', stats.ips), stat('Train loss', stats.loss), stat('Val accuracy', stats.valacc))),
+    h('section', { class: 'grid charts' },
+      h('section', { class: 'card', 'aria-labelledby': 'loss-title' },
+        h('div', { class: 'card-head' }, h('h2', { id: 'loss-title' }, 'Loss')), lossBox),
+      h('section', { class: 'card', 'aria-labelledby': 'acc-title' },
+        h('div', { class: 'card-head' }, h('h2', { id: 'acc-title' }, 'Accuracy')), accBox)),
+    h('section', { class: 'grid' },
+      h('section', { class: 'card', 'aria-labelledby': 'config-title' },
+        h('div', { class: 'card-head' }, h('h2', { id: 'config-title' }, 'Configuration')), config),
+      logCard));
+
+  const lossChart = createChart(lossBox, {
+    name: 'loss', yLabel: 'loss', xMax: () => (st.job && st.job.epochs) || 1,
+    series: [{ tag: 'train/loss', label: 'train loss' }, { tag: 'val/loss', label: 'val loss' }],
+  });
+  const accChart = createChart(accBox, {
+    name: 'accuracy', yLabel: 'accuracy', yRange: [0, 1], xMax: () => (st.job && st.job.epochs) || 1,
+    series: [{ tag: 'train/accuracy', label: 'train accuracy' }, { tag: 'val/accuracy', label: 'val accuracy' }],
+  });
+  st.charts = [lossChart, accChart];
+
+  cancelBtn.addEventListener('click', async () => {
+    cancelBtn.disabled = true;
+    actionError.hidden = true;
+    try {
+      await post(`/jobs/${id}/cancel`);
+      cancelBtn.textContent = 'Cancelling…';
+    } catch (e) {
+      actionError.hidden = false;
+      fill(actionError, e.message);
+      cancelBtn.disabled = false;
+    }
+  });
+
+  /* x of a metric: fractional epochs from its global step where the job's step
+   * count is known, else the epoch the event names. */
+  function xOf(m) {
+    if (typeof m.step === 'number') return m.step / st.stepsPerEpoch;
+    return typeof m.epoch === 'number' ? m.epoch : NaN;
+  }
+
+  function addMetric(m) {
+    if (!st.stepsPerEpoch) { st.pendingMetrics.push(m); return; }
+    const x = xOf(m);
+    for (const c of st.charts) c.add(m.tag, x, m.value);
+    const prev = st.latest[m.tag];
+    if (!prev || m.step >= prev.step) st.latest[m.tag] = m;
+    if (m.tag === 'train/loss' || m.tag === 'val/accuracy') renderLatest();
+  }
+
+  function renderLatest() {
+    const loss = st.latest['train/loss'];
+    const acc = st.latest['val/accuracy'];
+    if (loss) fill(stats.loss, fmtNumber(loss.value));
+    if (acc) fill(stats.valacc, fmtPercent(acc.value, 2));
+  }
+
+  function renderProgress(p) {
+    // p: {epoch, epochs, step, steps, images_per_sec, eta(_seconds)}
+    const frac = p.steps > 0 ? p.step / p.steps : 0;
+    setProgress(bar, st.job && FINAL.has(st.job.status) && st.job.status === 'done' ? 1 : frac);
+    fill(progressText, `${fmtPercent(frac, 0)}`);
+    if (p.epochs) fill(stats.epoch, `${Math.min(p.epoch ?? 0, p.epochs)} / ${p.epochs}`);
+    if (p.steps) fill(stats.step, `${fmtCount(p.step)} / ${fmtCount(p.steps)}`);
+    const eta = p.eta ?? p.eta_seconds;
+    fill(stats.eta, st.job && FINAL.has(st.job.status) ? '—' : fmtDuration(eta));
+    fill(stats.ips, p.images_per_sec > 0 ? fmtNumber(p.images_per_sec, 4) : '—');
+    if (p.steps > 0 && p.epochs > 0 && !st.stepsPerEpoch) {
+      st.stepsPerEpoch = p.steps / p.epochs;
+      const pend = st.pendingMetrics;
+      st.pendingMetrics = [];
+      pend.forEach(addMetric);
+    }
+  }
+
+  function renderStatus(status, error) {
+    if (st.job) { st.job.status = status; if (error !== undefined) st.job.error = error; }
+    fill(badge, statusBadge(status));
+    root.dataset.status = status;
+    const live = status === 'queued' || status === 'running';
+    cancelBtn.hidden = !live;
+    download.hidden = status !== 'done';
+    if (status === 'failed' || (error && status !== 'done')) {
+      errorBox.hidden = false;
+      fill(errorBox, h('strong', {}, status === 'failed' ? 'The job failed. ' : ''), error || 'No reason was recorded.');
+    } else {
+      errorBox.hidden = true;
+    }
+    if (FINAL.has(status)) {
+      fill(stats.eta, '—');
+      if (status === 'done') { setProgress(bar, 1); fill(progressText, '100%'); }
+    }
+  }
+
+  function renderJobInfo(job) {
+    st.job = job;
+    fill(title, job.config && job.config.name ? `${job.config.name}` : `Job ${job.id}`);
+    const c = job.config || {};
+    const dsName = st.datasetName ? `${st.datasetName} (#${job.dataset_id})` : `#${job.dataset_id}`;
+    fill(subtitle, `${job.network} on dataset ${dsName}`, ' · created ', fmtTime(job.created_at),
+      job.finished_at ? [' · finished ', fmtTime(job.finished_at)] : []);
+    const solver = c.solver || {};
+    const row = (k, v) => [h('dt', {}, k), h('dd', {}, v)];
+    fill(config,
+      row('Network', job.network),
+      row('Dataset', dsName),
+      row('Input', Array.isArray(c.input) ? c.input.join(' × ') : '—'),
+      row('Epochs', String(job.epochs ?? c.epochs ?? '—')),
+      row('Batch size', String(c.batch_size ?? '—')),
+      row('Solver', solver.type ? `${solver.type}, lr ${solver.lr}, momentum ${solver.momentum}, weight decay ${solver.weight_decay ?? 0}` : '—'),
+      row('Precision', c.precision || '—'),
+      row('Backend', c.backend || '—'),
+      row('Seed', String(c.seed ?? '—')));
+    renderProgress({ epoch: job.epoch, epochs: job.epochs, step: job.step, steps: job.steps,
+      images_per_sec: job.images_per_sec, eta: job.eta_seconds });
+    renderStatus(job.status, job.error);
+    if (job.metrics) {
+      if (job.metrics['train/loss'] !== undefined && !st.latest['train/loss']) fill(stats.loss, fmtNumber(job.metrics['train/loss']));
+      if (job.metrics['val/accuracy'] !== undefined && !st.latest['val/accuracy']) fill(stats.valacc, fmtPercent(job.metrics['val/accuracy'], 2));
+    }
+  }
+
+  function appendLog(line) {
+    logCard.hidden = false;
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.append(document.createTextNode(`${line}\n`));
+    while (log.childNodes.length > LOG_LINES) log.removeChild(log.firstChild);
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  function connect() {
+    if (!st.alive || (st.job && FINAL.has(st.job.status) && st.streamDone)) return;
+    const es = new EventSource(`${API}/jobs/${id}/events`);
+    st.es = es;
+    es.addEventListener('metric', (e) => {
+      try { addMetric(JSON.parse(e.data)); } catch { /* ignore a malformed event */ }
+    });
+    es.addEventListener('progress', (e) => {
+      try {
+        const p = JSON.parse(e.data);
+        if (st.job) Object.assign(st.job, { epoch: p.epoch, step: p.step, steps: p.steps });
+        renderProgress(p);
+      } catch { /* ignore */ }
+    });
+    es.addEventListener('log', (e) => {
+      try {
+        const d = JSON.parse(e.data);
+        appendLog(typeof d === 'string' ? d : (d.line ?? d.message ?? d.text ?? JSON.stringify(d)));
+      } catch { appendLog(e.data); }
+    });
+    es.addEventListener('status', (e) => {
+      let d = {};
+      try { d = JSON.parse(e.data); } catch { /* ignore */ }
+      renderStatus(d.status, d.error ?? undefined);
+      if (FINAL.has(d.status)) {
+        st.streamDone = true;
+        es.close();
+        // The final numbers (epoch, finished_at, metrics) from the job itself.
+        get(`/jobs/${id}`).then(renderJobInfo).catch(() => {});
+      }
+    });
+    es.addEventListener('error', () => {
+      // EventSource reconnects by itself (with Last-Event-ID) unless closed.
+      if (es.readyState === EventSource.CLOSED && st.alive && !st.streamDone) setTimeout(connect, 3000);
+    });
+  }
+
+  (async () => {
+    try {
+      const job = await get(`/jobs/${id}`);
+      if (!st.alive) return;
+      try { st.datasetName = (await get(`/datasets/${job.dataset_id}`)).name; } catch { /* deleted: show the id */ }
+      if (!st.alive) return;
+      renderJobInfo(job);
+      const m = await get(`/jobs/${id}/metrics`);
+      if (!st.alive) return;
+      for (const item of m.items || []) addMetric(item);
+      if (!st.stepsPerEpoch && FINAL.has(job.status)) {
+        // A job that ended without a step count: plot against the reported epoch.
+        const pend = st.pendingMetrics;
+        st.pendingMetrics = [];
+        for (const x of pend) for (const c of st.charts) c.add(x.tag, x.epoch, x.value);
+      }
+      connect();
+    } catch (e) {
+      if (!st.alive) return;
+      const msg = e instanceof ApiError && e.status === 404 ? `There is no job ${id}.` : e.message;
+      errorBox.hidden = false;
+      fill(errorBox, msg);
+    }
+  })();
+
+  return () => {
+    st.alive = false;
+    if (st.es) st.es.close();
+    for (const c of st.charts) c.destroy();
+  };
+}
