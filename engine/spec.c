@@ -183,7 +183,7 @@ static int check_out(lctx *c, int64_t ch, int64_t h, int64_t w)
 /* "kernel 7 is larger than its 5x5 input" and variants. */
 static int kernel_too_large(lctx *c, int kh, int kw, int64_t eh, int64_t ew, int pth, int ptw)
 {
-    char kb[32], ib[32], pb[32];
+    char kb[32], pb[32];
     net_shape in = c->l->in;
     char dil[64] = "", pad[64] = "";
     if (eh != kh || ew != kw)

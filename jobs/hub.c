@@ -28,7 +28,8 @@ typedef struct stream {
     int64_t job_id;
     uint64_t last_id;          /* id of the newest event, 0 before the first */
     size_t count;              /* events in the ring: ids last_id-count+1 .. last_id */
-    hub_event *ring;           /* HUB_RING slots; event id k lives at (k-1) % HUB_RING */
+    hub_event *ring;           /* HUB_RING slots, allocated at the first event (a queued
+                                  job's open stream costs little); id k is at (k-1) % HUB_RING */
     bool open;                 /* accepting events */
     bool ended;                /* hub_finish was called (and no hub_open since) */
     uint64_t ended_seq;        /* order of finishing, for dropping the oldest */
@@ -125,17 +126,13 @@ void hub_open(hub *h, int64_t job_id)
     stream *st = find_stream(h, job_id);
     if (!st) {
         st = calloc(1, sizeof *st);
-        hub_event *ring = st ? calloc(HUB_RING, sizeof *ring) : NULL;
-        if (!ring) {
-            /* Small and fixed: treat like the rest of the process's small
-             * allocations. Without a stream, readers replay from the store. */
+        if (!st) {
+            /* Without a stream, readers replay from the store. */
             fprintf(stderr, "kiln: hub: out of memory opening the stream of job %lld\n",
                     (long long)job_id);
-            free(st);
             pthread_mutex_unlock(&h->mu);
             return;
         }
-        st->ring = ring;
         st->job_id = job_id;
         st->next = h->streams;
         h->streams = st;
@@ -177,6 +174,11 @@ uint64_t hub_publish(hub *h, int64_t job_id, const char *type, const char *json)
     pthread_mutex_lock(&h->mu);
     stream *st = find_stream(h, job_id);
     if (!st || !st->open) {
+        pthread_mutex_unlock(&h->mu);
+        free(copy);
+        return 0;
+    }
+    if (!st->ring && !(st->ring = calloc(HUB_RING, sizeof *st->ring))) {
         pthread_mutex_unlock(&h->mu);
         free(copy);
         return 0;

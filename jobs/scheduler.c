@@ -1,0 +1,836 @@
+/* jobs/scheduler.c: queued jobs -> `kiln worker` processes (contract in scheduler.h).
+ *
+ * One thread does everything: it starts queued jobs (oldest first, at most
+ * max_cpu_jobs at a time) and supervises the running ones, in a poll loop over
+ * the workers' stdout pipes and a self-pipe that sched_wake/sched_cancel/
+ * sched_stop write to. It also looks at the queue every QUEUE_POLL_MS, so a job
+ * queued by another process (or whose job.json appeared late) still starts.
+ *
+ * Guarantees:
+ * - A queued job starts only once its jobs/<id>/job.json exists (jobspec
+ *   writes it right after inserting the row). One still without it after
+ *   JOBJSON_WAIT_S fails with that reason.
+ * - Every worker is reaped with waitpid(pid, WNOHANG) on its own pid (never
+ *   -1: other children of the server are not ours), after its pipe reached
+ *   end-of-file; no call here blocks without a bound.
+ * - Every job that starts ends with exactly one final status in the store and
+ *   one final "status" event, after which its hub stream is finished:
+ *     done       the worker reported {"t":"done"} and exited 0;
+ *     cancelled  sched_cancel asked for it, or the worker reported cancelled;
+ *     failed     anything else, with the worker's reported error, or its exit
+ *                status / signal and the last lines of its log.
+ *   Jobs interrupted by sched_stop (the server shutting down) go back to
+ *   "queued" instead, and run again at the next start.
+ * - Cancel: a queued job is cancelled at once; a running one gets SIGTERM (the
+ *   worker stops after its step, saves a checkpoint and exits), and SIGKILL
+ *   when it is still there after the grace period.
+ * - At start, jobs left "running" by a server that died are requeued. They run
+ *   again from the start; resuming from their last checkpoint is a later issue.
+ */
+#define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
+#include "jobs/scheduler.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+
+#include "jobs/jobspec.h"   /* jobspec_dir */
+
+extern char **environ;
+
+#define QUEUE_POLL_MS 2000
+#define REAP_POLL_MS 100          /* while a worker's pipe is closed but it is not reaped */
+#define DEFAULT_GRACE_MS 10000
+#define STOP_EXTRA_MS 5000        /* after SIGKILL, how long sched_stop still waits */
+#define LINE_MAX_BYTES 65536      /* a report line longer than this is dropped */
+#define JOBJSON_WAIT_S 60
+#define LOG_TAIL_BYTES 4096
+#define LOG_TAIL_LINES 8
+
+typedef struct worker {
+    int64_t job_id;
+    pid_t pid;
+    int fd;                       /* read end of the worker's stdout; -1 after EOF */
+    char *line;                   /* partial report line, LINE_MAX_BYTES */
+    size_t len;
+    bool overlong;                /* dropping the rest of a too-long line */
+    bool reported_done, reported_cancelled;
+    char *reported_error;
+    bool cancel_requested;        /* by sched_cancel */
+    bool shutdown;                /* stopped by sched_stop: requeue */
+    double kill_at;               /* monotonic time for SIGKILL; 0 = none */
+    bool killed;
+    char dir[PATH_MAX];
+    struct worker *next;
+} worker;
+
+struct sched {
+    store *st;
+    hub *h;
+    char data_dir[PATH_MAX];
+    char *worker_exe;
+    int max_jobs;
+    int grace_ms;
+
+    pthread_t thread;
+    pthread_mutex_t mu;           /* everything below */
+    int wake_r, wake_w;           /* self-pipe */
+    bool stopping, stop_sent;
+    double stop_deadline;
+    worker *workers;
+    int nworkers;
+    bool queue_dirty;
+    double last_queue_check;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Fills err (when not NULL) with a message; a long path in it is cut short. */
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void wake_thread(sched *s)
+{
+    char b = 1;
+    ssize_t k = write(s->wake_w, &b, 1);   /* full pipe (EAGAIN): a wake is pending anyway */
+    (void)k;
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+static void publish_status(sched *s, int64_t job_id, const char *status, const char *error)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "status", status);
+    if (error)
+        cJSON_AddStringToObject(o, "error", error);
+    else
+        cJSON_AddNullToObject(o, "error");
+    char *text = cJSON_PrintUnformatted(o);
+    if (text)
+        hub_publish(s->h, job_id, "status", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+/* Stores a final status and tells the job's readers, ending its stream. */
+static void end_job(sched *s, int64_t job_id, const char *status, const char *error)
+{
+    if (store_job_set_status(s->st, job_id, status, error) != 0)
+        fprintf(stderr, "kiln: scheduler: job %lld: could not store status %s\n", (long long)job_id,
+                status);
+    hub_open(s->h, job_id);          /* no-op when open; lets SSE readers of a queued job end */
+    publish_status(s, job_id, status, error);
+    hub_finish(s->h, job_id);
+}
+
+/* ---- reports from a worker ------------------------------------------------ */
+
+static double num(const cJSON *o, const char *k, double def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static void on_metric(sched *s, worker *w, const cJSON *r)
+{
+    const cJSON *tag = cJSON_GetObjectItemCaseSensitive(r, "tag");
+    if (!cJSON_IsString(tag) || !tag->valuestring[0])
+        return;
+    store_metric m;
+    memset(&m, 0, sizeof m);
+    m.step = (int64_t)num(r, "step", 0);
+    m.epoch = num(r, "epoch", 0);
+    snprintf(m.tag, sizeof m.tag, "%s", tag->valuestring);
+    m.value = num(r, "value", NAN);          /* null (a NaN loss) stays NaN */
+    m.wall_time = num(r, "wall_time", 0);
+    if (store_metric_insert(s->st, w->job_id, &m) != 0)
+        fprintf(stderr, "kiln: scheduler: job %lld: could not store metric %s\n",
+                (long long)w->job_id, m.tag);
+
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddNumberToObject(o, "step", (double)m.step);
+    cJSON_AddNumberToObject(o, "epoch", m.epoch);
+    cJSON_AddStringToObject(o, "tag", m.tag);
+    cJSON_AddNumberToObject(o, "value", m.value);      /* cJSON writes NaN as null */
+    cJSON_AddNumberToObject(o, "wall_time", m.wall_time);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text)
+        hub_publish(s->h, w->job_id, "metric", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+static void on_progress(sched *s, worker *w, const cJSON *r)
+{
+    int epoch = (int)num(r, "epoch", 0), epochs = (int)num(r, "epochs", 0);
+    int64_t step = (int64_t)num(r, "step", 0), steps = (int64_t)num(r, "steps", 0);
+    double ips = num(r, "images_per_sec", 0), eta = num(r, "eta", -1);
+    store_job_set_progress(s->st, w->job_id, epoch, step, steps, ips, eta);
+
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddNumberToObject(o, "epoch", epoch);
+    cJSON_AddNumberToObject(o, "epochs", epochs);
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "steps", (double)steps);
+    cJSON_AddNumberToObject(o, "images_per_sec", ips);
+    cJSON_AddNumberToObject(o, "eta", eta);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text)
+        hub_publish(s->h, w->job_id, "progress", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+static void on_line(sched *s, worker *w, const char *line, size_t len)
+{
+    while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
+        len--;
+    if (!len)
+        return;
+    cJSON *r = cJSON_ParseWithLengthOpts(line, len, NULL, 0);
+    const cJSON *t = r ? cJSON_GetObjectItemCaseSensitive(r, "t") : NULL;
+    if (!cJSON_IsString(t)) {
+        fprintf(stderr, "kiln: scheduler: job %lld: ignoring a line that is not a report: %.*s\n",
+                (long long)w->job_id, (int)(len > 200 ? 200 : len), line);
+        goto out;
+    }
+    const char *kind = t->valuestring;
+    if (!strcmp(kind, "metric")) {
+        on_metric(s, w, r);
+    } else if (!strcmp(kind, "progress")) {
+        on_progress(s, w, r);
+    } else if (!strcmp(kind, "status")) {
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "status");
+        if (cJSON_IsString(st) && !strcmp(st->valuestring, "cancelled"))
+            w->reported_cancelled = true;
+        /* "running": the job has been running since its spawn (see start_job). */
+    } else if (!strcmp(kind, "done")) {
+        w->reported_done = true;
+    } else if (!strcmp(kind, "error")) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "message");
+        free(w->reported_error);
+        w->reported_error = strdup(cJSON_IsString(m) && m->valuestring[0] ? m->valuestring
+                                                                          : "the worker reported an error");
+    }
+    /* "snapshot" lines need nothing here: the files are in the job folder. */
+out:
+    cJSON_Delete(r);
+}
+
+/* Reads what the worker wrote; closes fd at end-of-file or on an error. */
+static void read_worker(sched *s, worker *w)
+{
+    char buf[16384];
+    for (int rounds = 0; rounds < 64; rounds++) {     /* bounded: others get their turn */
+        ssize_t k = read(w->fd, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (k <= 0) {
+            if (w->len && !w->overlong)
+                on_line(s, w, w->line, w->len);       /* a last line without newline */
+            w->len = 0;
+            close(w->fd);
+            w->fd = -1;
+            return;
+        }
+        for (ssize_t i = 0; i < k; i++) {
+            char c = buf[i];
+            if (c == '\n') {
+                if (!w->overlong)
+                    on_line(s, w, w->line, w->len);
+                w->len = 0;
+                w->overlong = false;
+            } else if (w->len < LINE_MAX_BYTES) {
+                w->line[w->len++] = c;
+            } else if (!w->overlong) {
+                fprintf(stderr, "kiln: scheduler: job %lld: dropping a report line over %d bytes\n",
+                        (long long)w->job_id, LINE_MAX_BYTES);
+                w->overlong = true;
+            }
+        }
+    }
+}
+
+/* ---- ending a worker ------------------------------------------------------ */
+
+/* The last lines of <dir>/log, appended to buf after a header line. */
+static void append_log_tail(const char *dir, char *buf, size_t n)
+{
+    char path[PATH_MAX + 8], tail[LOG_TAIL_BYTES + 1];
+    snprintf(path, sizeof path, "%s/log", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    off_t size = lseek(fd, 0, SEEK_END);
+    off_t from = size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0;
+    ssize_t k = size > 0 ? pread(fd, tail, (size_t)(size - from), from) : 0;
+    close(fd);
+    if (k <= 0)
+        return;
+    tail[k] = '\0';
+    while (k > 0 && (tail[k - 1] == '\n' || tail[k - 1] == '\r'))
+        tail[--k] = '\0';
+    const char *start = tail;
+    int lines = 0;
+    for (ssize_t i = k - 1; i >= 0; i--) {
+        if (tail[i] == '\n' && ++lines == LOG_TAIL_LINES) {
+            start = tail + i + 1;
+            break;
+        }
+    }
+    if (from > 0 && start == tail) {       /* drop the cut-off first line */
+        const char *nl = strchr(tail, '\n');
+        if (nl)
+            start = nl + 1;
+    }
+    if (*start) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, n - used, "\nlast lines of the log:\n%s", start);
+    }
+}
+
+#define WSTATUS_LOST (-1)         /* the worker was reaped by someone else */
+
+static void describe_exit(int wstatus, char *buf, size_t n)
+{
+    if (wstatus == WSTATUS_LOST)
+        snprintf(buf, n, "the worker ended, but its exit status was lost");
+    else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+        snprintf(buf, n, "the worker exited before finishing the job, without an error report");
+    else if (WIFEXITED(wstatus))
+        snprintf(buf, n, "worker exited with status %d", WEXITSTATUS(wstatus));
+    else if (WIFSIGNALED(wstatus))
+        snprintf(buf, n, "worker killed by signal %d (%s)", WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+    else
+        snprintf(buf, n, "worker ended with wait status 0x%x", (unsigned)wstatus);
+}
+
+/* Decides and records the job's end once its worker is reaped. */
+static void finish_worker(sched *s, worker *w, int wstatus)
+{
+    bool exit0 = wstatus != WSTATUS_LOST && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    char reason[LOG_TAIL_BYTES + 1024];
+
+    if (w->reported_done && exit0) {
+        /* The job shows complete even if the last progress line was missed. */
+        store_job j;
+        if (store_job_get(s->st, w->job_id, &j) == 0) {
+            if (j.step < j.steps || j.epoch < j.epochs)
+                store_job_set_progress(s->st, w->job_id, j.epochs, j.steps, j.steps, j.images_per_sec, 0);
+            store_job_clear(&j);
+        }
+        end_job(s, w->job_id, "done", NULL);
+    } else if (w->shutdown && !w->cancel_requested) {
+        /* The server is stopping: the job runs again at the next start. */
+        store_job_set_status(s->st, w->job_id, "queued", NULL);
+        publish_status(s, w->job_id, "queued", NULL);
+        hub_finish(s->h, w->job_id);
+    } else if (w->cancel_requested || w->reported_cancelled) {
+        end_job(s, w->job_id, "cancelled", NULL);
+    } else {
+        if (w->reported_error) {
+            snprintf(reason, sizeof reason, "%s", w->reported_error);
+        } else {
+            describe_exit(wstatus, reason, sizeof reason);
+            append_log_tail(w->dir, reason, sizeof reason);
+        }
+        end_job(s, w->job_id, "failed", reason);
+    }
+    describe_exit(wstatus, reason, sizeof reason);
+    fprintf(stderr, "kiln: job %lld: worker %d ended: %s\n", (long long)w->job_id, (int)w->pid,
+            exit0 ? "exit status 0" : reason);
+}
+
+static void worker_free(worker *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    free(w->line);
+    free(w->reported_error);
+    free(w);
+}
+
+/* ---- starting a worker ---------------------------------------------------- */
+
+static bool file_exists(const char *dir, const char *name)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Seconds since the job was created, from its RFC 3339 created_at. */
+static double job_age(const store_job *j)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    if (!j->created_at || !strptime(j->created_at, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        return 0;
+    return difftime(time(NULL), timegm(&tm));
+}
+
+/* Removes the TensorBoard files of an earlier run (before its worker starts). */
+static void remove_event_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "events.out.tfevents.", 20))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
+static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
+{
+    int pipefd[2] = { -1, -1 }, logfd = -1, ret = -1;
+    bool fa_init = false, at_init = false;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    char logpath[PATH_MAX + 8];
+
+    snprintf(logpath, sizeof logpath, "%s/log", w->dir);
+    logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (logfd < 0) {
+        set_err(err, errlen, "cannot open %s: %s", logpath, strerror(errno));
+        goto out;
+    }
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        set_err(err, errlen, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    int rc = posix_spawn_file_actions_init(&fa);
+    fa_init = rc == 0;
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, logfd, STDERR_FILENO);
+    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    /* Everything we open is O_CLOEXEC; this also covers fds a library left open. */
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+#endif
+    if (rc) {
+        set_err(err, errlen, "posix_spawn file actions: %s", strerror(rc));
+        goto out;
+    }
+
+    /* The worker starts with no signal blocked and default dispositions: the
+     * server ignores SIGPIPE, but a worker whose server is gone must die of it. */
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    static const int reset[] = { SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2,
+                                 SIGALRM };
+    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+        sigaddset(&defaults, reset[i]);
+    rc = posix_spawnattr_init(&at);
+    at_init = rc == 0;
+    if (!rc) rc = posix_spawnattr_setsigmask(&at, &none);
+    if (!rc) rc = posix_spawnattr_setsigdefault(&at, &defaults);
+    if (!rc) rc = posix_spawnattr_setpgroup(&at, 0);     /* its own group: no terminal ^C */
+    if (!rc) rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                                POSIX_SPAWN_SETPGROUP);
+    if (rc) {
+        set_err(err, errlen, "posix_spawn attributes: %s", strerror(rc));
+        goto out;
+    }
+
+    char *argv[] = { s->worker_exe, "worker", "--job-dir", w->dir, NULL };
+    rc = posix_spawn(&w->pid, s->worker_exe, &fa, &at, argv, environ);
+    if (rc) {
+        set_err(err, errlen, "cannot start %s: %s", s->worker_exe, strerror(rc));
+        goto out;
+    }
+    w->fd = pipefd[0];
+    pipefd[0] = -1;
+    fcntl(w->fd, F_SETFL, fcntl(w->fd, F_GETFL) | O_NONBLOCK);
+    ret = 0;
+out:
+    if (fa_init)
+        posix_spawn_file_actions_destroy(&fa);
+    if (at_init)
+        posix_spawnattr_destroy(&at);
+    if (pipefd[0] >= 0)
+        close(pipefd[0]);
+    if (pipefd[1] >= 0)
+        close(pipefd[1]);
+    if (logfd >= 0)
+        close(logfd);
+    return ret;
+}
+
+static worker *find_worker(sched *s, int64_t job_id)
+{
+    for (worker *w = s->workers; w; w = w->next)
+        if (w->job_id == job_id)
+            return w;
+    return NULL;
+}
+
+/* Starts one queued job. Returns true when a worker now runs it. Lock held. */
+static bool start_job(sched *s, int64_t job_id)
+{
+    char dir[PATH_MAX], err[512];
+    jobspec_dir(s->data_dir, job_id, dir, sizeof dir);
+    store_job j;
+    if (store_job_get(s->st, job_id, &j) != 0)
+        return false;
+    bool queued = !strcmp(j.status, "queued");
+    int64_t steps = j.steps;
+    double age = job_age(&j);
+    store_job_clear(&j);
+    if (!queued)
+        return false;
+
+    if (!file_exists(dir, "job.json")) {
+        if (age > JOBJSON_WAIT_S)
+            end_job(s, job_id, "failed", "the job's job.json was never written; create the job again");
+        return false;                        /* jobspec is still writing it */
+    }
+
+    worker *w = calloc(1, sizeof *w);
+    char *line = malloc(LINE_MAX_BYTES);
+    if (!w || !line) {
+        free(w);
+        free(line);
+        return false;                        /* try again at the next look at the queue */
+    }
+    w->job_id = job_id;
+    w->fd = -1;
+    w->line = line;
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+
+    /* It runs from its start: what an earlier, interrupted run recorded goes
+     * (before the spawn: the new worker writes a new event file at once). */
+    store_metric_delete(s->st, job_id, -1);
+    remove_event_files(dir);
+    hub_open(s->h, job_id);
+    if (spawn_worker(s, w, err, sizeof err) != 0) {
+        fprintf(stderr, "kiln: job %lld: %s\n", (long long)job_id, err);
+        end_job(s, job_id, "failed", err);
+        worker_free(w);
+        return false;
+    }
+    store_job_set_progress(s->st, job_id, 0, 0, steps, 0, -1);
+    store_job_set_status(s->st, job_id, "running", NULL);
+    publish_status(s, job_id, "running", NULL);
+    fprintf(stderr, "kiln: job %lld: started worker %d\n", (long long)job_id, (int)w->pid);
+
+    w->next = s->workers;
+    s->workers = w;
+    s->nworkers++;
+    return true;
+}
+
+/* Starts queued jobs, oldest first, while there is room. Every queued job's
+ * stream is open, so that an SSE reader of a job still waiting waits with it
+ * (instead of being told the job is not live). Lock held. */
+static void start_queued(sched *s)
+{
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (store_job_ids_with_status(s->st, "queued", &ids, &n) != 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        hub_open(s->h, ids[i]);
+    for (size_t i = 0; i < n && s->nworkers < s->max_jobs; i++)
+        if (!find_worker(s, ids[i]))
+            start_job(s, ids[i]);
+    free(ids);
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+
+/* Sends SIGKILL past deadlines; reaps workers whose pipe is closed. Lock held. */
+static void check_workers(sched *s, double now)
+{
+    worker **pp = &s->workers;
+    while (*pp) {
+        worker *w = *pp;
+        if (w->kill_at > 0 && now >= w->kill_at && !w->killed) {
+            fprintf(stderr, "kiln: job %lld: worker %d still running %d ms after SIGTERM; SIGKILL\n",
+                    (long long)w->job_id, (int)w->pid, s->grace_ms);
+            kill(w->pid, SIGKILL);
+            w->killed = true;
+        }
+        int wstatus = 0;
+        pid_t r = w->fd < 0 ? waitpid(w->pid, &wstatus, WNOHANG) : 0;
+        if (r == w->pid || (r < 0 && errno == ECHILD)) {
+            if (r < 0)   /* someone else reaped it (SIGCHLD ignored, a waitpid(-1)) */
+                wstatus = WSTATUS_LOST;
+            *pp = w->next;
+            s->nworkers--;
+            finish_worker(s, w, wstatus);
+            worker_free(w);
+            s->queue_dirty = true;
+            continue;
+        }
+        pp = &w->next;
+    }
+}
+
+static int poll_timeout_ms(sched *s, double now)
+{
+    double t = QUEUE_POLL_MS / 1000.0;
+    for (worker *w = s->workers; w; w = w->next) {
+        if (w->fd < 0 && t > REAP_POLL_MS / 1000.0)
+            t = REAP_POLL_MS / 1000.0;
+        if (w->kill_at > 0 && !w->killed && w->kill_at - now < t)
+            t = w->kill_at - now;
+    }
+    if (s->stopping && s->stop_deadline - now < t)
+        t = s->stop_deadline - now;
+    return t <= 0 ? 0 : (int)(t * 1000) + 1;
+}
+
+static void *sched_thread(void *arg)
+{
+    sched *s = arg;
+    struct pollfd *fds = NULL;
+    size_t fds_cap = 0;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        double now = now_mono();
+        if (s->stopping && !s->stop_sent) {
+            for (worker *w = s->workers; w; w = w->next) {
+                w->shutdown = true;
+                kill(w->pid, SIGTERM);
+                if (!w->kill_at || w->kill_at > now + s->grace_ms / 1000.0)
+                    w->kill_at = now + s->grace_ms / 1000.0;
+            }
+            s->stop_sent = true;
+            s->stop_deadline = now + (s->grace_ms + STOP_EXTRA_MS) / 1000.0;
+        }
+        if (s->stopping && (!s->workers || now >= s->stop_deadline))
+            break;
+        if (!s->stopping && (s->queue_dirty || now - s->last_queue_check >= QUEUE_POLL_MS / 1000.0)) {
+            s->queue_dirty = false;
+            s->last_queue_check = now;
+            start_queued(s);
+        }
+
+        size_t need = 1 + (size_t)s->nworkers;
+        if (need > fds_cap) {
+            struct pollfd *nf = realloc(fds, need * sizeof *nf);
+            if (nf) {
+                fds = nf;
+                fds_cap = need;
+            }
+        }
+        size_t nfds = 0;
+        if (fds_cap >= 1)
+            fds[nfds++] = (struct pollfd){ .fd = s->wake_r, .events = POLLIN };
+        for (worker *w = s->workers; w && nfds < fds_cap; w = w->next)
+            if (w->fd >= 0)
+                fds[nfds++] = (struct pollfd){ .fd = w->fd, .events = POLLIN };
+        int timeout = poll_timeout_ms(s, now);
+        pthread_mutex_unlock(&s->mu);
+
+        int pr = nfds ? poll(fds, nfds, timeout) : (usleep(100000), 0);
+
+        pthread_mutex_lock(&s->mu);
+        if (pr > 0) {
+            for (size_t i = 0; i < nfds; i++) {
+                if (!fds[i].revents)
+                    continue;
+                if (fds[i].fd == s->wake_r) {
+                    char drain[64];
+                    while (read(s->wake_r, drain, sizeof drain) > 0)
+                        ;
+                    s->queue_dirty = true;
+                    continue;
+                }
+                for (worker *w = s->workers; w; w = w->next)
+                    if (w->fd == fds[i].fd)
+                        read_worker(s, w);
+            }
+        }
+        check_workers(s, now_mono());
+    }
+    if (s->workers)
+        fprintf(stderr, "kiln: scheduler: %d worker(s) did not exit in time\n", s->nworkers);
+    pthread_mutex_unlock(&s->mu);
+    free(fds);
+    return NULL;
+}
+
+/* ---- the public functions ------------------------------------------------- */
+
+sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen)
+{
+    sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->st = st;
+    s->h = h;
+    s->wake_r = s->wake_w = -1;
+    s->max_jobs = cfg->max_cpu_jobs > 0 ? cfg->max_cpu_jobs : 1;
+    s->grace_ms = cfg->kill_grace_ms > 0 ? cfg->kill_grace_ms : DEFAULT_GRACE_MS;
+    pthread_mutex_init(&s->mu, NULL);
+    if (!realpath(cfg->data_dir, s->data_dir)) {
+        set_err(err, errlen, "data directory %s: %s", cfg->data_dir, strerror(errno));
+        goto fail;
+    }
+    s->worker_exe = strdup(cfg->worker_exe);
+    if (!s->worker_exe) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+        set_err(err, errlen, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    s->wake_r = p[0];
+    s->wake_w = p[1];
+
+    /* Jobs a previous server left running go back to the queue (from the start). */
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (store_job_ids_with_status(st, "running", &ids, &n) != 0) {
+        set_err(err, errlen, "reading running jobs from the database failed");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, "kiln: job %lld was running when the server stopped; queued again\n",
+                (long long)ids[i]);
+        store_job_set_status(st, ids[i], "queued", NULL);
+    }
+    free(ids);
+
+    /* The thread takes no process signals: they stay with the server's main thread. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGQUIT);
+    sigaddset(&block, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    s->queue_dirty = true;
+    int rc = pthread_create(&s->thread, NULL, sched_thread, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        set_err(err, errlen, "cannot start the scheduler thread: %s", strerror(rc));
+        goto fail;
+    }
+    return s;
+fail:
+    if (s->wake_r >= 0)
+        close(s->wake_r);
+    if (s->wake_w >= 0)
+        close(s->wake_w);
+    free(s->worker_exe);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return NULL;
+}
+
+void sched_wake(sched *s)
+{
+    if (s)
+        wake_thread(s);
+}
+
+int sched_cancel(sched *s, int64_t job_id)
+{
+    int ret;
+    pthread_mutex_lock(&s->mu);
+    worker *w = find_worker(s, job_id);
+    if (w) {
+        if (!w->cancel_requested) {
+            w->cancel_requested = true;
+            kill(w->pid, SIGTERM);
+            w->kill_at = now_mono() + s->grace_ms / 1000.0;
+            fprintf(stderr, "kiln: job %lld: cancel: SIGTERM to worker %d\n", (long long)job_id,
+                    (int)w->pid);
+        }
+        pthread_mutex_unlock(&s->mu);
+        wake_thread(s);                      /* recompute the poll timeout */
+        return 0;
+    }
+    store_job j;
+    ret = store_job_get(s->st, job_id, &j);
+    if (ret == 0) {
+        if (!strcmp(j.status, "queued") || !strcmp(j.status, "running")) {
+            /* "running" without a worker here: left by another process; end it. */
+            end_job(s, job_id, "cancelled", NULL);
+            ret = 0;
+        } else {
+            ret = 1;                         /* done, failed or cancelled already */
+        }
+        store_job_clear(&j);
+    } else if (ret != STORE_NOT_FOUND) {
+        ret = -1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+void sched_stop(sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_mutex_unlock(&s->mu);
+    wake_thread(s);
+    pthread_join(s->thread, NULL);
+    for (worker *w = s->workers, *next; w; w = next) {   /* only those that would not die */
+        next = w->next;
+        worker_free(w);
+    }
+    close(s->wake_r);
+    close(s->wake_w);
+    free(s->worker_exe);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

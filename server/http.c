@@ -1,0 +1,329 @@
+/* server/http.c: the request lifecycle and answer helpers (contract in http.h).
+ *
+ * Guarantees:
+ * - A request body is never truncated: past its cap the request gets 413
+ *   (at once when Content-Length declares it, else once the body has ended).
+ * - Every answer the layer makes itself (404, 405, 413, 415, 400 on bad JSON)
+ *   is a JSON error body; a 405 carries Allow.
+ * - Request state is freed exactly once, in the completion callback, whatever
+ *   happened (client gone, early reject, suspended upload resumed).
+ */
+#include "server/http.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "server/static_files.h"   /* static_serve */
+#include "server/upload.h"         /* upload_begin, upload_data, upload_free */
+
+/* ---- answers -------------------------------------------------------------- */
+
+enum MHD_Result http_queue(request *r, unsigned status, struct MHD_Response *resp)
+{
+    if (!resp)
+        return MHD_NO;
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    if (ret == MHD_YES)
+        r->answered = true;
+    return ret;
+}
+
+enum MHD_Result http_json(request *r, unsigned status, cJSON *body)
+{
+    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    if (!text) {
+        static const char oom[] =
+            "{\"error\":{\"code\":\"internal_error\",\"message\":\"out of memory rendering the answer\"}}";
+        struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom,
+                                                                    MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return http_queue(r, MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
+    }
+    size_t len = strlen(text);
+    /* A trailing newline makes curl output readable. */
+    char *with_nl = realloc(text, len + 2);
+    if (with_nl) {
+        text = with_nl;
+        text[len++] = '\n';
+        text[len] = '\0';
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED && r->allow[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    return http_queue(r, status, resp);
+}
+
+static enum MHD_Result error_v(request *r, unsigned status, const char *code, const char *fmt,
+                               va_list ap)
+{
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
+    if (!e || !cJSON_AddStringToObject(e, "code", code) || !cJSON_AddStringToObject(e, "message", msg)) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    return http_json(r, status, root);
+}
+
+enum MHD_Result http_error(request *r, unsigned status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result ret = error_v(r, status, code, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+
+enum MHD_Result http_store_error(request *r, const char *what)
+{
+    fprintf(stderr, "kiln: %s %s: store error while %s\n", r->method, r->url, what);
+    return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "store_error",
+                      "the database failed while %s; see the server log", what);
+}
+
+const char *http_arg(request *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *http_header(request *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+cJSON *http_body_json(request *r, enum MHD_Result *answered)
+{
+    if (!r->body_len) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                               "the request needs a JSON object as its body");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len, &end, 0);
+    if (!doc) {
+        size_t at = end && end >= r->body ? (size_t)(end - r->body) : 0;
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                               "the body is not valid JSON (parsing stopped at byte %zu of %zu)",
+                               at, r->body_len);
+        return NULL;
+    }
+    /* Only whitespace may follow the document. */
+    for (const char *p = end; p && p < r->body + r->body_len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            cJSON_Delete(doc);
+            *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                                   "the body has text after its JSON value (at byte %zu)",
+                                   (size_t)(p - r->body));
+            return NULL;
+        }
+    }
+    if (!cJSON_IsObject(doc)) {
+        cJSON_Delete(doc);
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                               "the body must be a JSON object ({...})");
+        return NULL;
+    }
+    return doc;
+}
+
+/* ---- the lifecycle -------------------------------------------------------- */
+
+static void set_pending(request *r, unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void set_pending(request *r, unsigned status, const char *code, const char *fmt, ...)
+{
+    r->pending_status = status;
+    snprintf(r->pending_code, sizeof r->pending_code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->pending_msg, sizeof r->pending_msg, fmt, ap);
+    va_end(ap);
+}
+
+static enum MHD_Result answer_pending(request *r)
+{
+    return http_error(r, r->pending_status, r->pending_code, "%s", r->pending_msg);
+}
+
+/* Does the request declare a body (Content-Length > 0 or chunked)? */
+static bool has_body(request *r, uint64_t *declared, bool *known)
+{
+    const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = http_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    *known = false;
+    *declared = 0;
+    if (cl) {
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (!errno && end != cl && *end == '\0') {
+            *known = true;
+            *declared = v;
+        }
+    }
+    return (*known && *declared > 0) || (te && *te);
+}
+
+static bool is_api(const char *url)
+{
+    return !strncmp(url, "/api/", 5) || !strcmp(url, "/api");
+}
+
+/* First call: route, check declared size and type. Returns MHD_YES to go on;
+ * an early reject is queued here. */
+static enum MHD_Result request_begin(request *r)
+{
+    uint64_t declared;
+    bool known;
+    bool body = has_body(r, &declared, &known);
+
+    route_status rs = route_find(http_routes, http_route_count, r->method, r->url, &r->rt, &r->id,
+                                 r->allow, sizeof r->allow);
+    if (rs == ROUTE_NOT_FOUND && !is_api(r->url) &&
+        (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD"))) {
+        r->rt = NULL;                /* a static file: answered at the end */
+    } else if (rs == ROUTE_NOT_FOUND) {
+        set_pending(r, MHD_HTTP_NOT_FOUND, "not_found", "no such route: %s %s (the API is under /api/v1)",
+                    r->method, r->url);
+    } else if (rs == ROUTE_BAD_METHOD) {
+        set_pending(r, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                    "%s does not take %s (it takes %s)", r->url, r->method, r->allow);
+    }
+    if (r->pending_status) {
+        if (body)
+            return answer_pending(r);       /* early: do not read a body we will not use */
+        return MHD_YES;
+    }
+
+    if (r->rt && r->rt->body == BODY_UPLOAD)
+        return upload_begin(r, body, known ? declared : UINT64_MAX);
+
+    if (body && known && declared > HTTP_JSON_MAX)
+        return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                          "the request body (%llu bytes) is over the limit of %zu bytes",
+                          (unsigned long long)declared, HTTP_JSON_MAX);
+    const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (body && r->rt && r->rt->body == BODY_JSON && ct &&
+        !strncasecmp(ct, "multipart/form-data", 19))
+        return http_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
+                          "%s takes a JSON body (Content-Type: application/json), not %s",
+                          r->url, "multipart/form-data");
+    return MHD_YES;
+}
+
+/* A chunk of body. Returns MHD_YES, or MHD_NO to drop the connection. */
+static enum MHD_Result request_data(request *r, const char *data, size_t size)
+{
+    if (r->up)
+        return upload_data(r, data, size);
+    if (r->body_too_large || r->pending_status)
+        return MHD_YES;                     /* read and dropped; answered at the end */
+    if (size > HTTP_JSON_MAX - r->body_len) {
+        r->body_too_large = true;
+        free(r->body);
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+        return MHD_YES;
+    }
+    if (r->body_len + size + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < r->body_len + size + 1)
+            cap *= 2;
+        char *nb = realloc(r->body, cap);
+        if (!nb)
+            return MHD_NO;
+        r->body = nb;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, size);
+    r->body_len += size;
+    r->body[r->body_len] = '\0';
+    return MHD_YES;
+}
+
+/* The body is complete: answer. */
+static enum MHD_Result request_end(request *r)
+{
+    if (r->pending_status)
+        return answer_pending(r);
+    if (r->body_too_large)
+        return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                          "the request body is over the limit of %zu bytes", HTTP_JSON_MAX);
+    if (!r->rt)
+        return static_serve(r);
+    return (enum MHD_Result)r->rt->fn(r);
+}
+
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                const char *method, const char *version, const char *data,
+                                size_t *size, void **con_cls)
+{
+    (void)version;
+    request *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return MHD_NO;
+        r->srv = cls;
+        r->conn = c;
+        r->url = url;
+        r->method = method;
+        *con_cls = r;
+        return request_begin(r);
+    }
+    if (r->answered) {
+        *size = 0;                          /* an early answer is queued: drop the rest */
+        return MHD_YES;
+    }
+    if (*size) {
+        enum MHD_Result ret = request_data(r, data, *size);
+        *size = 0;
+        return ret;
+    }
+    return request_end(r);
+}
+
+void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                       enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    request *r = *con_cls;
+    if (!r)
+        return;
+    upload_free(r);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}

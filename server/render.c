@@ -1,0 +1,175 @@
+/* server/render.c: the API's JSON representations (contract in render.h). */
+#include "server/render.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Adds s as a string, or null when s is NULL. Returns false when out of memory. */
+static bool add_str(cJSON *o, const char *key, const char *s)
+{
+    cJSON *v = s ? cJSON_CreateString(s) : cJSON_CreateNull();
+    return v && cJSON_AddItemToObject(o, key, v);
+}
+
+static bool add_num(cJSON *o, const char *key, double v)
+{
+    cJSON *n = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+    return n && cJSON_AddItemToObject(o, key, n);
+}
+
+static bool add_item(cJSON *o, const char *key, cJSON *v)
+{
+    if (!v)
+        return false;
+    if (!cJSON_AddItemToObject(o, key, v)) {
+        cJSON_Delete(v);
+        return false;
+    }
+    return true;
+}
+
+/* classes, shape and counts from a header.json text (NULL or unreadable:
+ * [] / null / null). */
+static bool add_header_fields(cJSON *o, const char *info_json)
+{
+    cJSON *h = info_json ? cJSON_Parse(info_json) : NULL;
+    bool ok = true;
+    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(h, "classes");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(h, "shape");
+    const cJSON *counts = cJSON_GetObjectItemCaseSensitive(h, "counts");
+    ok &= add_item(o, "classes", cJSON_IsArray(classes) ? cJSON_Duplicate(classes, 1)
+                                                       : cJSON_CreateArray());
+    ok &= add_item(o, "shape", cJSON_IsArray(shape) ? cJSON_Duplicate(shape, 1) : cJSON_CreateNull());
+    if (cJSON_IsObject(counts)) {
+        cJSON *c = cJSON_CreateObject();
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(counts, "train");
+        const cJSON *va = cJSON_GetObjectItemCaseSensitive(counts, "val");
+        ok &= c != NULL;
+        if (c) {
+            ok &= add_num(c, "train", cJSON_IsNumber(tr) ? tr->valuedouble : 0);
+            ok &= add_num(c, "val", cJSON_IsNumber(va) ? va->valuedouble : 0);
+        }
+        ok &= add_item(o, "counts", c);
+    } else {
+        ok &= add_item(o, "counts", cJSON_CreateNull());
+    }
+    cJSON_Delete(h);
+    return ok;
+}
+
+cJSON *render_dataset(const store_dataset *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ready = d->status && !strcmp(d->status, "ready");
+    double progress = ready ? 1.0 : d->progress < 0 ? 0 : d->progress > 1 ? 1 : d->progress;
+    bool ok = add_num(o, "id", (double)d->id);
+    ok &= add_str(o, "name", d->name);
+    ok &= add_str(o, "status", d->status);
+    ok &= add_num(o, "progress", progress);
+    ok &= add_str(o, "created_at", d->created_at);
+    ok &= add_header_fields(o, ready ? d->info_json : NULL);
+    ok &= add_str(o, "error", d->error);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+double render_job_progress(const store_job *j)
+{
+    if (j->status && !strcmp(j->status, "done"))
+        return 1.0;
+    if (j->steps <= 0)
+        return 0.0;
+    double p = (double)j->step / (double)j->steps;
+    return p < 0 ? 0 : p > 1 ? 1 : p;
+}
+
+cJSON *render_job(store *st, const store_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ok = add_num(o, "id", (double)j->id);
+    ok &= add_num(o, "dataset_id", (double)j->dataset_id);
+    ok &= add_str(o, "network", j->network);
+    ok &= add_str(o, "status", j->status);
+    ok &= add_str(o, "created_at", j->created_at);
+    ok &= add_str(o, "started_at", j->started_at);
+    ok &= add_str(o, "finished_at", j->finished_at);
+    ok &= add_num(o, "epoch", j->epoch);
+    ok &= add_num(o, "epochs", j->epochs);
+    ok &= add_num(o, "step", (double)j->step);
+    ok &= add_num(o, "steps", (double)j->steps);
+    ok &= add_num(o, "progress", render_job_progress(j));
+    ok &= add_num(o, "images_per_sec", j->images_per_sec);
+    ok &= add_item(o, "eta_seconds", j->eta_seconds >= 0 && isfinite(j->eta_seconds)
+                                         ? cJSON_CreateNumber(j->eta_seconds) : cJSON_CreateNull());
+    ok &= add_str(o, "error", j->error);
+    cJSON *config = j->config_json ? cJSON_Parse(j->config_json) : NULL;
+    ok &= add_item(o, "config", config ? config : cJSON_CreateNull());
+
+    cJSON *metrics = cJSON_CreateObject();
+    store_metric *ms = NULL;
+    size_t n = 0;
+    if (metrics && store_metric_latest(st, j->id, &ms, &n) == 0) {
+        for (size_t i = 0; i < n; i++)
+            ok &= add_num(metrics, ms[i].tag, ms[i].value);
+    } else {
+        ok = false;
+    }
+    free(ms);
+    ok &= add_item(o, "metrics", metrics);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *render_metric(const store_metric *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ok = add_num(o, "step", (double)m->step);
+    ok &= add_num(o, "epoch", m->epoch);
+    ok &= add_str(o, "tag", m->tag);
+    ok &= add_num(o, "value", m->value);
+    ok &= add_num(o, "wall_time", m->wall_time);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *render_status(const char *status, const char *error)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (!add_str(o, "status", status) || !add_str(o, "error", error)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *render_list(cJSON *items)
+{
+    if (!items)
+        return NULL;
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToObject(o, "items", items)) {
+        cJSON_Delete(o);
+        cJSON_Delete(items);
+        return NULL;
+    }
+    return o;
+}

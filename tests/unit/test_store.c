@@ -1,0 +1,435 @@
+/* tests/unit/test_store.c: the SQLite store (db/store.h) on temporary files. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "db/store.h"
+#include "db/migrations.h"
+
+typedef struct fixture {
+    char dir[64];
+    char path[128];
+    store *s;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/kiln-test-store-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    snprintf(f->path, sizeof f->path, "%s/kiln.db", f->dir);
+    char err[256] = "";
+    f->s = store_open(f->path, err, sizeof err);
+    if (!f->s) {
+        fprintf(stderr, "store_open: %s\n", err);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    store_close(f->s);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", f->dir);
+    free(f);
+    return 0;
+}
+
+static int latest_migration(void)
+{
+    return store_migrations[store_migration_count - 1].version;
+}
+
+/* A second connection of our own, to look at the file as SQLite sees it. */
+static void raw_exec_text(const char *path, const char *sql, char *out, size_t n)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+    int rc = sqlite3_step(q);
+    out[0] = '\0';
+    if (rc == SQLITE_ROW && sqlite3_column_text(q, 0))
+        snprintf(out, n, "%s", (const char *)sqlite3_column_text(q, 0));
+    else
+        assert_int_equal(rc, SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+}
+
+static void open_sets_version_and_wal(void **state)
+{
+    fixture *f = *state;
+    assert_true(latest_migration() >= 1);
+    assert_int_equal(store_schema_version(f->s), latest_migration());
+    char mode[32];
+    raw_exec_text(f->path, "PRAGMA journal_mode", mode, sizeof mode);
+    assert_string_equal(mode, "wal");
+    char fk[8];
+    raw_exec_text(f->path, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'metrics_by_job_step'", fk,
+                  sizeof fk);
+    assert_string_equal(fk, "1");
+}
+
+static int is_rfc3339_utc(const char *t)
+{
+    /* 2026-11-22T08:00:00Z */
+    if (!t || strlen(t) != 20)
+        return 0;
+    for (int i = 0; i < 20; i++) {
+        char c = t[i];
+        int ok = (i == 4 || i == 7) ? c == '-' : i == 10 ? c == 'T' : (i == 13 || i == 16) ? c == ':'
+                 : i == 19 ? c == 'Z' : (c >= '0' && c <= '9');
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+static void datasets_roundtrip(void **state)
+{
+    fixture *f = *state;
+    int64_t a = 0, b = 0;
+    char err[256];
+    assert_int_equal(store_dataset_insert(f->s, "mnist", &a, err, sizeof err), 0);
+    assert_int_equal(store_dataset_insert(f->s, "cifar", &b, err, sizeof err), 0);
+    assert_true(a > 0 && b > a);
+
+    store_dataset d;
+    assert_int_equal(store_dataset_get(f->s, a, &d), 0);
+    assert_int_equal(d.id, a);
+    assert_string_equal(d.name, "mnist");
+    assert_string_equal(d.status, "importing");
+    assert_null(d.info_json);
+    assert_null(d.error);
+    assert_true(is_rfc3339_utc(d.created_at));
+    store_dataset_clear(&d);
+
+    assert_int_equal(store_dataset_set_progress(f->s, a, 0.5), 0);
+    assert_int_equal(store_dataset_get(f->s, a, &d), 0);
+    assert_true(fabs(d.progress - 0.5) < 1e-12);
+    store_dataset_clear(&d);
+
+    assert_int_equal(store_dataset_finish(f->s, a, "ready", "{\"format\":1}", NULL), 0);
+    assert_int_equal(store_dataset_finish(f->s, b, "failed", NULL, "archive holds no images"), 0);
+    assert_int_equal(store_dataset_finish(f->s, a + 100, "ready", "{}", NULL), STORE_NOT_FOUND);
+    assert_int_equal(store_dataset_finish(f->s, a, "bogus", NULL, NULL), -1);
+
+    assert_int_equal(store_dataset_get(f->s, a, &d), 0);
+    assert_string_equal(d.status, "ready");
+    assert_string_equal(d.info_json, "{\"format\":1}");
+    assert_true(fabs(d.progress - 1.0) < 1e-12);
+    store_dataset_clear(&d);
+    assert_int_equal(store_dataset_get(f->s, b, &d), 0);
+    assert_string_equal(d.status, "failed");
+    assert_string_equal(d.error, "archive holds no images");
+    store_dataset_clear(&d);
+
+    assert_int_equal(store_dataset_find_by_name(f->s, "cifar", &d), 0);
+    assert_int_equal(d.id, b);
+    store_dataset_clear(&d);
+    assert_int_equal(store_dataset_find_by_name(f->s, "nope", &d), STORE_NOT_FOUND);
+    /* A name with SQL in it is just a name. */
+    assert_int_equal(store_dataset_find_by_name(f->s, "x' OR '1'='1", &d), STORE_NOT_FOUND);
+
+    store_dataset *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_dataset_list(f->s, &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, b);       /* newest first */
+    assert_int_equal(list[1].id, a);
+    store_dataset_list_free(list, n);
+
+    assert_int_equal(store_dataset_delete(f->s, b), 0);
+    assert_int_equal(store_dataset_delete(f->s, b), STORE_NOT_FOUND);
+    assert_int_equal(store_dataset_get(f->s, b, &d), STORE_NOT_FOUND);
+}
+
+static int64_t make_dataset(store *s)
+{
+    int64_t id = 0;
+    char err[256];
+    assert_int_equal(store_dataset_insert(s, "ds", &id, err, sizeof err), 0);
+    assert_int_equal(store_dataset_finish(s, id, "ready", "{}", NULL), 0);
+    return id;
+}
+
+static void jobs_roundtrip(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s);
+    int64_t j1 = 0, j2 = 0, j3 = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{\"epochs\":2}", 2, &j1, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "custom", "{}", 5, &j2, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 1, &j3, err, sizeof err), 0);
+    assert_true(j1 < j2 && j2 < j3);
+    /* A job needs an existing dataset (foreign key). */
+    int64_t bad = 0;
+    assert_int_equal(store_job_insert(f->s, ds + 1000, "lenet", "{}", 1, &bad, err, sizeof err), -1);
+    assert_true(strlen(err) > 0);
+
+    store_job j;
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_int_equal(j.dataset_id, ds);
+    assert_string_equal(j.status, "queued");
+    assert_string_equal(j.network, "lenet");
+    assert_string_equal(j.config_json, "{\"epochs\":2}");
+    assert_int_equal(j.epochs, 2);
+    assert_int_equal(j.epoch, 0);
+    assert_int_equal(j.step, 0);
+    assert_true(j.eta_seconds < 0);
+    assert_true(is_rfc3339_utc(j.created_at));
+    assert_null(j.started_at);
+    assert_null(j.finished_at);
+    assert_null(j.error);
+    store_job_clear(&j);
+
+    int64_t next = 0;
+    assert_int_equal(store_job_next_queued(f->s, &next), 0);
+    assert_int_equal(next, j1);
+
+    assert_int_equal(store_job_set_status(f->s, j1, "running", NULL), 0);
+    assert_int_equal(store_job_set_progress(f->s, j1, 1, 120, 250, 812.5, 33.0), 0);
+    assert_int_equal(store_job_set_config(f->s, j1, "{\"id\":1}"), 0);
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_string_equal(j.status, "running");
+    assert_true(is_rfc3339_utc(j.started_at));
+    assert_null(j.finished_at);
+    assert_int_equal(j.epoch, 1);
+    assert_int_equal(j.step, 120);
+    assert_int_equal(j.steps, 250);
+    assert_true(fabs(j.images_per_sec - 812.5) < 1e-9);
+    assert_true(fabs(j.eta_seconds - 33.0) < 1e-9);
+    assert_string_equal(j.config_json, "{\"id\":1}");
+    store_job_clear(&j);
+
+    assert_int_equal(store_job_next_queued(f->s, &next), 0);
+    assert_int_equal(next, j2);           /* the oldest still queued */
+
+    assert_int_equal(store_job_set_status(f->s, j1, "failed", "worker exited with status 1"), 0);
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_string_equal(j.status, "failed");
+    assert_string_equal(j.error, "worker exited with status 1");
+    assert_true(is_rfc3339_utc(j.finished_at));
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_status(f->s, j1, "exploded", NULL), -1);
+    assert_int_equal(store_job_set_status(f->s, j1 + 1000, "done", NULL), STORE_NOT_FOUND);
+
+    /* Requeueing clears the run's times and error. */
+    assert_int_equal(store_job_set_status(f->s, j1, "queued", NULL), 0);
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_null(j.started_at);
+    assert_null(j.finished_at);
+    assert_null(j.error);
+    store_job_clear(&j);
+
+    assert_int_equal(store_job_set_status(f->s, j3, "running", NULL), 0);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(store_job_ids_with_status(f->s, "queued", &ids, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], j1);
+    assert_int_equal(ids[1], j2);
+    free(ids);
+    assert_int_equal(store_job_ids_with_status(f->s, "running", &ids, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], j3);
+    free(ids);
+
+    store_job *list = NULL;
+    assert_int_equal(store_job_list(f->s, &list, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(list[0].id, j3);
+    assert_int_equal(list[2].id, j1);
+    store_job_list_free(list, n);
+
+    /* A dataset with jobs cannot be deleted; without them it can. */
+    assert_int_equal(store_dataset_delete(f->s, ds), -1);
+    assert_int_equal(store_job_delete(f->s, j1), 0);
+    assert_int_equal(store_job_delete(f->s, j1), STORE_NOT_FOUND);
+    assert_int_equal(store_job_get(f->s, j1, &j), STORE_NOT_FOUND);
+    assert_int_equal(store_job_delete(f->s, j2), 0);
+    assert_int_equal(store_job_delete(f->s, j3), 0);
+    assert_int_equal(store_dataset_delete(f->s, ds), 0);
+}
+
+static store_metric mk(int64_t step, double epoch, const char *tag, double value)
+{
+    store_metric m;
+    memset(&m, 0, sizeof m);
+    m.step = step;
+    m.epoch = epoch;
+    snprintf(m.tag, sizeof m.tag, "%s", tag);
+    m.value = value;
+    m.wall_time = 1700000000.0 + (double)step;
+    return m;
+}
+
+static void metrics_roundtrip(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), job = 0, other = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 2, &job, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 2, &other, err, sizeof err), 0);
+
+    store_metric ms[] = {
+        mk(10, 0.1, "train/loss", 2.0), mk(10, 0.1, "train/accuracy", 0.3),
+        mk(20, 0.2, "train/loss", 1.5), mk(20, 0.2, "train/accuracy", 0.5),
+        mk(20, 1.0, "val/accuracy", 0.6), mk(30, 1.3, "train/loss", NAN),
+    };
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        assert_int_equal(store_metric_insert(f->s, job, &ms[i]), 0);
+    store_metric o = mk(5, 0.05, "train/loss", 9.0);
+    assert_int_equal(store_metric_insert(f->s, other, &o), 0);
+    store_metric orphan = mk(1, 0, "train/loss", 1);
+    assert_int_equal(store_metric_insert(f->s, job + 1000, &orphan), -1);   /* no such job */
+
+    store_metric *out = NULL;
+    size_t n = 0;
+    assert_int_equal(store_metric_list(f->s, job, -1, &out, &n), 0);
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < 5; i++) {         /* insertion order, values intact */
+        assert_int_equal(out[i].step, ms[i].step);
+        assert_string_equal(out[i].tag, ms[i].tag);
+        assert_true(fabs(out[i].value - ms[i].value) < 1e-12);
+        assert_true(fabs(out[i].epoch - ms[i].epoch) < 1e-12);
+        assert_true(fabs(out[i].wall_time - ms[i].wall_time) < 1e-6);
+    }
+    assert_true(isnan(out[5].value));        /* a NaN loss comes back as NaN */
+    free(out);
+
+    assert_int_equal(store_metric_list(f->s, job, 10, &out, &n), 0);
+    assert_int_equal(n, 4);                  /* step > 10 */
+    assert_int_equal(out[0].step, 20);
+    free(out);
+    assert_int_equal(store_metric_list(f->s, job, 30, &out, &n), 0);
+    assert_int_equal(n, 0);
+    free(out);
+
+    assert_int_equal(store_metric_latest(f->s, job, &out, &n), 0);
+    assert_int_equal(n, 3);                  /* one per tag, sorted by tag */
+    assert_string_equal(out[0].tag, "train/accuracy");
+    assert_true(fabs(out[0].value - 0.5) < 1e-12);
+    assert_string_equal(out[1].tag, "train/loss");
+    assert_int_equal(out[1].step, 30);
+    assert_string_equal(out[2].tag, "val/accuracy");
+    free(out);
+
+    assert_int_equal(store_metric_delete(f->s, job, 10), 0);
+    assert_int_equal(store_metric_list(f->s, job, -1, &out, &n), 0);
+    assert_int_equal(n, 2);
+    free(out);
+
+    /* Deleting a job deletes its metrics (ON DELETE CASCADE), not others'. */
+    assert_int_equal(store_job_delete(f->s, job), 0);
+    assert_int_equal(store_metric_list(f->s, job, -1, &out, &n), 0);
+    assert_int_equal(n, 0);
+    free(out);
+    char count[16];
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM metrics WHERE job_id = %lld", (long long)job);
+    raw_exec_text(f->path, sql, count, sizeof count);
+    assert_string_equal(count, "0");
+    assert_int_equal(store_metric_list(f->s, other, -1, &out, &n), 0);
+    assert_int_equal(n, 1);
+    free(out);
+}
+
+static void reopen_keeps_data(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), job = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{\"k\":1}", 3, &job, err, sizeof err), 0);
+    store_metric m = mk(7, 0.5, "lr", 0.01);
+    assert_int_equal(store_metric_insert(f->s, job, &m), 0);
+    store_close(f->s);
+
+    f->s = store_open(f->path, err, sizeof err);
+    assert_non_null(f->s);
+    assert_int_equal(store_schema_version(f->s), latest_migration());
+    store_job j;
+    assert_int_equal(store_job_get(f->s, job, &j), 0);
+    assert_string_equal(j.config_json, "{\"k\":1}");
+    assert_int_equal(j.epochs, 3);
+    store_job_clear(&j);
+    store_metric *out = NULL;
+    size_t n = 0;
+    assert_int_equal(store_metric_list(f->s, job, -1, &out, &n), 0);
+    assert_int_equal(n, 1);
+    assert_true(fabs(out[0].value - 0.01) < 1e-12);
+    free(out);
+}
+
+static void newer_schema_is_refused(void **state)
+{
+    fixture *f = *state;
+    store_close(f->s);
+    f->s = NULL;
+    char v[16];
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", latest_migration() + 5);
+    raw_exec_text(f->path, sql, v, sizeof v);
+
+    char err[512] = "";
+    store *s = store_open(f->path, err, sizeof err);
+    assert_null(s);
+    assert_non_null(strstr(err, "newer"));
+    char want[32];
+    snprintf(want, sizeof want, "%d", latest_migration() + 5);
+    assert_non_null(strstr(err, want));       /* names the version it found */
+    raw_exec_text(f->path, "PRAGMA user_version", v, sizeof v);
+    assert_string_equal(v, want);             /* and left the file alone */
+
+    /* Put it back so teardown's store_close has a handle to close. */
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", latest_migration());
+    raw_exec_text(f->path, sql, v, sizeof v);
+    f->s = store_open(f->path, err, sizeof err);
+    assert_non_null(f->s);
+}
+
+static void not_a_database_is_refused(void **state)
+{
+    fixture *f = *state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/garbage.db", f->dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not an SQLite file. ", fp);
+    fclose(fp);
+    char err[512] = "";
+    assert_null(store_open(path, err, sizeof err));
+    assert_true(strlen(err) > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(open_sets_version_and_wal, setup, teardown),
+        cmocka_unit_test_setup_teardown(datasets_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(jobs_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(metrics_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(reopen_keeps_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(not_a_database_is_refused, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
