@@ -1,7 +1,7 @@
 # Writes OUT: a C file with each spec in SPECS as a string, and a name table.
 # Run by engine/CMakeLists.txt at build time.
 separate_arguments(_specs UNIX_COMMAND "${SPECS}")
-set(_c "/* Generated from engine/networks/*.json by cmake/embed_specs.cmake. */\n#include <stddef.h>\n\n")
+set(_c "/* Generated from the JSON specs in engine/networks by cmake/embed_specs.cmake. */\n#include <stddef.h>\n\n")
 set(_table "")
 foreach(_f ${_specs})
   get_filename_component(_name ${_f} NAME_WE)

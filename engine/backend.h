@@ -171,6 +171,10 @@ typedef struct backend {
                 double *loss_sum, int *correct, char *err, size_t errlen);
 
     /* ---- optimizer ---- */
+    /* *found = whether any of count FP32 elements is NaN or infinite (the
+     * check before an update; under AMP, the loss scaler's overflow test). */
+    int (*nonfinite)(be_ctx *ctx, const be_buf *b, size_t count, bool *found,
+                     char *err, size_t errlen);
     /* count FP32 elements: w, v updated in place from g (ew_sgd_momentum). */
     int (*sgd_update)(be_ctx *ctx, be_buf *w, be_buf *v, const be_buf *g, size_t count,
                       const be_sgd *hp, char *err, size_t errlen);

@@ -475,7 +475,7 @@ void net_free(net *n)
             be->buf_free(n->ctx, n->params[i].g);
             be->buf_free(n->ctx, n->params[i].v);
         }
-        for (int i = 0; n->act && i <= n->nlayers; i++) {
+        for (int i = 0; n->act_own && n->grad_own && i <= n->nlayers; i++) {
             if (n->act_own[i])
                 be->buf_free(n->ctx, n->act[i]);
             if (n->grad_own[i])
@@ -627,6 +627,16 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
                        "learning rate)", isnan(loss_sum) ? "NaN" : "infinite");
     if (backward(n, ps, err, errlen) < 0)
         return -1;
+    /* A NaN can hide from the loss (a ReLU maps it to 0) and still reach a
+     * gradient; refuse the step before any weight changes. */
+    for (int i = 0; i < n->nparams; i++) {
+        bool bad = false;
+        if (n->be->nonfinite(n->ctx, n->params[i].g, n->params[i].count, &bad, err, errlen) < 0)
+            return -1;
+        if (bad)
+            return eng_err(err, errlen, "training diverged: the gradient of %s is not finite "
+                           "(check the data, or try a smaller learning rate)", n->params[i].name);
+    }
     for (int i = 0; i < n->nparams; i++) {
         param *p = &n->params[i];
         be_sgd hp = { .lr = lr, .momentum = n->solver.momentum,

@@ -377,7 +377,8 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
               cJSON_AddStringToObject(cfg, "network_name", net_name);
     if (!ok)
         goto fail;
-    cJSON_AddItemToObject(cfg, "network", spec);
+    if (!cJSON_AddItemToObject(cfg, "network", spec))
+        goto fail;
     spec = NULL;
 
     int shape[3] = { info->c, info->h, info->w };
@@ -388,8 +389,15 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
         cJSON_Delete(classes);
         goto fail;
     }
-    cJSON_AddItemToObject(cfg, "input", input);
-    cJSON_AddItemToObject(cfg, "classes", classes);
+    if (!cJSON_AddItemToObject(cfg, "input", input)) {
+        cJSON_Delete(input);
+        cJSON_Delete(classes);
+        goto fail;
+    }
+    if (!cJSON_AddItemToObject(cfg, "classes", classes)) {
+        cJSON_Delete(classes);
+        goto fail;
+    }
 
     cJSON *solver = cJSON_CreateObject();
     if (!solver)
@@ -404,7 +412,10 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
          cJSON_AddNumberToObject(solver, "lr", r->lr) &&
          cJSON_AddNumberToObject(solver, "momentum", r->momentum) &&
          cJSON_AddNumberToObject(solver, "weight_decay", r->weight_decay);
-    cJSON_AddItemToObject(cfg, "solver", solver);
+    if (!cJSON_AddItemToObject(cfg, "solver", solver)) {
+        cJSON_Delete(solver);
+        goto fail;
+    }
     if (!ok)
         goto fail;
     if (r->name && !cJSON_AddStringToObject(cfg, "name", r->name))

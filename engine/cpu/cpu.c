@@ -152,7 +152,7 @@ int cpu_prim_make(be_ctx *ctx, const_dnnl_primitive_desc_t pd, int nargs, const 
     for (int i = 0; i < nargs; i++) {
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
                                                                      args[i]);
-        if (!md) {
+        if (!md || md->ndims == 0) {
             eng_err(err, errlen, "cpu backend: primitive has no argument %d", args[i]);
             goto out;
         }
@@ -266,5 +266,6 @@ const backend cpu_backend = {
     .act_bwd = cpu_act_bwd,
     .xent_plan = cpu_xent_plan,
     .xent = cpu_xent,
+    .nonfinite = cpu_nonfinite,
     .sgd_update = cpu_sgd_update,
 };

@@ -109,6 +109,7 @@ int cpu_act_bwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *, c
 int cpu_xent_plan(be_ctx *, const be_xent_desc *, be_plan **, char *, size_t);
 int cpu_xent(be_ctx *, be_plan *, const be_buf *, const be_buf *, float, be_buf *, be_buf *,
              double *, int *, char *, size_t);
+int cpu_nonfinite(be_ctx *, const be_buf *, size_t, bool *, char *, size_t);
 int cpu_sgd_update(be_ctx *, be_buf *, be_buf *, const be_buf *, size_t, const be_sgd *,
                    char *, size_t);
 

@@ -1,5 +1,6 @@
 /* tests/unit/test_store.c: the SQLite store (db/store.h) on temporary files. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -420,6 +421,61 @@ static void not_a_database_is_refused(void **state)
     assert_true(strlen(err) > 0);
 }
 
+typedef struct thread_arg {
+    store *s;
+    int64_t job;
+    int index;
+    int failures;
+} thread_arg;
+
+static void *insert_and_read(void *p)
+{
+    thread_arg *a = p;
+    for (int i = 0; i < 200; i++) {
+        store_metric m = mk(a->index * 1000 + i, 0, "train/loss", i);
+        if (store_metric_insert(a->s, a->job, &m) != 0)
+            a->failures++;
+        if (i % 20 == 0) {
+            store_metric *out = NULL;
+            size_t n = 0;
+            if (store_metric_latest(a->s, a->job, &out, &n) != 0 || n != 1)
+                a->failures++;
+            free(out);
+            store_job j;
+            if (store_job_get(a->s, a->job, &j) != 0)
+                a->failures++;
+            else
+                store_job_clear(&j);
+        }
+    }
+    return NULL;
+}
+
+static void threads_share_a_handle(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), job = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 1, &job, err, sizeof err), 0);
+    store_metric first = mk(0, 0, "train/loss", 0);
+    assert_int_equal(store_metric_insert(f->s, job, &first), 0);
+    pthread_t t[4];
+    thread_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg){ .s = f->s, .job = job, .index = i + 1 };
+        assert_int_equal(pthread_create(&t[i], NULL, insert_and_read, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
+    store_metric *out = NULL;
+    size_t n = 0;
+    assert_int_equal(store_metric_list(f->s, job, -1, &out, &n), 0);
+    assert_int_equal(n, 1 + 4 * 200);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +486,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(reopen_keeps_data, setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(not_a_database_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(threads_share_a_handle, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,365 @@
+/* server/api.c: the route table and the REST handlers for info, datasets and jobs.
+ *
+ * Handlers run on an HTTP thread once the request's body is complete. They
+ * read and write the store (short statements, WAL), never wait on a worker,
+ * and answer with the representations of render.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/net.h"            /* engine_backends, engine_devices */
+#include "jobs/jobspec.h"          /* jobspec_create, jobspec_dir */
+#include "server/fsutil.h"         /* fs_rm_rf */
+#include "server/http.h"
+#include "server/model.h"          /* model_handle */
+#include "server/openapi.h"        /* kiln_openapi_json */
+#include "server/render.h"
+#include "server/sse.h"            /* sse_handle */
+#include "server/upload.h"         /* upload_finish */
+
+#define MAX_DEVICES 64
+
+static int not_found(request *r, const char *what)
+{
+    return http_error(r, MHD_HTTP_NOT_FOUND, !strcmp(what, "job") ? "job_not_found" : "dataset_not_found",
+                      "there is no %s %lld", what, (long long)r->id);
+}
+
+/* ---- service ------------------------------------------------------------------ */
+
+static int count_status(store *st, const char *status, size_t *n)
+{
+    int64_t *ids = NULL;
+    int rc = store_job_ids_with_status(st, status, &ids, n);
+    free(ids);
+    return rc;
+}
+
+static int h_info(request *r)
+{
+    size_t queued = 0, running = 0;
+    if (count_status(r->srv->st, "queued", &queued) != 0 || count_status(r->srv->st, "running", &running) != 0)
+        return http_store_error(r, "counting jobs");
+    engine_device devs[MAX_DEVICES];
+    int ndev = engine_devices(devs, MAX_DEVICES);
+    if (ndev > MAX_DEVICES)
+        ndev = MAX_DEVICES;
+
+    cJSON *o = cJSON_CreateObject();
+    cJSON *backends = cJSON_AddArrayToObject(o, "backends");
+    cJSON *devices = cJSON_AddArrayToObject(o, "devices");
+    cJSON *queue = cJSON_AddObjectToObject(o, "queue");
+    bool ok = o && backends && devices && queue && cJSON_AddStringToObject(o, "version", KILN_VERSION);
+    for (const char *const *b = engine_backends(); ok && b && *b; b++)
+        ok = cJSON_AddItemToArray(backends, cJSON_CreateString(*b));
+    for (int i = 0; ok && i < ndev; i++) {
+        cJSON *d = cJSON_CreateObject();
+        ok = d && cJSON_AddItemToArray(devices, d) && cJSON_AddStringToObject(d, "kind", devs[i].kind) &&
+             cJSON_AddNumberToObject(d, "index", devs[i].index) &&
+             cJSON_AddStringToObject(d, "name", devs[i].name) &&
+             cJSON_AddNumberToObject(d, "memory_bytes", (double)devs[i].memory_bytes);
+    }
+    ok = ok && cJSON_AddNumberToObject(queue, "queued", (double)queued) &&
+         cJSON_AddNumberToObject(queue, "running", (double)running);
+    if (!ok) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    return http_json(r, MHD_HTTP_OK, o);
+}
+
+static int h_healthz(request *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddStringToObject(o, "status", "ok")) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    return http_json(r, MHD_HTTP_OK, o);
+}
+
+static int h_openapi(request *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        kiln_openapi_json_len, (void *)kiln_openapi_json, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return http_queue(r, MHD_HTTP_OK, resp);
+}
+
+/* ---- datasets ------------------------------------------------------------------- */
+
+static int h_datasets_list(request *r)
+{
+    store_dataset *list = NULL;
+    size_t n = 0;
+    if (store_dataset_list(r->srv->st, &list, &n) != 0)
+        return http_store_error(r, "listing datasets");
+    cJSON *items = cJSON_CreateArray();
+    for (size_t i = 0; items && i < n; i++) {
+        cJSON *d = render_dataset(&list[i]);
+        if (!d || !cJSON_AddItemToArray(items, d)) {
+            cJSON_Delete(d);
+            cJSON_Delete(items);
+            items = NULL;
+        }
+    }
+    store_dataset_list_free(list, n);
+    return http_json(r, MHD_HTTP_OK, render_list(items));
+}
+
+static int h_dataset_get(request *r)
+{
+    store_dataset d;
+    int rc = store_dataset_get(r->srv->st, r->id, &d);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "dataset");
+    if (rc != 0)
+        return http_store_error(r, "reading the dataset");
+    cJSON *o = render_dataset(&d);
+    store_dataset_clear(&d);
+    return http_json(r, MHD_HTTP_OK, o);
+}
+
+static int h_dataset_delete(request *r)
+{
+    server *srv = r->srv;
+    store_dataset d;
+    int rc = store_dataset_get(srv->st, r->id, &d);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "dataset");
+    if (rc != 0)
+        return http_store_error(r, "reading the dataset");
+    bool importing = !strcmp(d.status, "importing");
+    store_dataset_clear(&d);
+    if (importing)
+        return http_error(r, MHD_HTTP_CONFLICT, "dataset_importing",
+                          "dataset %lld is still importing; delete it once it is ready or failed",
+                          (long long)r->id);
+    store_job *jobs = NULL;
+    size_t n = 0, users = 0;
+    if (store_job_list(srv->st, &jobs, &n) != 0)
+        return http_store_error(r, "listing jobs");
+    for (size_t i = 0; i < n; i++)
+        users += jobs[i].dataset_id == r->id;
+    store_job_list_free(jobs, n);
+    if (users)
+        return http_error(r, MHD_HTTP_CONFLICT, "dataset_in_use",
+                          "dataset %lld is used by %zu job(s); delete those jobs first", (long long)r->id,
+                          users);
+    rc = store_dataset_delete(srv->st, r->id);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "dataset");
+    if (rc != 0)
+        return http_store_error(r, "deleting the dataset");
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/datasets/%lld", srv->data_dir, (long long)r->id);
+    if (fs_rm_rf(dir) != 0)
+        fprintf(stderr, "kiln: dataset %lld: could not remove %s: %s\n", (long long)r->id, dir,
+                strerror(errno));
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
+}
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+static int answer_job(request *r, unsigned status, int64_t id)
+{
+    store_job j;
+    int rc = store_job_get(r->srv->st, id, &j);
+    if (rc == STORE_NOT_FOUND)
+        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)id);
+    if (rc != 0)
+        return http_store_error(r, "reading the job");
+    cJSON *o = render_job(r->srv->st, &j);
+    store_job_clear(&j);
+    return http_json(r, status, o);
+}
+
+static int h_jobs_list(request *r)
+{
+    store_job *list = NULL;
+    size_t n = 0;
+    if (store_job_list(r->srv->st, &list, &n) != 0)
+        return http_store_error(r, "listing jobs");
+    cJSON *items = cJSON_CreateArray();
+    for (size_t i = 0; items && i < n; i++) {
+        cJSON *j = render_job(r->srv->st, &list[i]);
+        if (!j || !cJSON_AddItemToArray(items, j)) {
+            cJSON_Delete(j);
+            cJSON_Delete(items);
+            items = NULL;
+        }
+    }
+    store_job_list_free(list, n);
+    return http_json(r, MHD_HTTP_OK, render_list(items));
+}
+
+static int h_job_create(request *r)
+{
+    enum MHD_Result answered;
+    cJSON *doc = http_body_json(r, &answered);
+    if (!doc)
+        return answered;
+    int64_t id = 0;
+    job_error e;
+    memset(&e, 0, sizeof e);
+    int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
+    cJSON_Delete(doc);
+    if (rc != 0) {
+        unsigned status = e.http_status >= 400 && e.http_status < 600 ? (unsigned)e.http_status : 400;
+        return http_error(r, status, e.code[0] ? e.code : "invalid_request", "%s",
+                          e.message[0] ? e.message : "the job request is not valid");
+    }
+    sched_wake(r->srv->sched);
+    return answer_job(r, MHD_HTTP_CREATED, id);
+}
+
+static int h_job_get(request *r)
+{
+    return answer_job(r, MHD_HTTP_OK, r->id);
+}
+
+static int h_job_delete(request *r)
+{
+    server *srv = r->srv;
+    store_job j;
+    int rc = store_job_get(srv->st, r->id, &j);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "job");
+    if (rc != 0)
+        return http_store_error(r, "reading the job");
+    bool active = !strcmp(j.status, "queued") || !strcmp(j.status, "running");
+    char status[16];
+    snprintf(status, sizeof status, "%s", j.status);
+    store_job_clear(&j);
+    if (active)
+        return http_error(r, MHD_HTTP_CONFLICT, "job_active",
+                          "job %lld is %s; cancel it first (POST /api/v1/jobs/%lld/cancel)",
+                          (long long)r->id, status, (long long)r->id);
+    rc = store_job_delete(srv->st, r->id);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "job");
+    if (rc != 0)
+        return http_store_error(r, "deleting the job");
+    char dir[PATH_MAX];
+    jobspec_dir(srv->data_dir, r->id, dir, sizeof dir);
+    if (fs_rm_rf(dir) != 0)
+        fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
+}
+
+static int h_job_cancel(request *r)
+{
+    int rc = sched_cancel(r->srv->sched, r->id);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "job");
+    if (rc == 1) {
+        store_job j;
+        char status[16] = "ended";
+        if (store_job_get(r->srv->st, r->id, &j) == 0) {
+            snprintf(status, sizeof status, "%s", j.status);
+            store_job_clear(&j);
+        }
+        return http_error(r, MHD_HTTP_CONFLICT, "job_finished", "job %lld has already ended (%s)",
+                          (long long)r->id, status);
+    }
+    if (rc != 0)
+        return http_store_error(r, "cancelling the job");
+    return answer_job(r, MHD_HTTP_ACCEPTED, r->id);
+}
+
+static int h_job_metrics(request *r)
+{
+    int64_t since = -1;
+    const char *s = http_arg(r, "since");
+    if (s && !http_parse_i64(s, -1, INT64_MAX, &since))
+        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
+                          "since must be a step number (an integer >= -1), not \"%.32s\"", s);
+    store_job j;
+    int rc = store_job_get(r->srv->st, r->id, &j);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "job");
+    if (rc != 0)
+        return http_store_error(r, "reading the job");
+    store_job_clear(&j);
+    store_metric *ms = NULL;
+    size_t n = 0;
+    if (store_metric_list(r->srv->st, r->id, since, &ms, &n) != 0)
+        return http_store_error(r, "reading metrics");
+    cJSON *items = cJSON_CreateArray();
+    for (size_t i = 0; items && i < n; i++) {
+        cJSON *m = render_metric(&ms[i]);
+        if (!m || !cJSON_AddItemToArray(items, m)) {
+            cJSON_Delete(m);
+            cJSON_Delete(items);
+            items = NULL;
+        }
+    }
+    free(ms);
+    return http_json(r, MHD_HTTP_OK, render_list(items));
+}
+
+static int h_job_log(request *r)
+{
+    store_job j;
+    int rc = store_job_get(r->srv->st, r->id, &j);
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "job");
+    if (rc != 0)
+        return http_store_error(r, "reading the job");
+    store_job_clear(&j);
+    char path[PATH_MAX + 8];
+    char dir[PATH_MAX];
+    jobspec_dir(r->srv->data_dir, r->id, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/log", dir);
+    struct MHD_Response *resp;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        resp = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+        if (!resp)
+            close(fd);
+    } else {
+        if (fd >= 0)
+            close(fd);
+        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);   /* no log yet */
+    }
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    return http_queue(r, MHD_HTTP_OK, resp);
+}
+
+/* ---- the table ------------------------------------------------------------------- */
+
+const route http_routes[] = {
+    { .method = "GET", .pattern = "/healthz", .fn = h_healthz },
+    { .method = "GET", .pattern = "/api/v1/info", .fn = h_info },
+    { .method = "GET", .pattern = "/api/v1/openapi.json", .fn = h_openapi },
+    { .method = "GET", .pattern = "/api/v1/datasets", .fn = h_datasets_list },
+    { .method = "POST", .pattern = "/api/v1/datasets", .fn = upload_finish, .body = BODY_UPLOAD },
+    { .method = "GET", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_get },
+    { .method = "DELETE", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_delete },
+    { .method = "GET", .pattern = "/api/v1/jobs", .fn = h_jobs_list },
+    { .method = "POST", .pattern = "/api/v1/jobs", .fn = h_job_create, .body = BODY_JSON },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id", .fn = h_job_get },
+    { .method = "DELETE", .pattern = "/api/v1/jobs/:id", .fn = h_job_delete },
+    { .method = "POST", .pattern = "/api/v1/jobs/:id/cancel", .fn = h_job_cancel },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/metrics", .fn = h_job_metrics },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/model", .fn = model_handle },
+};
+
+const size_t http_route_count = sizeof http_routes / sizeof http_routes[0];

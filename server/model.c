@@ -1,0 +1,455 @@
+/* server/model.c: the model download as a tarball (contract in model.h). */
+#define _GNU_SOURCE           /* O_TMPFILE */
+#include "server/model.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include "engine/dataset.h"   /* ds_info_load */
+#include "jobs/jobspec.h"     /* jobspec_dir */
+
+#define MODEL_EPOCH_MAX 1000000
+
+/* The highest N of dir/checkpoints/epoch-N.safetensors, or 0. */
+static int latest_checkpoint(const char *job_dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/checkpoints", job_dir) >= (int)sizeof path)
+        return 0;
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int best = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int n;
+        char tail[32];
+        if (sscanf(e->d_name, "epoch-%d.%31s", &n, tail) == 2 && !strcmp(tail, "safetensors") &&
+            n > best && n <= MODEL_EPOCH_MAX)
+            best = n;
+    }
+    closedir(d);
+    return best;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* An unnamed temporary file in dir. */
+static int temp_fd(const char *dir)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        return fd;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/model-XXXXXX", dir) >= (int)sizeof path)
+        return -1;
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd >= 0)
+        unlink(path);
+    return fd;
+}
+
+static struct archive_entry *new_entry(const char *name, int64_t size)
+{
+    struct archive_entry *e = archive_entry_new();
+    if (!e)
+        return NULL;
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, size);
+    archive_entry_set_mtime(e, time(NULL), 0);
+    return e;
+}
+
+static int add_text(struct archive *a, const char *name, const char *text, char *err, size_t errlen)
+{
+    size_t n = strlen(text);
+    struct archive_entry *e = new_entry(name, (int64_t)n);
+    int rc = -1;
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (archive_write_header(a, e) != ARCHIVE_OK ||
+        (n && archive_write_data(a, text, n) != (la_ssize_t)n)) {
+        snprintf(err, errlen, "writing %s: %s", name, archive_error_string(a));
+        goto out;
+    }
+    rc = 0;
+out:
+    archive_entry_free(e);
+    return rc;
+}
+
+static int add_json(struct archive *a, const char *name, const cJSON *obj, char *err, size_t errlen)
+{
+    char *text = cJSON_Print(obj);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t n = strlen(text);
+    char *with_nl = realloc(text, n + 2);
+    if (with_nl) {
+        text = with_nl;
+        text[n] = '\n';
+        text[n + 1] = '\0';
+    }
+    int rc = add_text(a, name, text, err, errlen);
+    free(text);
+    return rc;
+}
+
+static int add_file(struct archive *a, const char *name, const char *path, char *err, size_t errlen)
+{
+    int rc = -1;
+    struct archive_entry *e = NULL;
+    char *chunk = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "reading %.300s: %s", path, strerror(errno));
+        goto out;
+    }
+    e = new_entry(name, (int64_t)sb.st_size);
+    chunk = malloc(1 << 16);
+    if (!e || !chunk) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if (archive_write_header(a, e) != ARCHIVE_OK) {
+        snprintf(err, errlen, "writing %s: %s", name, archive_error_string(a));
+        goto out;
+    }
+    int64_t left = sb.st_size;
+    while (left > 0) {
+        ssize_t k = read(fd, chunk, left < (1 << 16) ? (size_t)left : (1 << 16));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            snprintf(err, errlen, "reading %.300s: %s", path, k ? strerror(errno) : "file shrank");
+            goto out;
+        }
+        if (archive_write_data(a, chunk, (size_t)k) != k) {
+            snprintf(err, errlen, "writing %s: %s", name, archive_error_string(a));
+            goto out;
+        }
+        left -= k;
+    }
+    rc = 0;
+out:
+    free(chunk);
+    archive_entry_free(e);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* The last value of each tag: every stored metric (epoch <= 0), or those up to
+ * a snapshot's epoch. NULL on a store failure or out of memory. */
+static cJSON *metrics_upto(store *st, int64_t job_id, int epoch)
+{
+    store_metric *ms = NULL;
+    size_t n = 0;
+    int rc = epoch > 0 ? store_metric_list(st, job_id, -1, &ms, &n)
+                       : store_metric_latest(st, job_id, &ms, &n);
+    if (rc != 0)
+        return NULL;
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; o && i < n; i++) {
+        if (epoch > 0 && ms[i].epoch > epoch + 1e-9)
+            continue;
+        cJSON *v = isfinite(ms[i].value) ? cJSON_CreateNumber(ms[i].value) : cJSON_CreateNull();
+        if (!v) {
+            cJSON_Delete(o);
+            o = NULL;
+            break;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(o, ms[i].tag))
+            cJSON_ReplaceItemInObjectCaseSensitive(o, ms[i].tag, v);
+        else
+            cJSON_AddItemToObject(o, ms[i].tag, v);
+    }
+    free(ms);
+    return o;
+}
+
+typedef struct model_parts {
+    cJSON *config;             /* the job's config (owned) */
+    cJSON *preprocess, *info;  /* built here (owned) */
+    char *labels;              /* labels.txt text */
+    char weights[PATH_MAX + 64];
+    int epoch;                 /* the weights' epoch */
+    bool final;                /* model.safetensors, the end of training */
+} model_parts;
+
+static void parts_clear(model_parts *p)
+{
+    cJSON_Delete(p->config);
+    cJSON_Delete(p->preprocess);
+    cJSON_Delete(p->info);
+    free(p->labels);
+}
+
+static char *labels_text(const cJSON *classes)
+{
+    size_t n = 1;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, classes) {
+        if (!cJSON_IsString(c))
+            return NULL;
+        n += strlen(c->valuestring) + 1;
+    }
+    char *text = malloc(n);
+    if (!text)
+        return NULL;
+    size_t used = 0;
+    cJSON_ArrayForEach(c, classes) {
+        size_t k = strlen(c->valuestring);
+        memcpy(text + used, c->valuestring, k);
+        used += k;
+        text[used++] = '\n';
+    }
+    text[used] = '\0';
+    return text;
+}
+
+/* Fills preprocess.json from the dataset header; 0 or -1 with err. */
+static int build_preprocess(model_parts *p, char *err, size_t errlen)
+{
+    const cJSON *dir = cJSON_GetObjectItemCaseSensitive(p->config, "dataset_dir");
+    if (!cJSON_IsString(dir)) {
+        snprintf(err, errlen, "the job's config names no dataset_dir");
+        return -1;
+    }
+    ds_info info;
+    char derr[512];
+    if (ds_info_load(dir->valuestring, &info, derr, sizeof derr) != 0) {
+        snprintf(err, errlen, "the job's dataset header is unreadable: %s", derr);
+        return -1;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON *mean = cJSON_CreateArray();
+    bool ok = o && mean;
+    for (int c = 0; ok && c < info.c && c < 4; c++)
+        ok = cJSON_AddItemToArray(mean, cJSON_CreateNumber(info.mean[c]));
+    ok = ok && cJSON_AddNumberToObject(o, "channels", info.c) &&
+         cJSON_AddNumberToObject(o, "height", info.h) && cJSON_AddNumberToObject(o, "width", info.w) &&
+         cJSON_AddItemToObject(o, "mean", mean);
+    if (ok)
+        mean = NULL;
+    ok = ok && cJSON_AddNumberToObject(o, "scale", 1.0 / 255.0) &&
+         cJSON_AddStringToObject(o, "layout", "NCHW") &&
+         cJSON_AddStringToObject(o, "resize", info.resize[0] ? info.resize : "squash") &&
+         cJSON_AddStringToObject(o, "formula", "x = (pixel - mean[c]) * scale, pixel in 0..255");
+    ds_info_free(&info);
+    cJSON_Delete(mean);
+    if (!ok) {
+        cJSON_Delete(o);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    p->preprocess = o;
+    return 0;
+}
+
+static int build_info(server *srv, const store_job *j, model_parts *p, char *err, size_t errlen)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *ds = cJSON_CreateObject();
+    cJSON *metrics = metrics_upto(srv->st, j->id, p->final ? 0 : p->epoch);
+    store_dataset d;
+    bool have_ds = store_dataset_get(srv->st, j->dataset_id, &d) == 0;
+    bool ok = o && ds && metrics &&
+              cJSON_AddNumberToObject(o, "job", (double)j->id) &&
+              cJSON_AddNumberToObject(ds, "id", (double)j->dataset_id) &&
+              (!have_ds || cJSON_AddStringToObject(ds, "name", d.name)) &&
+              cJSON_AddItemToObject(o, "dataset", ds);
+    if (ok)
+        ds = NULL;
+    ok = ok && cJSON_AddStringToObject(o, "network", j->network ? j->network : "") &&
+         cJSON_AddNumberToObject(o, "epoch", p->epoch) &&
+         cJSON_AddNumberToObject(o, "epochs", j->epochs) &&
+         cJSON_AddStringToObject(o, "status", j->status) &&
+         cJSON_AddItemToObject(o, "metrics", metrics);
+    if (ok)
+        metrics = NULL;
+    ok = ok && cJSON_AddStringToObject(o, "created_at", j->created_at ? j->created_at : "") &&
+         cJSON_AddStringToObject(o, "kiln_version", KILN_VERSION);
+    if (have_ds)
+        store_dataset_clear(&d);
+    cJSON_Delete(ds);
+    cJSON_Delete(metrics);
+    if (!ok) {
+        cJSON_Delete(o);
+        snprintf(err, errlen, "out of memory or a store failure building info.json");
+        return -1;
+    }
+    p->info = o;
+    return 0;
+}
+
+/* Writes the tar to fd. 0 or -1 with err. */
+static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
+{
+    struct archive *a = archive_write_new();
+    int rc = -1;
+    if (!a) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (archive_write_set_format_ustar(a) != ARCHIVE_OK ||
+        archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
+        archive_write_open_fd(a, fd) != ARCHIVE_OK) {
+        snprintf(err, errlen, "starting the tar: %s", archive_error_string(a));
+        goto out;
+    }
+    const cJSON *net = cJSON_GetObjectItemCaseSensitive(p->config, "network");
+    if (add_json(a, "network.json", net, err, errlen) != 0 ||
+        add_file(a, "weights.safetensors", p->weights, err, errlen) != 0 ||
+        add_text(a, "labels.txt", p->labels, err, errlen) != 0 ||
+        add_json(a, "preprocess.json", p->preprocess, err, errlen) != 0 ||
+        add_json(a, "info.json", p->info, err, errlen) != 0)
+        goto out;
+    if (archive_write_close(a) != ARCHIVE_OK) {
+        snprintf(err, errlen, "finishing the tar: %s", archive_error_string(a));
+        goto out;
+    }
+    rc = 0;
+out:
+    archive_write_free(a);
+    return rc;
+}
+
+/* Picks the weights file; answers 404/409 itself (returns false then). */
+static bool pick_weights(request *r, const store_job *j, const char *job_dir, int want_epoch,
+                         model_parts *p, enum MHD_Result *answered)
+{
+    if (want_epoch > 0) {
+        snprintf(p->weights, sizeof p->weights, "%s/checkpoints/epoch-%d.safetensors", job_dir, want_epoch);
+        if (!file_exists(p->weights)) {
+            *answered = http_error(r, MHD_HTTP_NOT_FOUND, "snapshot_not_found",
+                                   "job %lld has no snapshot of epoch %d", (long long)j->id, want_epoch);
+            return false;
+        }
+        p->epoch = want_epoch;
+        return true;
+    }
+    snprintf(p->weights, sizeof p->weights, "%s/model.safetensors", job_dir);
+    if (file_exists(p->weights)) {
+        p->epoch = j->epoch;
+        p->final = true;
+        return true;
+    }
+    int latest = latest_checkpoint(job_dir);
+    if (latest > 0) {
+        snprintf(p->weights, sizeof p->weights, "%s/checkpoints/epoch-%d.safetensors", job_dir, latest);
+        p->epoch = latest;
+        return true;
+    }
+    *answered = http_error(r, MHD_HTTP_CONFLICT, "no_weights",
+                           "job %lld (%s) has no trained weights yet: the first snapshot comes at the end "
+                           "of its first epoch",
+                           (long long)j->id, j->status);
+    return false;
+}
+
+int model_handle(request *r)
+{
+    server *srv = r->srv;
+    enum MHD_Result ret;
+    const char *format = http_arg(r, "format");
+    const char *epoch_arg = http_arg(r, "epoch");
+    int64_t want_epoch = 0;
+    model_parts p;
+    memset(&p, 0, sizeof p);
+    store_job j;
+    int rc = store_job_get(srv->st, r->id, &j);
+    if (rc == STORE_NOT_FOUND)
+        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)r->id);
+    if (rc != 0)
+        return http_store_error(r, "reading the job");
+
+    if (format && strcmp(format, "tar") != 0) {
+        ret = http_error(r, MHD_HTTP_BAD_REQUEST, "unsupported_format",
+                         "format \"%.32s\" is not available: use format=tar (ONNX export is not built yet)",
+                         format);
+        goto out;
+    }
+    if (epoch_arg && !http_parse_i64(epoch_arg, 1, MODEL_EPOCH_MAX, &want_epoch)) {
+        ret = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
+                         "epoch must be an integer 1..%d, not \"%.32s\"", MODEL_EPOCH_MAX, epoch_arg);
+        goto out;
+    }
+    char job_dir[PATH_MAX];
+    jobspec_dir(srv->data_dir, j.id, job_dir, sizeof job_dir);
+    if (!pick_weights(r, &j, job_dir, (int)want_epoch, &p, &ret))
+        goto out;
+
+    char err[1024] = "";
+    p.config = j.config_json ? cJSON_Parse(j.config_json) : NULL;
+    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(p.config, "classes");
+    if (!p.config || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(p.config, "network")) ||
+        !cJSON_IsArray(classes) || !(p.labels = labels_text(classes))) {
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                         "job %lld's stored config lacks its network or classes", (long long)j.id);
+        goto out;
+    }
+    if (build_preprocess(&p, err, sizeof err) != 0 || build_info(srv, &j, &p, err, sizeof err) != 0) {
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
+        goto out;
+    }
+
+    char tmpdir[PATH_MAX + 16];
+    snprintf(tmpdir, sizeof tmpdir, "%s/uploads", srv->data_dir);
+    int fd = temp_fd(tmpdir);
+    if (fd < 0) {
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "storage_error",
+                         "cannot make a temporary file: %s", strerror(errno));
+        goto out;
+    }
+    off_t size;
+    if (write_tar(fd, &p, err, sizeof err) != 0 || (size = lseek(fd, 0, SEEK_END)) < 0) {
+        close(fd);
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s",
+                         err[0] ? err : strerror(errno));
+        goto out;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64((uint64_t)size, fd, 0);
+    if (!resp) {
+        close(fd);
+        ret = MHD_NO;
+        goto out;
+    }
+    char disp[128];
+    if (want_epoch > 0)
+        snprintf(disp, sizeof disp, "attachment; filename=\"kiln-job-%lld-epoch-%d.tar\"", (long long)j.id,
+                 (int)want_epoch);
+    else
+        snprintf(disp, sizeof disp, "attachment; filename=\"kiln-job-%lld.tar\"", (long long)j.id);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-tar");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    ret = http_queue(r, MHD_HTTP_OK, resp);
+out:
+    parts_clear(&p);
+    store_job_clear(&j);
+    return ret;
+}

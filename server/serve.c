@@ -1,0 +1,389 @@
+/* server/serve.c: `kiln serve`, start-up and an orderly shutdown.
+ *
+ * Start: the data folder's layout, the store (datasets left "importing" by a
+ * server that died are marked failed; stale uploads are removed), the hub, the
+ * scheduler (workers are this binary: realpath of /proc/self/exe), the SSE
+ * heartbeat, then libmicrohttpd (epoll thread pool, suspend/resume). After
+ * binding it prints exactly one line to stdout, `kiln: listening on
+ * http://HOST:PORT`, and flushes it.
+ *
+ * Shutdown on SIGINT/SIGTERM (taken with sigwait; every thread starts with
+ * them blocked): mark stopping; resume every suspended SSE connection (each
+ * ends its stream) and wait for uploads suspended on their archive check,
+ * because MHD_stop_daemon must not meet a suspended connection; stop MHD; stop
+ * the scheduler (running jobs are requeued); give background imports a
+ * moment; close the store.
+ */
+#define _GNU_SOURCE           /* realpath, getopt_long */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "server/fsutil.h"     /* fs_mkdir_p, fs_empty_dir */
+#include "server/http.h"       /* http_on_request, http_on_completed */
+#include "server/sse.h"        /* sse_start, sse_stop */
+#include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
+
+#ifndef KILN_DEFAULT_WEB_DIR
+#define KILN_DEFAULT_WEB_DIR "web"
+#endif
+#ifndef KILN_DEFAULT_STATIC_DIR
+#define KILN_DEFAULT_STATIC_DIR "static"
+#endif
+
+#define SERVE_THREADS 4
+#define SERVE_CONNECTION_LIMIT 10000
+#define SERVE_CONNECTION_TIMEOUT_S 300
+#define SERVE_IMPORT_GRACE_MS 5000
+
+typedef struct serve_opts {
+    const char *host;
+    int port;
+    const char *data;
+    const char *web_dir;
+    const char *static_dir;
+    int max_jobs;
+} serve_opts;
+
+void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
+            "                  [--static-dir DIR] [--max-jobs N]\n"
+            "\n"
+            "Runs the training service: the REST API under /api/v1, the dashboard at /,\n"
+            "and the scheduler that runs queued jobs as `kiln worker` processes.\n"
+            "\n"
+            "  --host ADDR        address to bind (default 127.0.0.1). Any address other\n"
+            "                     than loopback exposes the API to the network.\n"
+            "  --port N           port to bind (default 5000; 0 picks a free port)\n"
+            "  --data DIR         the data directory: kiln.db, datasets/, jobs/, uploads/\n"
+            "                     (default $KILN_DATA, else ./var)\n"
+            "  --web-dir DIR      the dashboard's files (default $KILN_WEB_DIR, else\n"
+            "                     %s)\n"
+            "  --static-dir DIR   static files and vendored browser libraries (default\n"
+            "                     $KILN_STATIC_DIR, else %s)\n"
+            "  --max-jobs N       jobs that may train at the same time on the CPU (default 1)\n"
+            "  --help             this text\n"
+            "\n"
+            "After binding it prints `kiln: listening on http://HOST:PORT`. SIGINT or\n"
+            "SIGTERM stops it; running jobs are requeued and run again at the next start.\n",
+            KILN_DEFAULT_WEB_DIR, KILN_DEFAULT_STATIC_DIR);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "kiln serve: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see kiln serve --help)\n");
+    return 2;
+}
+
+/* "--name VALUE" or "--name=VALUE": the value, or NULL (then *missing tells
+ * whether the name matched without a value). */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (a[n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = true;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static bool parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static const char *env_or(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : fallback;
+}
+
+/* Returns 0, 1 after --help, or 2 on a usage error (reported). */
+static int parse_args(int argc, char **argv, serve_opts *o)
+{
+    o->host = "127.0.0.1";
+    o->port = 5000;
+    o->data = env_or("KILN_DATA", "./var");
+    o->web_dir = env_or("KILN_WEB_DIR", KILN_DEFAULT_WEB_DIR);
+    o->static_dir = env_or("KILN_STATIC_DIR", KILN_DEFAULT_STATIC_DIR);
+    o->max_jobs = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        bool missing = false;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            serve_usage(stdout);
+            return 1;
+        } else if ((v = opt_value(argc, argv, &i, "--host", &missing))) {
+            if (!*v)
+                return usage_error("%s", "--host needs an address");
+            o->host = v;
+        } else if ((v = opt_value(argc, argv, &i, "--port", &missing))) {
+            if (!parse_int(v, 0, 65535, &o->port))
+                return usage_error("--port must be 0..65535, not %s", v);
+        } else if ((v = opt_value(argc, argv, &i, "--data", &missing))) {
+            o->data = v;
+        } else if ((v = opt_value(argc, argv, &i, "--web-dir", &missing))) {
+            o->web_dir = v;
+        } else if ((v = opt_value(argc, argv, &i, "--static-dir", &missing))) {
+            o->static_dir = v;
+        } else if ((v = opt_value(argc, argv, &i, "--max-jobs", &missing))) {
+            if (!parse_int(v, 1, 256, &o->max_jobs))
+                return usage_error("--max-jobs must be 1..256, not %s", v);
+        } else if (missing) {
+            return usage_error("%s needs a value", a);
+        } else if (a[0] == '-') {
+            return usage_error("unknown option %s", a);
+        } else {
+            return usage_error("unexpected argument %s", a);
+        }
+    }
+    if (!*o->data)
+        return usage_error("%s", "--data needs a directory");
+    return 0;
+}
+
+/* ---- start-up pieces ------------------------------------------------------------- */
+
+static int prepare_data_dir(server *srv, const char *data)
+{
+    static const char *const subdirs[] = { "datasets", "jobs", "uploads" };
+    char path[PATH_MAX + 32];
+    if (fs_mkdir_p(data) != 0) {
+        fprintf(stderr, "kiln serve: cannot create the data directory %s: %s\n", data, strerror(errno));
+        return -1;
+    }
+    if (!realpath(data, srv->data_dir)) {
+        fprintf(stderr, "kiln serve: cannot resolve %s: %s\n", data, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", srv->data_dir, subdirs[i]);
+        if (fs_mkdir_p(path) != 0) {
+            fprintf(stderr, "kiln serve: cannot create %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+    }
+    snprintf(path, sizeof path, "%s/uploads", srv->data_dir);
+    fs_empty_dir(path);                    /* what a previous server left */
+    return 0;
+}
+
+/* The folder's absolute path into out; a missing folder is kept as given, with
+ * a warning (the API works without the dashboard). */
+static void resolve_dir(const char *what, const char *dir, char *out, size_t n)
+{
+    if (realpath(dir, out))
+        return;
+    fprintf(stderr, "kiln serve: warning: the %s %s is missing (%s); its files will be 404\n", what, dir,
+            strerror(errno));
+    snprintf(out, n, "%s", dir);
+}
+
+/* Datasets left "importing" by a server that stopped mid-import. */
+static void fail_interrupted_imports(store *st)
+{
+    store_dataset *list = NULL;
+    size_t n = 0;
+    if (store_dataset_list(st, &list, &n) != 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(list[i].status, "importing") != 0)
+            continue;
+        fprintf(stderr, "kiln serve: dataset %lld (%s) was left importing; marking it failed\n",
+                (long long)list[i].id, list[i].name);
+        store_dataset_finish(st, list[i].id, "failed", NULL,
+                             "the server stopped during the import; upload the archive again");
+    }
+    store_dataset_list_free(list, n);
+}
+
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+    return false;
+}
+
+static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port_out, bool *loopback)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(o->host, port, &hints, &res);
+    if (gai != 0 || !res) {
+        fprintf(stderr, "kiln serve: cannot use --host %s: %s\n", o->host, gai_strerror(gai));
+        return NULL;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (res->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    *loopback = is_loopback(res->ai_addr);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, http_on_request, srv,
+        MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, srv,
+        MHD_OPTION_SOCK_ADDR, res->ai_addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONNECTION_TIMEOUT_S,
+        MHD_OPTION_END);
+    freeaddrinfo(res);
+    if (!d) {
+        fprintf(stderr, "kiln serve: cannot listen on %s port %d (in use, or not an address of this machine)\n",
+                o->host, o->port);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *port_out = info && info->port ? info->port : o->port;
+    return d;
+}
+
+/* ---- serve ------------------------------------------------------------------------ */
+
+int serve_main(int argc, char **argv)
+{
+    serve_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 1)
+        return 0;
+    if (rc != 0)
+        return rc;
+
+    /* Every thread made from here on inherits this mask; main takes the
+     * signals with sigwait. Workers get a clean mask from the scheduler. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+
+    static server srv;                     /* outlives threads that may still run at exit */
+    pthread_mutex_init(&srv.sse_mu, NULL);
+    pthread_cond_init(&srv.ping_cond, NULL);
+    pthread_mutex_init(&srv.imp_mu, NULL);
+    pthread_cond_init(&srv.imp_cond, NULL);
+    pthread_mutex_init(&srv.import_serial, NULL);
+    atomic_init(&srv.stopping, false);
+
+    int status = 1;
+    char err[512] = "", path[PATH_MAX + 16];
+    char worker_exe[PATH_MAX];
+    if (prepare_data_dir(&srv, o.data) != 0)
+        return 1;
+    resolve_dir("web dir", o.web_dir, srv.web_dir, sizeof srv.web_dir);
+    resolve_dir("static dir", o.static_dir, srv.static_dir, sizeof srv.static_dir);
+
+    snprintf(path, sizeof path, "%s/kiln.db", srv.data_dir);
+    srv.st = store_open(path, err, sizeof err);
+    if (!srv.st) {
+        fprintf(stderr, "kiln serve: cannot open %s: %s\n", path, err);
+        return 1;
+    }
+    fail_interrupted_imports(srv.st);
+    srv.hub = hub_create();
+    if (!srv.hub) {
+        fprintf(stderr, "kiln serve: out of memory\n");
+        goto out;
+    }
+    if (!realpath("/proc/self/exe", worker_exe)) {
+        fprintf(stderr, "kiln serve: cannot find its own binary (/proc/self/exe): %s\n", strerror(errno));
+        goto out;
+    }
+    sched_config cfg = { .data_dir = srv.data_dir, .worker_exe = worker_exe, .max_cpu_jobs = o.max_jobs };
+    srv.sched = sched_start(srv.st, srv.hub, &cfg, err, sizeof err);
+    if (!srv.sched) {
+        fprintf(stderr, "kiln serve: cannot start the scheduler: %s\n", err);
+        goto out;
+    }
+    if (sse_start(&srv) != 0) {
+        fprintf(stderr, "kiln serve: cannot start the heartbeat thread\n");
+        goto out;
+    }
+
+    int port = 0;
+    bool loopback = true;
+    srv.daemon = start_http(&srv, &o, &port, &loopback);
+    if (!srv.daemon)
+        goto out;
+    bool v6 = strchr(o.host, ':') != NULL;
+    printf("kiln: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host, v6 ? "]" : "", port);
+    fflush(stdout);
+    fprintf(stderr, "kiln serve: data in %s, dashboard from %s\n", srv.data_dir, srv.web_dir);
+    if (!loopback)
+        fprintf(stderr, "kiln serve: WARNING: bound to %s, which is not loopback, and this build has no "
+                        "authentication yet: anyone who can reach this port can use the API\n", o.host);
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0 || (sig != SIGINT && sig != SIGTERM))
+        ;
+    fprintf(stderr, "kiln serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    status = 0;
+
+out:
+    sse_stop(&srv);                        /* sets stopping; every SSE connection resumes and ends */
+    upload_wait_probes(&srv);              /* uploads suspended on their archive check resume */
+    if (srv.daemon)
+        MHD_stop_daemon(srv.daemon);
+    srv.daemon = NULL;
+    sched_stop(srv.sched);
+    srv.sched = NULL;
+    int left = upload_wait_imports(&srv, SERVE_IMPORT_GRACE_MS);
+    if (left > 0) {
+        /* They still use the store; the process ends under them, and the next
+         * start marks their datasets failed. */
+        fprintf(stderr, "kiln serve: %d import(s) still running; they are abandoned\n", left);
+        return status;
+    }
+    hub_destroy(srv.hub);
+    store_close(srv.st);
+    return status;
+}

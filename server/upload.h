@@ -1,0 +1,49 @@
+/* server/upload.h: POST /api/v1/datasets, a multipart archive upload.
+ *
+ * The form (multipart/form-data) has the fields name (required), archive (a
+ * file, required), and optional val_percent (0..100), width and height
+ * (1..4096, together) and channels (1 or 3); any other field is 400
+ * unknown_field. The archive streams through MHD's post processor straight to
+ * a temporary file under <data>/uploads (never held whole in memory), capped
+ * at HTTP_UPLOAD_MAX (413, at once when Content-Length declares more).
+ *
+ * When the body is complete the connection is suspended and a background
+ * thread checks the archive (libarchive opens it and finds an image among its
+ * entries: "not an archive" and "no images" are answered 400 at once), inserts
+ * the dataset (status importing), resumes the connection (202 with the
+ * dataset) and goes on to import it into <data>/datasets/<id>/, reporting
+ * progress to the store and finishing the dataset ready or failed. The upload
+ * file is removed in every case.
+ */
+#ifndef KILN_SERVER_UPLOAD_H
+#define KILN_SERVER_UPLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/http.h"
+
+/* First call of an upload route: checks Content-Type and the declared length
+ * (UINT64_MAX when unknown) and sets up the post processor. */
+enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared);
+/* A chunk of the body. */
+enum MHD_Result upload_data(request *r, const char *data, size_t size);
+/* The route handler: validates, then suspends until the archive is checked. */
+int upload_finish(request *r);
+/* Frees the upload state (from the completion callback); removes a temporary
+ * file no import thread has taken over. NULL-safe on r->up. */
+void upload_free(request *r);
+
+/* Checks that path is an archive libarchive reads and that some regular entry
+ * (not hidden, inside a folder) starts with a PNG or JPEG signature. Returns 0,
+ * or -1 with code ("invalid_archive", "no_images") and msg set. */
+int upload_probe_archive(const char *path, char *code, size_t codelen, char *msg, size_t msglen);
+
+/* Waits until no upload connection is suspended on its archive check (for the
+ * shutdown sequence, before MHD_stop_daemon). */
+void upload_wait_probes(server *srv);
+/* Waits up to timeout_ms for background imports; returns how many still run. */
+int upload_wait_imports(server *srv, int timeout_ms);
+
+#endif
