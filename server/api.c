@@ -52,10 +52,11 @@ static int h_info(request *r)
         ndev = MAX_DEVICES;
 
     cJSON *o = cJSON_CreateObject();
-    cJSON *backends = cJSON_AddArrayToObject(o, "backends");
-    cJSON *devices = cJSON_AddArrayToObject(o, "devices");
-    cJSON *queue = cJSON_AddObjectToObject(o, "queue");
-    bool ok = o && backends && devices && queue && cJSON_AddStringToObject(o, "version", KILN_VERSION);
+    bool ok = o && cJSON_AddStringToObject(o, "version", KILN_VERSION);
+    cJSON *backends = ok ? cJSON_AddArrayToObject(o, "backends") : NULL;
+    cJSON *devices = ok ? cJSON_AddArrayToObject(o, "devices") : NULL;
+    cJSON *queue = ok ? cJSON_AddObjectToObject(o, "queue") : NULL;
+    ok = ok && backends && devices && queue;
     for (const char *const *b = engine_backends(); ok && b && *b; b++)
         ok = cJSON_AddItemToArray(backends, cJSON_CreateString(*b));
     for (int i = 0; ok && i < ndev; i++) {
@@ -260,21 +261,30 @@ static int h_job_delete(request *r)
 
 static int h_job_cancel(request *r)
 {
-    int rc = sched_cancel(r->srv->sched, r->id);
+    store_job j;
+    int rc = store_job_get(r->srv->st, r->id, &j);
     if (rc == STORE_NOT_FOUND)
         return not_found(r, "job");
+    if (rc != 0)
+        return http_store_error(r, "reading the job");
+    store_job_clear(&j);
+    /* sched_cancel's "already ended" (1) has the value of STORE_NOT_FOUND; the
+     * job exists (read just above), so a 1 is told apart by reading it again. */
+    rc = sched_cancel(r->srv->sched, r->id);
+    if (rc != 0 && rc != 1)
+        return http_store_error(r, "cancelling the job");
     if (rc == 1) {
-        store_job j;
-        char status[16] = "ended";
-        if (store_job_get(r->srv->st, r->id, &j) == 0) {
-            snprintf(status, sizeof status, "%s", j.status);
-            store_job_clear(&j);
-        }
+        rc = store_job_get(r->srv->st, r->id, &j);
+        if (rc == STORE_NOT_FOUND)
+            return not_found(r, "job");              /* deleted meanwhile */
+        if (rc != 0)
+            return http_store_error(r, "reading the job");
+        char status[16];
+        snprintf(status, sizeof status, "%s", j.status);
+        store_job_clear(&j);
         return http_error(r, MHD_HTTP_CONFLICT, "job_finished", "job %lld has already ended (%s)",
                           (long long)r->id, status);
     }
-    if (rc != 0)
-        return http_store_error(r, "cancelling the job");
     return answer_job(r, MHD_HTTP_ACCEPTED, r->id);
 }
 

@@ -364,9 +364,12 @@ static bool pick_weights(request *r, const store_job *j, const char *job_dir, in
         p->epoch = latest;
         return true;
     }
+    bool ended = !strcmp(j->status, "done") || !strcmp(j->status, "failed") ||
+                 !strcmp(j->status, "cancelled");
     *answered = http_error(r, MHD_HTTP_CONFLICT, "no_weights",
-                           "job %lld (%s) has no trained weights yet: the first snapshot comes at the end "
-                           "of its first epoch",
+                           ended ? "job %lld (%s) ended without saving weights"
+                                 : "job %lld (%s) has no weights yet: the first snapshot comes at the end "
+                                   "of its first epoch",
                            (long long)j->id, j->status);
     return false;
 }

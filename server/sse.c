@@ -25,7 +25,7 @@
 
 #include "server/render.h"     /* render_metric, render_status */
 
-#define SSE_BLOCK 16384          /* MHD's buffer for one reader call */
+#define SSE_BLOCK 4096           /* the response buffer MHD allocates per stream */
 #define SSE_HUB_BATCH 64         /* events taken from the hub per fill */
 #define SSE_REPLAY_BATCH 256     /* stored metrics formatted per fill */
 
@@ -379,6 +379,14 @@ int sse_handle(request *r)
     s->job_id = r->id;
     s->last_id = last;
     pthread_mutex_init(&s->mu, NULL);
+    /* A first comment, so the headers go out at once even when the job is
+     * still queued (MHD sends them with the first body bytes). */
+    char hello[64];
+    snprintf(hello, sizeof hello, ": events of job %lld\n\n", (long long)r->id);
+    if (append_text(s, hello) != 0) {
+        sse_conn_free(s);
+        return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+    }
     s->sub = hub_subscribe(srv->hub, r->id, on_hub_wake, s);
     if (!s->sub) {
         sse_conn_free(s);

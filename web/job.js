@@ -65,9 +65,9 @@ export function renderJob(root, id) {
       h('section', { class: 'card', 'aria-labelledby': 'acc-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'acc-title' }, 'Accuracy')), accBox)),
     h('section', { class: 'grid' },
+      logCard,
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
-        h('div', { class: 'card-head' }, h('h2', { id: 'config-title' }, 'Configuration')), config),
-      logCard));
+        h('div', { class: 'card-head' }, h('h2', { id: 'config-title' }, 'Configuration')), config)));
 
   const lossChart = createChart(lossBox, {
     name: 'loss', yLabel: 'loss', xMax: () => (st.job && st.job.epochs) || 1,
@@ -180,12 +180,30 @@ export function renderJob(root, id) {
     }
   }
 
-  function appendLog(line) {
-    logCard.hidden = false;
-    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-    log.append(document.createTextNode(`${line}\n`));
-    while (log.childNodes.length > LOG_LINES) log.removeChild(log.firstChild);
-    if (atBottom) log.scrollTop = log.scrollHeight;
+  /* The worker's log (GET /jobs/{id}/log, plain text): its last LOG_LINES lines,
+   * fetched at most every 2 s while the job runs and once when it ends. */
+  let logBusy = false;
+  let logAgain = false;
+  let logLast = 0;
+  async function loadLog(force) {
+    if (logBusy) { if (force) logAgain = true; return; }
+    if (!force && Date.now() - logLast < 2000) return;
+    logBusy = true;
+    logLast = Date.now();
+    try {
+      const res = await fetch(`${API}/jobs/${id}/log`, { headers: { accept: 'text/plain' } });
+      if (!res.ok || !st.alive) return;
+      const text = (await res.text()).replace(/\n+$/, '');
+      if (!text) return;
+      const lines = text.split('\n');
+      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      logCard.hidden = false;
+      fill(log, lines.slice(-LOG_LINES).join('\n'));
+      if (atBottom || force) log.scrollTop = log.scrollHeight;
+    } catch { /* the log is a convenience; the stream carries the state */ } finally {
+      logBusy = false;
+      if (logAgain && st.alive) { logAgain = false; loadLog(true); }
+    }
   }
 
   function connect() {
@@ -201,14 +219,10 @@ export function renderJob(root, id) {
         const p = JSON.parse(e.data);
         if (st.job) Object.assign(st.job, { epoch: p.epoch, step: p.step, steps: p.steps });
         renderProgress(p);
+        loadLog(false);
       } catch { /* ignore */ }
     });
-    es.addEventListener('log', (e) => {
-      try {
-        const d = JSON.parse(e.data);
-        appendLog(typeof d === 'string' ? d : (d.line ?? d.message ?? d.text ?? JSON.stringify(d)));
-      } catch { appendLog(e.data); }
-    });
+    es.addEventListener('log', () => loadLog(false));
     es.addEventListener('status', (e) => {
       let d = {};
       try { d = JSON.parse(e.data); } catch { /* ignore */ }
@@ -218,6 +232,7 @@ export function renderJob(root, id) {
         es.close();
         // The final numbers (epoch, finished_at, metrics) from the job itself.
         get(`/jobs/${id}`).then(renderJobInfo).catch(() => {});
+        loadLog(true);
       }
     });
     es.addEventListener('error', () => {
@@ -252,6 +267,7 @@ export function renderJob(root, id) {
       const m = await get(`/jobs/${id}/metrics`);
       if (!st.alive) return;
       for (const item of m.items || []) addMetric(item);
+      loadLog(true);
       if (!st.stepsPerEpoch && FINAL.has(job.status)) {
         // A job that ended without a step count: plot against the reported epoch.
         const pend = st.pendingMetrics;

@@ -138,6 +138,9 @@ test('start LeNet from the form; the job page draws curves live and reaches done
   assert.ok(await dl.isVisible(), 'the download link shows once done');
   assert.equal(await dl.getAttribute('href'), `/api/v1/jobs/${jobId}/model?format=tar`);
   assert.ok(!(await page.locator('#job-cancel').isVisible()), 'no cancel button on a finished job');
+  // The worker's log (GET /jobs/{id}/log) shows under the charts.
+  await page.waitForFunction(() => (document.querySelector('#job-log')?.textContent || '').trim().length > 0,
+    null, { timeout: 15_000 });
   await shot('job-done');
 
   // The download link serves the model tar.

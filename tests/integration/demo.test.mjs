@@ -71,6 +71,7 @@ test('LeNet, 2 epochs, the issue\'s request: done with val/accuracy >= 0.93', { 
   const stream = await readSSE(`${base}/api/v1/jobs/${id}/events`, {
     timeoutMs: 1_400_000,
     onEvent(ev) {
+      if (ev.event === 'status') t.diagnostic(`status ${ev.data.status} at ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       if (ev.event === 'metric' && ev.data.tag === 'val/accuracy') {
         epochEnds.push({ epoch: ev.data.epoch, value: ev.data.value, at: Date.now() });
         t.diagnostic(`epoch ${ev.data.epoch}: val/accuracy ${ev.data.value.toFixed(4)} at ${((Date.now() - t0) / 1000).toFixed(1)} s`);

@@ -1,0 +1,9 @@
+# Unit tests of the HTTP layer (server/): route matching, SSE formatting, static
+# path checks, the JSON representations, the OpenAPI document against the route
+# table, and the upload's archive check.
+kiln_unit_test(test_server_http
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_http.c
+  LIBS kiln_server)
+kiln_unit_test(test_server_upload
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_upload.c
+  LIBS kiln_server PkgConfig::ARCHIVE)
