@@ -96,6 +96,30 @@ static int h_openapi(request *r)
     return http_queue(r, MHD_HTTP_OK, resp);
 }
 
+static int h_networks(request *r)
+{
+    cJSON *items = cJSON_CreateArray();
+    for (const char *const *n = net_builtin_names(); items && n && *n; n++) {
+        const char *text = net_builtin(*n);
+        cJSON *spec = text ? cJSON_Parse(text) : NULL;
+        cJSON *o = cJSON_CreateObject();
+        if (!spec || !o || !cJSON_AddStringToObject(o, "name", *n) ||
+            !cJSON_AddItemToObject(o, "spec", spec)) {
+            cJSON_Delete(spec);              /* not yet owned by o */
+            cJSON_Delete(o);
+            cJSON_Delete(items);
+            items = NULL;
+            break;
+        }
+        if (!cJSON_AddItemToArray(items, o)) {
+            cJSON_Delete(o);
+            cJSON_Delete(items);
+            items = NULL;
+        }
+    }
+    return http_json(r, MHD_HTTP_OK, render_list(items));
+}
+
 /* ---- datasets ------------------------------------------------------------------- */
 
 static int h_datasets_list(request *r)
@@ -357,6 +381,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/healthz", .fn = h_healthz },
     { .method = "GET", .pattern = "/api/v1/info", .fn = h_info },
     { .method = "GET", .pattern = "/api/v1/openapi.json", .fn = h_openapi },
+    { .method = "GET", .pattern = "/api/v1/networks", .fn = h_networks },
     { .method = "GET", .pattern = "/api/v1/datasets", .fn = h_datasets_list },
     { .method = "POST", .pattern = "/api/v1/datasets", .fn = upload_finish, .body = BODY_UPLOAD },
     { .method = "GET", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_get },

@@ -120,11 +120,67 @@ bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
     return true;
 }
 
+bool http_utf8_valid(const char *s, size_t n, size_t *bad_at)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        size_t len;
+        unsigned min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            len = 2, min = 0x80;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3, min = 0x800;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4, min = 0x10000;
+        } else {
+            goto bad;
+        }
+        if (n - i < len)
+            goto bad;
+        unsigned cp = c & (0xff >> (len + 1));
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                goto bad;
+            cp = (cp << 6) | (p[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            goto bad;
+        i += len;
+    }
+    return true;
+bad:
+    if (bad_at)
+        *bad_at = i;
+    return false;
+}
+
 cJSON *http_body_json(request *r, enum MHD_Result *answered)
 {
     if (!r->body_len) {
         *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
                                "the request needs a JSON object as its body");
+        return NULL;
+    }
+    /* cJSON takes any byte below 0x20 for whitespace and does not check UTF-8:
+     * JSON allows neither raw control bytes nor other encodings. */
+    size_t bad = 0;
+    for (size_t i = 0; i < r->body_len; i++) {
+        unsigned char ch = (unsigned char)r->body[i];
+        if (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') {
+            *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                                   "the body holds a control byte (0x%02x) at byte %zu; JSON does not "
+                                   "allow it", ch, i);
+            return NULL;
+        }
+    }
+    if (!http_utf8_valid(r->body, r->body_len, &bad)) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                               "the body is not UTF-8 (at byte %zu)", bad);
         return NULL;
     }
     const char *end = NULL;

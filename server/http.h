@@ -85,6 +85,10 @@ const char *http_header(request *r, const char *key);
  * or NULL after queueing a 400 (the caller returns *answered's result). */
 cJSON *http_body_json(request *r, enum MHD_Result *answered);
 
+/* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code
+ * points past U+10FFFF); else *bad_at (may be NULL) is the offending offset. */
+bool http_utf8_valid(const char *s, size_t n, size_t *bad_at);
+
 /* Strict parses of query values: decimal integers in [lo, hi]. */
 bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 

@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,20 @@ static bool is_loopback(const struct sockaddr *sa)
     return false;
 }
 
+/* libmicrohttpd's messages, minus the ones a client that went away causes
+ * (every closed SSE stream would log one). */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (strstr(msg, "Failed to send") || strstr(msg, "no longer available") ||
+        strstr(msg, "reset by peer") || strstr(msg, "closed by remote"))
+        return;
+    size_t n = strlen(msg);
+    fprintf(stderr, "kiln: http: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
+}
+
 static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port_out, bool *loopback)
 {
     char port[16];
@@ -268,6 +283,7 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
     *loopback = is_loopback(res->ai_addr);
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, http_on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,           /* first, as MHD asks */
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, srv,
         MHD_OPTION_SOCK_ADDR, res->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,

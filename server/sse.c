@@ -43,6 +43,8 @@ typedef struct sse_conn {
     bool pending;                /* woken while not suspended: look again */
     bool ping_due;
 
+    uint64_t resumed_from;       /* the client's Last-Event-ID (0: none) */
+    bool checked_resume;         /* resumed_from was checked against the stream */
     sse_mode mode;
     bool accept_gap;             /* a fresh reader of a running job's gapped ring */
     bool done;                   /* end the stream once buf has drained */
@@ -167,6 +169,8 @@ static int fill_replay(sse_conn *s)
     size_t end = s->next_metric + SSE_REPLAY_BATCH;
     if (end > s->nmetrics)
         end = s->nmetrics;
+    if (s->next_metric == 0 && s->last_id > (uint64_t)s->nmetrics + 1)
+        s->last_id = 0;                     /* an id of a live stream, past this replay: all of it */
     for (; s->next_metric < end; s->next_metric++) {
         uint64_t id = (uint64_t)s->next_metric + 1;
         if (id <= s->last_id)
@@ -194,6 +198,20 @@ static int fill_live(sse_conn *s)
     hub_event ev[SSE_HUB_BATCH];
     bool live, ended, gap;
     size_t n = hub_read(s->srv->hub, s->job_id, s->last_id, ev, SSE_HUB_BATCH, &live, &ended, &gap);
+    if (live && n == 0 && !ended && s->resumed_from > 0 && !s->checked_resume) {
+        /* A Last-Event-ID past the newest event: the client saw an earlier
+         * stream of this job (before a server restart); it gets all of this one. */
+        s->checked_resume = true;
+        hub_event probe[1];
+        bool l2, e2, g2;
+        size_t k = hub_read(s->srv->hub, s->job_id, s->last_id - 1, probe, 1, &l2, &e2, &g2);
+        for (size_t i = 0; i < k; i++)
+            hub_event_clear(&probe[i]);
+        if (k == 0) {
+            s->last_id = 0;
+            return 1;                       /* read again from the start */
+        }
+    }
     if (live && (!gap || s->last_id > 0 || s->accept_gap)) {
         int rc = 0;
         for (size_t i = 0; i < n; i++) {
@@ -378,6 +396,7 @@ int sse_handle(request *r)
     s->conn = r->conn;
     s->job_id = r->id;
     s->last_id = last;
+    s->resumed_from = last;
     pthread_mutex_init(&s->mu, NULL);
     /* A first comment, so the headers go out at once even when the job is
      * still queued (MHD sends them with the first body bytes). */

@@ -488,7 +488,7 @@ static bool parse_options(request *r, import_opts *o, enum MHD_Result *answered)
 
 static bool name_ok(const char *s)
 {
-    if (!*s)
+    if (!*s || !http_utf8_valid(s, strlen(s), NULL))
         return false;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         if (*p < 0x20 || *p == 0x7f)
@@ -606,7 +606,8 @@ int upload_finish(request *r)
     }
     if (!up->have_name || !name_ok(up->name))
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
-                          "the form needs a non-empty text field \"name\" (curl -F name=NAME)");
+                          "the form needs a text field \"name\": non-empty UTF-8 without control "
+                          "characters (curl -F name=NAME)");
     if (!up->have_archive)
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
                           "the form needs a file field \"archive\" (curl -F archive=@FILE.tar.gz)");

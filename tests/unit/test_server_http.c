@@ -120,6 +120,27 @@ static void test_sse_format(void **state)
     assert_int_equal(small[8], 'Z');
 }
 
+/* ---- UTF-8 ------------------------------------------------------------------------ */
+
+static void test_utf8(void **state)
+{
+    (void)state;
+    size_t at = 99;
+    assert_true(http_utf8_valid("plain ascii", 11, &at));
+    assert_true(http_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x94\xa5", 14, &at));
+    assert_true(http_utf8_valid("", 0, &at));
+    assert_false(http_utf8_valid("ab\xff", 3, &at));
+    assert_int_equal(at, 2);
+    assert_false(http_utf8_valid("\xc0\xaf", 2, &at));             /* overlong '/' */
+    assert_int_equal(at, 0);
+    assert_false(http_utf8_valid("\xe0\x80\xaf", 3, &at));         /* overlong, 3 bytes */
+    assert_false(http_utf8_valid("\xed\xa0\x80", 3, &at));         /* a surrogate */
+    assert_false(http_utf8_valid("\xf4\x90\x80\x80", 4, &at));     /* past U+10FFFF */
+    assert_false(http_utf8_valid("x\xe2\x82", 3, &at));            /* cut short */
+    assert_int_equal(at, 1);
+    assert_false(http_utf8_valid("\xc3\x28", 2, &at));             /* bad continuation */
+}
+
 /* ---- static files ---------------------------------------------------------------- */
 
 static void test_static_paths(void **state)
@@ -268,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_route_match_rejects),
         cmocka_unit_test(test_route_find),
         cmocka_unit_test(test_sse_format),
+        cmocka_unit_test(test_utf8),
         cmocka_unit_test(test_static_paths),
         cmocka_unit_test(test_render_dataset),
         cmocka_unit_test(test_render_job_progress),
