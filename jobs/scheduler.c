@@ -805,7 +805,7 @@ int sched_cancel(sched *s, int64_t job_id)
             end_job(s, job_id, "cancelled", NULL);
             ret = 0;
         } else {
-            ret = 1;                         /* done, failed or cancelled already */
+            ret = SCHED_ALREADY_ENDED;       /* done, failed or cancelled already */
         }
         store_job_clear(&j);
     } else if (ret != STORE_NOT_FOUND) {

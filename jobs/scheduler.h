@@ -30,8 +30,12 @@ typedef struct sched_config {
 sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen);
 /* A job was queued: look at the queue now. */
 void sched_wake(sched *s);
-/* Cancels a queued or running job. Returns 0, STORE_NOT_FOUND, or 1 if it has
- * already ended. */
+/* sched_cancel's answer for a job that had already ended (distinct from
+ * STORE_NOT_FOUND). */
+#define SCHED_ALREADY_ENDED 2
+
+/* Cancels a queued or running job. Returns 0, STORE_NOT_FOUND,
+ * SCHED_ALREADY_ENDED, or -1 on a store error. */
 int sched_cancel(sched *s, int64_t job_id);
 /* Stops the scheduler: running workers get SIGTERM and are waited for. */
 void sched_stop(sched *s);

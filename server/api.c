@@ -292,15 +292,13 @@ static int h_job_cancel(request *r)
     if (rc != 0)
         return http_store_error(r, "reading the job");
     store_job_clear(&j);
-    /* sched_cancel's "already ended" (1) has the value of STORE_NOT_FOUND; the
-     * job exists (read just above), so a 1 is told apart by reading it again. */
     rc = sched_cancel(r->srv->sched, r->id);
-    if (rc != 0 && rc != 1)
-        return http_store_error(r, "cancelling the job");
-    if (rc == 1) {
+    if (rc == STORE_NOT_FOUND)
+        return not_found(r, "job");                  /* deleted meanwhile */
+    if (rc == SCHED_ALREADY_ENDED) {
         rc = store_job_get(r->srv->st, r->id, &j);
         if (rc == STORE_NOT_FOUND)
-            return not_found(r, "job");              /* deleted meanwhile */
+            return not_found(r, "job");
         if (rc != 0)
             return http_store_error(r, "reading the job");
         char status[16];
@@ -309,6 +307,8 @@ static int h_job_cancel(request *r)
         return http_error(r, MHD_HTTP_CONFLICT, "job_finished", "job %lld has already ended (%s)",
                           (long long)r->id, status);
     }
+    if (rc != 0)
+        return http_store_error(r, "cancelling the job");
     return answer_job(r, MHD_HTTP_ACCEPTED, r->id);
 }
 

@@ -352,9 +352,9 @@ static void cancel_queued_running_and_stubborn(void **state)
     assert_non_null(strstr(ev[n - 1].data, "\"cancelled\""));
     clear_events(ev, n);
 
-    /* Ended jobs: 1; unknown ones: STORE_NOT_FOUND. */
-    assert_int_equal(sched_cancel(f->s, running), 1);
-    assert_int_equal(sched_cancel(f->s, queued), 1);
+    /* Ended jobs: SCHED_ALREADY_ENDED; unknown ones: STORE_NOT_FOUND. */
+    assert_int_equal(sched_cancel(f->s, running), SCHED_ALREADY_ENDED);
+    assert_int_equal(sched_cancel(f->s, queued), SCHED_ALREADY_ENDED);
     assert_int_equal(sched_cancel(f->s, 424242), STORE_NOT_FOUND);
 
     /* One that ignores SIGTERM is killed after the grace period. */
