@@ -357,38 +357,80 @@ static bool valid_job_status(const char *st)
     return false;
 }
 
-/* Reads the ids of a one-column query into a malloc'ed array. Resets q. */
-static int collect_ids(store *s, sqlite3_stmt *q, int64_t **ids, size_t *n)
+/* How to read one kind of row (a dataset, a job, a metric, an id) into an
+ * element of an array. */
+typedef struct row_kind {
+    size_t size;                                /* of one element */
+    int (*read)(sqlite3_stmt *q, void *elem);   /* 0, or -1 out of memory (elem left clear) */
+    void (*clear)(void *elem);                  /* frees what read took; NULL: nothing */
+} row_kind;
+
+/* Steps q (its parameters bound) to its first row and reads it into out:
+ * 0, STORE_NOT_FOUND when there is no row, -1 on an error (logged as what).
+ * Resets q. Call with s->mu held. */
+static int read_one(store *s, sqlite3_stmt *q, const row_kind *k, const char *what, void *out)
 {
-    int64_t *arr = NULL;
+    int ret = -1;
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW)
+        ret = k->read(q, out);
+    else if (rc == SQLITE_DONE)
+        ret = STORE_NOT_FOUND;
+    else
+        log_db_error(s, what);
+    stmt_done(q);
+    return ret;
+}
+
+/* Steps q (its parameters bound) to its end, reading every row into a new
+ * malloc'ed array: 0 with *out and *n (NULL and 0 for no rows), or -1 on an
+ * error (logged as what) with *out and *n untouched. Resets q. Call with
+ * s->mu held. */
+static int read_all(store *s, sqlite3_stmt *q, const row_kind *k, const char *what, void **out,
+                    size_t *n)
+{
+    char *arr = NULL;
     size_t len = 0, cap = 0;
     int rc;
-    *ids = NULL;
-    *n = 0;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         if (len == cap) {
             size_t ncap = cap ? cap * 2 : 16;
-            int64_t *na = realloc(arr, ncap * sizeof *na);
+            char *na = ncap <= SIZE_MAX / k->size ? realloc(arr, ncap * k->size) : NULL;
             if (!na)
-                goto fail;
+                goto oom;
             arr = na;
             cap = ncap;
         }
-        arr[len++] = sqlite3_column_int64(q, 0);
+        if (k->read(q, arr + len * k->size) != 0)
+            goto oom;
+        len++;
     }
     if (rc != SQLITE_DONE) {
-        log_db_error(s, "reading ids");
+        log_db_error(s, what);
         goto fail;
     }
     stmt_done(q);
-    *ids = arr;
+    *out = arr;
     *n = len;
     return 0;
+oom:
+    fprintf(stderr, "kiln: store: %s: out of memory after %zu rows\n", what, len);
 fail:
     stmt_done(q);
+    for (size_t i = 0; k->clear && i < len; i++)
+        k->clear(arr + i * k->size);
     free(arr);
     return -1;
 }
+
+/* Rows of one id column (ST_JOB_NEXT_QUEUED, ST_JOB_IDS_STATUS). */
+static int read_id(sqlite3_stmt *q, void *elem)
+{
+    *(int64_t *)elem = sqlite3_column_int64(q, 0);
+    return 0;
+}
+
+static const row_kind id_rows = { sizeof(int64_t), read_id, NULL };
 
 /* ---- datasets ------------------------------------------------------------- */
 
@@ -449,9 +491,10 @@ int store_dataset_finish(store *s, int64_t id, const char *status, const char *i
     return ret;
 }
 
-/* Fills d from a row of DS_COLS. Returns 0, or -1 when out of memory. */
-static int read_dataset(sqlite3_stmt *q, store_dataset *d)
+/* Fills a store_dataset from a row of DS_COLS. Returns 0, or -1 when out of memory. */
+static int read_dataset(sqlite3_stmt *q, void *elem)
 {
+    store_dataset *d = elem;
     memset(d, 0, sizeof *d);
     d->id = sqlite3_column_int64(q, 0);
     d->progress = sqlite3_column_double(q, 3);
@@ -467,20 +510,12 @@ static int read_dataset(sqlite3_stmt *q, store_dataset *d)
     return 0;
 }
 
-/* Runs a single-row dataset query whose parameter 1 is bound. */
-static int dataset_one(store *s, sqlite3_stmt *q, store_dataset *out)
+static void clear_dataset(void *elem)
 {
-    int ret = -1;
-    int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW)
-        ret = read_dataset(q, out);
-    else if (rc == SQLITE_DONE)
-        ret = STORE_NOT_FOUND;
-    else
-        log_db_error(s, "reading dataset");
-    stmt_done(q);
-    return ret;
+    store_dataset_clear(elem);
 }
+
+static const row_kind dataset_rows = { sizeof(store_dataset), read_dataset, clear_dataset };
 
 int store_dataset_get(store *s, int64_t id, store_dataset *out)
 {
@@ -489,7 +524,7 @@ int store_dataset_get(store *s, int64_t id, store_dataset *out)
     sqlite3_stmt *q = stmt_get(s, ST_DS_GET, NULL, 0);
     if (q) {
         if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
-            ret = dataset_one(s, q, out);
+            ret = read_one(s, q, &dataset_rows, "reading dataset", out);
         else
             stmt_done(q);
     }
@@ -504,7 +539,7 @@ int store_dataset_find_by_name(store *s, const char *name, store_dataset *out)
     sqlite3_stmt *q = stmt_get(s, ST_DS_BY_NAME, NULL, 0);
     if (q) {
         if (sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT) == SQLITE_OK)
-            ret = dataset_one(s, q, out);
+            ret = read_one(s, q, &dataset_rows, "reading dataset", out);
         else
             stmt_done(q);
     }
@@ -514,41 +549,15 @@ int store_dataset_find_by_name(store *s, const char *name, store_dataset *out)
 
 int store_dataset_list(store *s, store_dataset **out, size_t *n)
 {
-    store_dataset *arr = NULL;
-    size_t len = 0, cap = 0;
-    int ret = -1, rc;
+    void *arr = NULL;
     *out = NULL;
     *n = 0;
     lock(s);
+    int ret = -1;
     sqlite3_stmt *q = stmt_get(s, ST_DS_LIST, NULL, 0);
-    if (!q)
-        goto out;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            store_dataset *na = realloc(arr, ncap * sizeof *na);
-            if (!na)
-                goto out;
-            arr = na;
-            cap = ncap;
-        }
-        if (read_dataset(q, &arr[len]) != 0)
-            goto out;
-        len++;
-    }
-    if (rc != SQLITE_DONE) {
-        log_db_error(s, "listing datasets");
-        goto out;
-    }
-    *out = arr;
-    *n = len;
-    arr = NULL;
-    ret = 0;
-out:
-    stmt_done(q);
+    if (q && (ret = read_all(s, q, &dataset_rows, "listing datasets", &arr, n)) == 0)
+        *out = arr;
     unlock(s);
-    if (arr)
-        store_dataset_list_free(arr, len);
     return ret;
 }
 
@@ -672,9 +681,10 @@ int store_job_set_config(store *s, int64_t id, const char *config_json)
     return ret;
 }
 
-/* Fills j from a row of JOB_COLS. Returns 0, or -1 when out of memory. */
-static int read_job(sqlite3_stmt *q, store_job *j)
+/* Fills a store_job from a row of JOB_COLS. Returns 0, or -1 when out of memory. */
+static int read_job(sqlite3_stmt *q, void *elem)
 {
+    store_job *j = elem;
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(q, 0);
     j->dataset_id = sqlite3_column_int64(q, 1);
@@ -698,22 +708,23 @@ static int read_job(sqlite3_stmt *q, store_job *j)
     return 0;
 }
 
+static void clear_job(void *elem)
+{
+    store_job_clear(elem);
+}
+
+static const row_kind job_rows = { sizeof(store_job), read_job, clear_job };
+
 int store_job_get(store *s, int64_t id, store_job *out)
 {
     lock(s);
     int ret = -1;
     sqlite3_stmt *q = stmt_get(s, ST_JOB_GET, NULL, 0);
     if (q) {
-        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK) {
-            int rc = sqlite3_step(q);
-            if (rc == SQLITE_ROW)
-                ret = read_job(q, out);
-            else if (rc == SQLITE_DONE)
-                ret = STORE_NOT_FOUND;
-            else
-                log_db_error(s, "reading job");
-        }
-        stmt_done(q);
+        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
+            ret = read_one(s, q, &job_rows, "reading job", out);
+        else
+            stmt_done(q);
     }
     unlock(s);
     return ret;
@@ -721,41 +732,15 @@ int store_job_get(store *s, int64_t id, store_job *out)
 
 int store_job_list(store *s, store_job **out, size_t *n)
 {
-    store_job *arr = NULL;
-    size_t len = 0, cap = 0;
-    int ret = -1, rc;
+    void *arr = NULL;
     *out = NULL;
     *n = 0;
     lock(s);
+    int ret = -1;
     sqlite3_stmt *q = stmt_get(s, ST_JOB_LIST, NULL, 0);
-    if (!q)
-        goto out;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            store_job *na = realloc(arr, ncap * sizeof *na);
-            if (!na)
-                goto out;
-            arr = na;
-            cap = ncap;
-        }
-        if (read_job(q, &arr[len]) != 0)
-            goto out;
-        len++;
-    }
-    if (rc != SQLITE_DONE) {
-        log_db_error(s, "listing jobs");
-        goto out;
-    }
-    *out = arr;
-    *n = len;
-    arr = NULL;
-    ret = 0;
-out:
-    stmt_done(q);
+    if (q && (ret = read_all(s, q, &job_rows, "listing jobs", &arr, n)) == 0)
+        *out = arr;
     unlock(s);
-    if (arr)
-        store_job_list_free(arr, len);
     return ret;
 }
 
@@ -764,24 +749,15 @@ int store_job_next_queued(store *s, int64_t *id)
     lock(s);
     int ret = -1;
     sqlite3_stmt *q = stmt_get(s, ST_JOB_NEXT_QUEUED, NULL, 0);
-    if (q) {
-        int rc = sqlite3_step(q);
-        if (rc == SQLITE_ROW) {
-            *id = sqlite3_column_int64(q, 0);
-            ret = 0;
-        } else if (rc == SQLITE_DONE) {
-            ret = STORE_NOT_FOUND;
-        } else {
-            log_db_error(s, "next queued job");
-        }
-        stmt_done(q);
-    }
+    if (q)
+        ret = read_one(s, q, &id_rows, "next queued job", id);
     unlock(s);
     return ret;
 }
 
 int store_job_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n)
 {
+    void *arr = NULL;
     *ids = NULL;
     *n = 0;
     lock(s);
@@ -789,11 +765,13 @@ int store_job_ids_with_status(store *s, const char *status, int64_t **ids, size_
     sqlite3_stmt *q = stmt_get(s, ST_JOB_IDS_STATUS, NULL, 0);
     if (q) {
         if (sqlite3_bind_text(q, 1, status, -1, SQLITE_TRANSIENT) == SQLITE_OK)
-            ret = collect_ids(s, q, ids, n);
+            ret = read_all(s, q, &id_rows, "reading ids", &arr, n);
         else
             stmt_done(q);
     }
     unlock(s);
+    if (ret == 0)
+        *ids = arr;
     return ret;
 }
 
@@ -859,48 +837,25 @@ int store_metric_insert(store *s, int64_t job_id, const store_metric *m)
     return ret;
 }
 
-/* Reads rows of METRIC_COLS into a malloc'ed array. Resets q. */
-static int collect_metrics(store *s, sqlite3_stmt *q, store_metric **out, size_t *n)
+/* Fills a store_metric from a row of METRIC_COLS (a NULL value reads as NaN). */
+static int read_metric(sqlite3_stmt *q, void *elem)
 {
-    store_metric *arr = NULL;
-    size_t len = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            store_metric *na = realloc(arr, ncap * sizeof *na);
-            if (!na) {
-                fprintf(stderr, "kiln: store: out of memory reading %zu metrics\n", len);
-                goto fail;
-            }
-            arr = na;
-            cap = ncap;
-        }
-        store_metric *m = &arr[len++];
-        memset(m, 0, sizeof *m);
-        m->step = sqlite3_column_int64(q, 0);
-        m->epoch = sqlite3_column_double(q, 1);
-        const unsigned char *tag = sqlite3_column_text(q, 2);
-        snprintf(m->tag, sizeof m->tag, "%s", tag ? (const char *)tag : "");
-        m->value = sqlite3_column_type(q, 3) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 3);
-        m->wall_time = sqlite3_column_double(q, 4);
-    }
-    if (rc != SQLITE_DONE) {
-        log_db_error(s, "reading metrics");
-        goto fail;
-    }
-    stmt_done(q);
-    *out = arr;
-    *n = len;
+    store_metric *m = elem;
+    memset(m, 0, sizeof *m);
+    m->step = sqlite3_column_int64(q, 0);
+    m->epoch = sqlite3_column_double(q, 1);
+    const unsigned char *tag = sqlite3_column_text(q, 2);
+    snprintf(m->tag, sizeof m->tag, "%s", tag ? (const char *)tag : "");
+    m->value = sqlite3_column_type(q, 3) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 3);
+    m->wall_time = sqlite3_column_double(q, 4);
     return 0;
-fail:
-    stmt_done(q);
-    free(arr);
-    return -1;
 }
+
+static const row_kind metric_rows = { sizeof(store_metric), read_metric, NULL };
 
 int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric **out, size_t *n)
 {
+    void *arr = NULL;
     *out = NULL;
     *n = 0;
     lock(s);
@@ -911,11 +866,13 @@ int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric
         if (b == SQLITE_OK)
             b = sqlite3_bind_int64(q, 2, since_step);
         if (b == SQLITE_OK)
-            ret = collect_metrics(s, q, out, n);
+            ret = read_all(s, q, &metric_rows, "reading metrics", &arr, n);
         else
             stmt_done(q);
     }
     unlock(s);
+    if (ret == 0)
+        *out = arr;
     return ret;
 }
 
@@ -938,6 +895,7 @@ int store_metric_delete(store *s, int64_t job_id, int64_t after_step)
 
 int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n)
 {
+    void *arr = NULL;
     *out = NULL;
     *n = 0;
     lock(s);
@@ -945,10 +903,12 @@ int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n)
     sqlite3_stmt *q = stmt_get(s, ST_METRIC_LATEST, NULL, 0);
     if (q) {
         if (sqlite3_bind_int64(q, 1, job_id) == SQLITE_OK)
-            ret = collect_metrics(s, q, out, n);
+            ret = read_all(s, q, &metric_rows, "reading metrics", &arr, n);
         else
             stmt_done(q);
     }
     unlock(s);
+    if (ret == 0)
+        *out = arr;
     return ret;
 }

@@ -21,7 +21,10 @@
  *     that follows must use the same plan.
  *
  * Layouts: activations are dense NCHW (a dense layer reads its input as
- * N x (C*H*W), which is why flatten is only a view); conv weights are
+ * N x (C*H*W), which is why flatten is only a view) unless an op's descriptor
+ * says BE_BLOCKED16 (be_layout below: the net keeps runs of convolution,
+ * batch norm, activation, add and pooling layers in the blocked layout the
+ * CPU kernels want, with no reorders between them); conv weights are
  * (K, C/groups, KH, KW) and dense weights (OUT, IN), row-major: the layout of
  * the saved safetensors files and of ONNX.
  *
@@ -34,6 +37,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct be_ctx be_ctx;
 typedef struct be_buf be_buf;
@@ -46,6 +50,15 @@ enum {
     BE_BWD_WEIGHTS = 4,    /* gradient with respect to weights and bias */
 };
 
+/* How an activation (and its gradient) is laid out in its buffer. BE_PLAIN is
+ * dense NCHW. BE_BLOCKED16 keeps channels in blocks of 16 innermost (oneDNN's
+ * nChw16c: [n][c/16][h][w][16]), the layout the CPU kernels run fastest on;
+ * it is only used where c is a multiple of 16, so a blocked tensor has the
+ * same size as a plain one and element-wise ops (acc, dropout) need not care.
+ * Ops that take a layout field read their inputs and write their outputs in
+ * it; a zeroed descriptor means plain everywhere. */
+typedef enum be_layout { BE_PLAIN = 0, BE_BLOCKED16 } be_layout;
+
 /* 2-D convolution (cross-correlation, as every framework computes it). */
 typedef struct be_conv_desc {
     int n;                          /* batch */
@@ -57,9 +70,15 @@ typedef struct be_conv_desc {
     int dil_h, dil_w;               /* 1 = ordinary kernel */
     int groups;                     /* divides c and k */
     bool bias;
+    be_layout src_layout;           /* x and dx */
+    be_layout dst_layout;           /* y and dy */
 } be_conv_desc;
 
-typedef enum be_pool_alg { BE_POOL_MAX } be_pool_alg;
+typedef enum be_pool_alg {
+    BE_POOL_MAX,
+    BE_POOL_AVG_EXCLUDE_PAD,        /* mean over the window's positions inside the input */
+    BE_POOL_AVG_INCLUDE_PAD,        /* sum over the window / its full kernel area */
+} be_pool_alg;
 
 typedef struct be_pool_desc {
     be_pool_alg alg;
@@ -68,6 +87,8 @@ typedef struct be_pool_desc {
     int kh, kw;
     int stride_h, stride_w;
     int pad_t, pad_l, pad_b, pad_r; /* padded positions never win a max */
+    be_layout src_layout;           /* x and dx */
+    be_layout dst_layout;           /* y and dy */
 } be_pool_desc;
 
 /* Dense (fully connected): y[n][out] = x[n][in] . W[out][in] + b[out]. */
@@ -76,14 +97,58 @@ typedef struct be_dense_desc {
     bool bias;
 } be_dense_desc;
 
-typedef enum be_act_alg { BE_ACT_RELU } be_act_alg;
+typedef enum be_act_alg {
+    BE_ACT_RELU,                    /* max(x, 0); with alpha > 0 leaky: x < 0 -> alpha x */
+    BE_ACT_SIGMOID,                 /* 1 / (1 + exp(-x)) */
+    BE_ACT_TANH,
+} be_act_alg;
 
-/* Element-wise activation over n images of `size` elements each. */
+/* Element-wise activation over n images of `size` elements each. Every
+ * algorithm's backward pass is computed from the forward output y (relu with
+ * alpha >= 0 only: the sign of y is the sign of x). */
 typedef struct be_act_desc {
     be_act_alg alg;
     int n;
     size_t size;
+    float alpha;                    /* BE_ACT_RELU: the negative slope (0 = plain ReLU) */
+    be_layout layout;               /* x, y, dx, dy */
+    int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
 } be_act_desc;
+
+/* Batch normalization over (n, c, h, w) per channel c, with a scale and a
+ * shift of c elements each:  y = scale (x - mean) / sqrt(var + eps) + shift.
+ * Training uses the batch's mean and biased variance (written out for the
+ * running statistics and the backward pass); inference reads given ones. */
+typedef struct be_bn_desc {
+    int n, c, h, w;
+    float eps;
+    be_layout layout;               /* x, y, dx, dy */
+} be_bn_desc;
+
+/* Element-wise sum of k >= 2 tensors of n images x `size` elements (add). */
+#define BE_MAX_INPUTS 15
+typedef struct be_add_desc {
+    int n, k;
+    size_t size;
+    be_layout layout;               /* every input and the output */
+    int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
+} be_add_desc;
+
+/* Concatenation of k >= 2 NCHW tensors along channels: input i has c[i]
+ * channels of h x w; the output has the sum of them, in order. */
+typedef struct be_concat_desc {
+    int n, k, h, w;
+    int c[BE_MAX_INPUTS];
+} be_concat_desc;
+
+/* Dropout over count elements, in a layout (engine/backend.h, be_layout). */
+typedef struct be_dropout_desc {
+    size_t count;
+    float rate;                     /* in [0, 1) */
+    be_layout layout;
+    int c;                          /* BE_BLOCKED16: channels of one image ... */
+    size_t hw;                      /* ... of hw elements each */
+} be_dropout_desc;
 
 /* Softmax cross-entropy over n rows of `classes` FP32 logits. */
 typedef struct be_xent_desc {
@@ -94,6 +159,21 @@ typedef struct be_xent_desc {
 typedef struct be_sgd {
     float lr, momentum, weight_decay;
 } be_sgd;
+
+/* Hyper-parameters of one update by optim_update (engine/optim.h; formulas
+ * ew_sgd and ew_adam in engine/elementwise.h). */
+typedef enum be_optim_kind { BE_OPT_SGD, BE_OPT_ADAM } be_optim_kind;
+typedef struct be_optim {
+    be_optim_kind kind;
+    float lr;
+    float grad_scale;               /* multiplies the gradient (clipping, LARC); 1 = none */
+    float weight_decay;             /* L2, added to the gradient */
+    float momentum;                 /* SGD */
+    bool nesterov;                  /* SGD */
+    float beta1, beta2, eps;        /* Adam */
+    float decoupled_wd;             /* AdamW's decay, applied to the weights */
+    float bc1, sbc2;                /* Adam: 1 - beta1^t and sqrt(1 - beta2^t) */
+} be_optim;
 
 typedef struct backend {
     const char *name;                       /* "cpu", later "cuda" */
@@ -158,6 +238,58 @@ typedef struct backend {
     int (*act_bwd)(be_ctx *ctx, be_plan *p, const be_buf *y, const be_buf *dy,
                    be_buf *dx, char *err, size_t errlen);
 
+    /* ---- batch normalization ---- */
+    int (*bn_plan)(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out,
+                   char *err, size_t errlen);
+    /* training: y from the batch statistics, which are written to mean and var
+     * (c floats each; var biased, divided by n*h*w). Otherwise y from the given
+     * mean and var (the running statistics). */
+    int (*bn_fwd)(be_ctx *ctx, be_plan *p, bool training, const be_buf *x,
+                  const be_buf *scale, const be_buf *shift, be_buf *mean, be_buf *var,
+                  be_buf *y, char *err, size_t errlen);
+    /* Gradient of the latest training bn_fwd (mean, var as it wrote them):
+     * dx (overwritten; NULL: not wanted), dscale and dshift (overwritten).
+     * shift is not used in the arithmetic, but oneDNN asks for it. */
+    int (*bn_bwd)(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy,
+                  const be_buf *scale, const be_buf *shift, const be_buf *mean,
+                  const be_buf *var, be_buf *dx,
+                  be_buf *dscale, be_buf *dshift, char *err, size_t errlen);
+    /* Running statistics after a training step, per element of c channels
+     * (ew_bn_running): r = momentum r + (1 - momentum) batch, the variance
+     * made unbiased with m = n*h*w values per channel. */
+    int (*bn_running)(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_buf *mean,
+                      const be_buf *var, int c, float momentum, int64_t m,
+                      char *err, size_t errlen);
+
+    /* ---- add and concat ---- */
+    int (*add_plan)(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen);
+    /* y = xs[0] + ... + xs[k-1] (the backward pass is the identity: acc). */
+    int (*add_fwd)(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,
+                   char *err, size_t errlen);
+    int (*concat_plan)(be_ctx *ctx, const be_concat_desc *d, be_plan **out,
+                       char *err, size_t errlen);
+    int (*concat_fwd)(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,
+                      char *err, size_t errlen);
+    /* dx of input i from dy: dx = dy[input i's channels] + beta dx, beta 0 or 1. */
+    int (*concat_bwd)(be_ctx *ctx, be_plan *p, const be_buf *dy, int i, be_buf *dx,
+                      float beta, char *err, size_t errlen);
+
+    /* ---- element-wise helpers ---- */
+    /* dst = src + beta dst over count FP32 elements (beta 0: a copy; 1:
+     * gradient accumulation where an output feeds several layers). */
+    int (*acc)(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, float beta,
+               char *err, size_t errlen);
+    /* Inverted dropout over d->count elements (ew_dropout_keep): training,
+     * each element is kept with probability 1 - rate from the stream `seed`,
+     * drawn by its plain (NCHW) index whatever the layout, so that a layout
+     * does not change which elements drop; mask = kept / (1 - rate), stored
+     * in the data's layout, and y = x mask. Otherwise y = x. */
+    int (*dropout_fwd)(be_ctx *ctx, const be_dropout_desc *d, bool training, const be_buf *x,
+                       be_buf *mask, be_buf *y, uint64_t seed, char *err, size_t errlen);
+    /* dx = dy mask + beta dx (beta 0 or 1). */
+    int (*dropout_bwd)(be_ctx *ctx, const be_buf *mask, const be_buf *dy, be_buf *dx,
+                       size_t count, float beta, char *err, size_t errlen);
+
     /* ---- loss ---- */
     int (*xent_plan)(be_ctx *ctx, const be_xent_desc *d, be_plan **out,
                      char *err, size_t errlen);
@@ -178,6 +310,15 @@ typedef struct backend {
     /* count FP32 elements: w, v updated in place from g (ew_sgd_momentum). */
     int (*sgd_update)(be_ctx *ctx, be_buf *w, be_buf *v, const be_buf *g, size_t count,
                       const be_sgd *hp, char *err, size_t errlen);
+    /* count FP32 elements of w and its state updated in place from g:
+     * SGD (ew_sgd) with s1 the velocity, s2 unused (may be NULL); Adam
+     * (ew_adam) with s1 the first moment, s2 the second. */
+    int (*optim_update)(be_ctx *ctx, const be_optim *hp, be_buf *w, be_buf *s1, be_buf *s2,
+                        const be_buf *g, size_t count, char *err, size_t errlen);
+    /* *out = the sum of squares of count FP32 elements, in double, added in an
+     * order that does not depend on the thread count (gradient norms). */
+    int (*sumsq)(be_ctx *ctx, const be_buf *b, size_t count, double *out,
+                 char *err, size_t errlen);
 } backend;
 
 /* The CPU backend (engine/cpu/). */

@@ -17,6 +17,9 @@
  */
 #include "engine/dataset.h"
 
+#include "engine/fileio.h"   /* fio_commit, fio_write_atomic, fio_read_file */
+#include "engine/rng.h"      /* rng_splitmix64, rng_splitmix64_below */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -36,6 +39,7 @@
 #define KDS_ALIGN 64
 #define KDS_MAX_CHANNELS 4       /* ds_info.mean has room for 4 */
 #define INFO_FORMAT 1
+#define INFO_MAX_BYTES (64u << 20)  /* header.json */
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -57,27 +61,6 @@ static uint32_t rd32(const uint8_t *p) {
 static void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void wr32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* fsyncs the folder holding path so that a rename in it is durable. */
-static int fsync_parent(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        strcpy(dir, ".");
-    } else if (slash == path) {
-        strcpy(dir, "/");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir) return -1;
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
 }
 
 static char *str_cat(const char *a, const char *b) {
@@ -313,12 +296,9 @@ int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
         if (fread(buf, 1, n, wr->scratch) != n || write_all(wr->out, buf, n) != 0) goto io;
         left -= n;
     }
-    if (fflush(wr->out) != 0 || fsync(fileno(wr->out)) != 0) goto io;
-    int fc = fclose(wr->out);
+    FILE *out = wr->out;
     wr->out = NULL;
-    if (fc != 0) goto io;
-    if (rename(wr->tmp, wr->path) != 0) goto io;
-    fsync_parent(wr->path);
+    if (fio_commit(out, wr->tmp, wr->path) != 0) goto io;
     rc = 0;
     goto out;
 io:
@@ -352,45 +332,6 @@ void ds_info_free(ds_info *info) {
     info->nclasses = 0;
 }
 
-static char *read_small_file(const char *path, size_t max, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rbe");
-    char *buf = NULL;
-    if (!f) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    buf = malloc(cap + 1);
-    if (!buf) goto oom;
-    for (;;) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        if (cap >= max) {
-            set_err(err, errlen, "%s: larger than %zu bytes", path, max);
-            goto fail;
-        }
-        char *nb = realloc(buf, cap * 2 + 1);
-        if (!nb) goto oom;
-        buf = nb;
-        cap *= 2;
-    }
-    if (ferror(f)) {
-        set_err(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    buf[n] = '\0';
-    *len = n;
-    fclose(f);
-    return buf;
-oom:
-    set_err(err, errlen, "out of memory");
-fail:
-    free(buf);
-    fclose(f);
-    return NULL;
-}
-
 static int json_int(const cJSON *o, const char *key, long long lo, long long hi, long long *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(v)) return -1;
@@ -411,7 +352,7 @@ int ds_info_load(const char *dir, ds_info *out, char *err, size_t errlen) {
         set_err(err, errlen, "out of memory");
         goto out;
     }
-    text = read_small_file(path, 64u << 20, &len, err, errlen);
+    text = fio_read_file(path, INFO_MAX_BYTES, &len, err, errlen);
     if (!text) goto out;
     root = cJSON_ParseWithLength(text, len);
     if (!cJSON_IsObject(root)) {
@@ -509,34 +450,6 @@ out:
     return rc;
 }
 
-/* Writes text to path atomically (tmp + fsync + rename + fsync of the folder). */
-static int write_file_atomic(const char *path, const char *text, char *err, size_t errlen) {
-    char *tmp = str_cat(path, ".tmp");
-    if (!tmp) {
-        set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = -1;
-    FILE *f = fopen(tmp, "wbe");
-    if (!f) {
-        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    if (fclose(f) != 0) bad = 1;
-    if (bad || rename(tmp, path) != 0) {
-        set_err(err, errlen, "writing %s: %s", path, strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    fsync_parent(path);
-    rc = 0;
-out:
-    free(tmp);
-    return rc;
-}
-
 int ds_info_save(const char *dir, const ds_info *info, const char *source, char *err, size_t errlen) {
     int rc = -1;
     char *text = NULL, *path = NULL;
@@ -575,7 +488,7 @@ int ds_info_save(const char *dir, const ds_info *info, const char *source, char 
     text = cJSON_Print(root);
     path = str_cat(dir, "/header.json");
     if (!text || !path) goto oom;
-    rc = write_file_atomic(path, text, err, errlen);
+    rc = fio_write_atomic(path, text, strlen(text), err, errlen);
     goto out;
 oom:
     set_err(err, errlen, "out of memory");
@@ -621,37 +534,16 @@ struct loader {
     bool stop;
 };
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, bound), bound > 0 (Lemire's multiply-and-reject). */
-static uint64_t rand_below(uint64_t *state, uint64_t bound) {
-    unsigned __int128 m = (unsigned __int128)splitmix64(state) * bound;
-    uint64_t lo = (uint64_t)m;
-    if (lo < bound) {
-        uint64_t threshold = -bound % bound;
-        while (lo < threshold) {
-            m = (unsigned __int128)splitmix64(state) * bound;
-            lo = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
-
 /* The order of epoch `epoch`: a function of (seed, epoch) only. */
 static void make_perm(loader *l) {
     for (size_t i = 0; i < l->count; i++) l->perm[i] = (uint32_t)i;
     if (!l->shuffle || l->count < 2) return;
     uint64_t st = l->seed;
-    uint64_t mix = splitmix64(&st);
+    uint64_t mix = rng_splitmix64(&st);
     st = mix ^ ((uint64_t)(uint32_t)l->epoch * 0xD1B54A32D192ED03ull);
-    (void)splitmix64(&st);
+    (void)rng_splitmix64(&st);
     for (size_t i = l->count - 1; i > 0; i--) {
-        size_t j = (size_t)rand_below(&st, (uint64_t)i + 1);
+        size_t j = (size_t)rng_splitmix64_below(&st, (uint64_t)i + 1);
         uint32_t t = l->perm[i];
         l->perm[i] = l->perm[j];
         l->perm[j] = t;

@@ -37,6 +37,93 @@ static inline KILN_HD void ew_sgd_momentum(float *w, float *v, float g,
     *w = *w - lr * vn;
 }
 
+/* SGD with the options of engine/optim.h (PyTorch's torch.optim.SGD with
+ * dampening 0): gs scales the gradient (global-norm clipping and LARC, 1 =
+ * none), then
+ *     d = gs * g + wd * w;   v = mu * v + d;
+ *     w = w - lr * v               (classical momentum)
+ *     w = w - lr * (d + mu * v)    (nesterov != 0)
+ * With gs = 1 and nesterov = 0 this is ew_sgd_momentum exactly. */
+static inline KILN_HD void ew_sgd(float *w, float *v, float g, float gs, float lr, float mu,
+                                  float wd, int nesterov)
+{
+    float d = gs * g + wd * *w;
+    float vn = mu * *v + d;
+    *v = vn;
+    *w = *w - lr * (nesterov ? d + mu * vn : vn);
+}
+
+/* Adam and AdamW, in PyTorch's form (torch.optim.Adam / AdamW). t is the
+ * step count from 1; the host passes the bias corrections bc1 = 1 - b1^t and
+ * sbc2 = sqrt(1 - b2^t), computed in double. gs scales the gradient (global
+ * clipping), l2 is Adam's L2 weight decay (added to the gradient), dwd is
+ * AdamW's decoupled decay (applied to w before the step):
+ *     w = w * (1 - lr * dwd);   gg = gs * g + l2 * w
+ *     m = b1 m + (1 - b1) gg;   v = b2 v + (1 - b2) gg^2
+ *     w = w - (lr / bc1) * m / (sqrt(v) / sbc2 + eps) */
+static inline KILN_HD void ew_adam(float *w, float *m, float *v, float g, float gs, float lr,
+                                   float b1, float b2, float eps, float l2, float dwd,
+                                   float bc1, float sbc2)
+{
+    float wv = dwd != 0.0f ? *w * (1.0f - lr * dwd) : *w;
+    float gg = gs * g + l2 * wv;
+    float mn = b1 * *m + (1.0f - b1) * gg;
+    float vn = b2 * *v + (1.0f - b2) * gg * gg;
+    *m = mn;
+    *v = vn;
+    *w = wv - (lr / bc1) * (mn / (sqrtf(vn) / sbc2 + eps));
+}
+
+/* LARC's gradient multiplier for one tensor (seeds/000; NVCaffe's larc_policy
+ * and apex's LARC): from the tensor's weight norm wn and (clipped) gradient
+ * norm gn, the local rate trust = eta wn / (gn + wd wn + 1e-8). Policy
+ * "scale" multiplies the gradient by trust; "clip" by min(trust / lr, 1), so
+ * that the local rate never exceeds the global one. A zero norm (or lr <= 0
+ * for clip) leaves the gradient alone: 1. */
+static inline KILN_HD double ew_larc_factor(double wn, double gn, double lr, double wd,
+                                            double eta, int clip)
+{
+    if (!(wn > 0.0) || !(gn > 0.0))
+        return 1.0;
+    double trust = eta * wn / (gn + wd * wn + 1e-8);
+    if (!clip)
+        return trust;
+    if (!(lr > 0.0))
+        return 1.0;
+    return trust / lr < 1.0 ? trust / lr : 1.0;
+}
+
+/* ---- dropout --------------------------------------------------------------- */
+
+/* Whether element i survives dropout at `rate` in the stream `seed`: a
+ * counter-based draw (the splitmix64 finaliser of seed and i), so the mask
+ * depends neither on the thread count nor on the order elements are visited,
+ * and a GPU kernel draws the same one. u is the top 24 bits as a float in
+ * [0, 1); the element is kept when u >= rate. */
+static inline KILN_HD int ew_dropout_keep(unsigned long long seed, unsigned long long i,
+                                          float rate)
+{
+    unsigned long long z = seed + (i + 1ULL) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+    return u >= rate;
+}
+
+/* ---- batch normalization ----------------------------------------------------- */
+
+/* Running statistics after one training batch of m values per channel, in
+ * PyTorch's form with the Keras-style momentum of DESIGN.md (the weight of the
+ * old value): the running variance tracks the unbiased batch variance. */
+static inline KILN_HD void ew_bn_running(float *run_mean, float *run_var, float mean,
+                                         float var, float momentum, long long m)
+{
+    float unbiased = m > 1 ? var * ((float)m / (float)(m - 1)) : var;
+    *run_mean = momentum * *run_mean + (1.0f - momentum) * mean;
+    *run_var = momentum * *run_var + (1.0f - momentum) * unbiased;
+}
+
 /* ---- loss ------------------------------------------------------------------ */
 
 /* Softmax cross-entropy of one row of `classes` logits z, numerically stable

@@ -17,6 +17,11 @@ void init_fill(float *dst, size_t n, init_kind kind, int64_t fan_in, int64_t fan
         memset(dst, 0, n * sizeof *dst);
         return;
     }
+    if (kind == INIT_ONE) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = 1.0f;
+        return;
+    }
     if (fan_in < 1)
         fan_in = 1;
     if (fan_out < 1)

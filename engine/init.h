@@ -7,6 +7,7 @@
 
 typedef enum init_kind {
     INIT_ZERO,              /* biases */
+    INIT_ONE,               /* batch norm scales and running variances */
     INIT_GLOROT_UNIFORM,    /* U(-a, a), a = sqrt(6 / (fan_in + fan_out)) */
     INIT_HE_UNIFORM,        /* U(-a, a), a = sqrt(6 / fan_in): layers feeding a ReLU */
     INIT_HE_NORMAL,         /* N(0, 2 / fan_in) */

@@ -1,11 +1,24 @@
 /* engine/net.c: networks from specs, trained on a backend (engine/net.h).
  *
- * A net is a chain of layers (engine/spec.h) over buffers the backend owns:
- *   act[i]   the input of layer i (act[0] the images, act[L] the logits)
- *   grad[i]  dL/d act[i], only where some layer before i has parameters
- *            (the first layers' input gradients are never computed)
- * Flatten is a view: its act and grad are its input's buffers. Every buffer is
- * sized for max_batch; a batch of n uses the first n images.
+ * A net is a DAG of layers (engine/spec.h; each layer's inputs are earlier
+ * layers, so list order is a topological order) over buffers the backend owns:
+ *   act[a]   activation a: act[0] the images, act[i + 1] layer i's output,
+ *            act[L] the logits
+ *   grad[a]  dL/d act[a], only where a depends on some parameter (need_grad;
+ *            the first layers' input gradients are never computed)
+ * Flatten is a view: its act is its input's buffer, and so is its grad when
+ * the flatten is its input's only consumer. Where an activation feeds several
+ * layers, its gradient is the sum of their contributions: backward runs the
+ * layers in reverse order, the first contribution (from the last consumer)
+ * overwrites grad[a] and later ones are added (directly by ops that take a
+ * beta, through the scratch buffer `tmp` otherwise). Every buffer is sized for
+ * max_batch; a batch of n uses the first n images.
+ *
+ * Training and inference differ in dropout (a mask in training, the identity
+ * otherwise) and batch norm (batch statistics, which also update the running
+ * ones, in training; the running statistics otherwise). Dropout masks come
+ * from a stream derived from the seed, the layer's name and the step count,
+ * so runs repeat and a restored step count (net_set_step) resumes them.
  *
  * Plans (the backend's prepared operations) depend on the batch size, so a net
  * keeps plan sets: one for max_batch made at net_create, and up to
@@ -32,8 +45,10 @@
 #include "engine/backend.h"
 #include "engine/errors.h"
 #include "engine/init.h"
+#include "engine/rng.h"       /* rng_derive, rng_splitmix64: dropout streams */
 #include "engine/safetensors.h"   /* st_write, st_open, st_find */
 #include "engine/spec.h"
+#include "engine/optim.h"       /* optim_check, optim_create, optim_step */
 
 #define NET_PLAN_SETS 4
 #define PARAM_NAME_MAX (SPEC_NAME_MAX + 8)
@@ -56,8 +71,17 @@ typedef struct param {
 typedef struct layer {
     const layer_spec *s;
     int w, b;                       /* parameter indices, -1 for none */
-    bool need_dx;                   /* compute grad of the input */
+    int rm, rv;                     /* batchnorm: running mean and variance (n->stats) */
+    bool need_dx;                   /* compute the gradient of some input */
+    bool dx[SPEC_MAX_INPUTS];       /* ... of input k */
+    bool first[SPEC_MAX_INPUTS];    /* input k's gradient is overwritten, not added to */
+    bool grad_alias;                /* flatten: grad[out] is grad[in] */
+    uint64_t seed;                  /* dropout: the layer's stream */
+    be_buf *mask;                   /* dropout: the latest training mask */
+    be_buf *mean, *var;             /* batchnorm: the latest batch statistics */
 } layer;
+
+_Static_assert(SPEC_MAX_INPUTS == BE_MAX_INPUTS, "the spec's inputs fit the backend's");
 
 typedef struct plan_set {
     int n;                          /* batch size; 0: slot unused */
@@ -71,12 +95,19 @@ struct net {
     net_spec spec;
     int max_batch, classes;
     net_solver solver;
+    optim *opt;                     /* the solver's update and state (engine/optim.h) */
     int nlayers;
     layer *layers;
     int nparams;
     param *params;
+    int nstats;
+    param *stats;                   /* not trained: batch norm running statistics */
     be_buf **act, **grad;           /* nlayers + 1 each */
     bool *act_own, *grad_own;
+    bool *need_grad;                /* nlayers + 1: activation depends on a parameter */
+    be_layout *layout;              /* nlayers + 1: how activation a and its gradient lie */
+    be_buf *tmp;                    /* one activation: gradient contributions to add */
+    uint64_t seed, steps;           /* training steps run (dropout streams) */
     be_buf *labels;                 /* int32 x max_batch */
     be_buf *probs;                  /* float x max_batch x classes */
     plan_set sets[NET_PLAN_SETS];
@@ -178,13 +209,49 @@ out:
     return rc;
 }
 
+/* Batch norm: scale (1) and shift (0), trained without weight decay, and the
+ * running mean (0) and variance (1), which are state, not parameters. */
+static int make_bn_params(net *n, layer *l, uint64_t seed, char *err, size_t errlen)
+{
+    const layer_spec *s = l->s;
+    int64_t shape[1] = { s->in.c };
+    l->w = n->nparams;
+    if (add_param(n, s, "weight", 1, shape, false, INIT_ONE, 0, 0, seed, err, errlen) < 0)
+        return -1;
+    l->b = n->nparams;
+    if (add_param(n, s, "bias", 1, shape, false, INIT_ZERO, 0, 0, seed, err, errlen) < 0)
+        return -1;
+    /* The running statistics go through add_param into the params array's
+     * slots past the end, then move to stats. */
+    for (int k = 0; k < 2; k++) {
+        int keep = n->nparams;
+        if (add_param(n, s, k ? "running_var" : "running_mean", 1, shape, false,
+                      k ? INIT_ONE : INIT_ZERO, 0, 0, seed, err, errlen) < 0) {
+            n->stats[n->nstats++] = n->params[keep];
+            memset(&n->params[keep], 0, sizeof n->params[keep]);
+            n->nparams = keep;
+            return -1;
+        }
+        n->stats[n->nstats] = n->params[keep];
+        memset(&n->params[keep], 0, sizeof n->params[keep]);
+        n->nparams = keep;
+        *(k ? &l->rv : &l->rm) = n->nstats++;
+    }
+    if (!(l->mean = alloc_floats(n, (size_t)s->in.c, err, errlen)) ||
+        !(l->var = alloc_floats(n, (size_t)s->in.c, err, errlen)))
+        return -1;
+    return 0;
+}
+
 static int make_params(net *n, uint64_t seed, char *err, size_t errlen)
 {
     int max = 0;
     for (int i = 0; i < n->nlayers; i++)
-        max += (n->spec.layers[i].kind == LAYER_CONV2D || n->spec.layers[i].kind == LAYER_DENSE)
-               ? 2 : 0;
-    if (max && !(n->params = calloc((size_t)max, sizeof *n->params)))
+        max += (n->spec.layers[i].kind == LAYER_CONV2D || n->spec.layers[i].kind == LAYER_DENSE ||
+                n->spec.layers[i].kind == LAYER_BATCHNORM) ? 2 : 0;
+    /* one spare slot: make_bn_params passes statistics through it */
+    if (max && (!(n->params = calloc((size_t)max + 1, sizeof *n->params)) ||
+                !(n->stats = calloc((size_t)max, sizeof *n->stats))))
         return eng_err(err, errlen, "out of memory");
     for (int i = 0; i < n->nlayers; i++) {
         layer *l = &n->layers[i];
@@ -213,6 +280,10 @@ static int make_params(net *n, uint64_t seed, char *err, size_t errlen)
             fan_out = shape[0];
             bias = s->u.dense.bias;
             bshape[0] = s->u.dense.units;
+        } else if (s->kind == LAYER_BATCHNORM) {
+            if (make_bn_params(n, l, seed, err, errlen) < 0)
+                return layer_fail(l, err, errlen);
+            continue;
         } else {
             continue;
         }
@@ -230,41 +301,187 @@ static int make_params(net *n, uint64_t seed, char *err, size_t errlen)
     return 0;
 }
 
-static size_t act_count(const net *n, int i)
+static size_t act_count(const net *n, int a)
 {
-    net_shape s = i == 0 ? n->spec.in : n->spec.layers[i - 1].out;
-    return (size_t)n->max_batch * (size_t)spec_shape_size(s);
+    return (size_t)n->max_batch * (size_t)spec_shape_size(spec_act_shape(&n->spec, a));
+}
+
+/* Which activations need gradients, which inputs each layer differentiates,
+ * and which contribution to each gradient comes first in backward order
+ * (seen: L + 1 zeroed flags to work in). */
+static void plan_gradients(net *n, bool *seen)
+{
+    int L = n->nlayers;
+    n->need_grad[0] = false;
+    for (int i = 0; i < L; i++) {
+        layer *l = &n->layers[i];
+        bool any = spec_layer_params(l->s) > 0;
+        l->need_dx = false;
+        for (int k = 0; k < l->s->ninputs; k++) {
+            l->dx[k] = n->need_grad[l->s->inputs[k]];
+            l->need_dx = l->need_dx || l->dx[k];
+            any = any || l->dx[k];
+        }
+        n->need_grad[i + 1] = any;
+    }
+    for (int i = L - 1; i >= 0; i--) {
+        layer *l = &n->layers[i];
+        for (int k = 0; k < l->s->ninputs; k++) {
+            int a = l->s->inputs[k];
+            l->first[k] = !seen[a];
+            seen[a] = true;
+        }
+    }
+}
+
+/* Layers that map an input layout to the same output layout (element-wise
+ * and per-channel), layers that take any input layout and write any output
+ * layout (convolution, pooling), and those that need plain data. */
+static bool layout_preserving(layer_kind k)
+{
+    return k == LAYER_RELU || k == LAYER_LEAKY_RELU || k == LAYER_SIGMOID || k == LAYER_TANH ||
+           k == LAYER_BATCHNORM || k == LAYER_ADD || k == LAYER_DROPOUT;
+}
+
+static bool layout_converting(layer_kind k)
+{
+    return k == LAYER_CONV2D || k == LAYER_MAXPOOL || k == LAYER_AVGPOOL ||
+           k == LAYER_GLOBAL_AVGPOOL;
+}
+
+static int uf_find(int *parent, int a)
+{
+    while (parent[a] != a)
+        a = parent[a] = parent[parent[a]];
+    return a;
+}
+
+/* Activations kept in the blocked layout (engine/backend.h, be_layout):
+ * groups of activations joined by layout-preserving layers are blocked
+ * together when every member has a multiple of 16 channels, is made by a
+ * convolution, a pooling or a preserving layer, and is read only by such
+ * layers; the images, the logits and whatever feeds flatten, dense or concat
+ * stay plain. So the data is reordered only where a convolution's or
+ * pooling's kernel wants another layout, not around every layer.
+ * KILN_CPU_PLAIN_LAYOUTS=1 in the environment keeps everything plain (for
+ * comparisons). */
+static int plan_layouts(net *n, char *err, size_t errlen)
+{
+    int L = n->nlayers;
+    int *parent = calloc((size_t)L + 1, sizeof *parent);
+    bool *bad = calloc((size_t)L + 1, sizeof *bad);
+    const char *env = getenv("KILN_CPU_PLAIN_LAYOUTS");
+    bool off = env && strcmp(env, "1") == 0;
+    if (!parent || !bad) {
+        free(parent);
+        free(bad);
+        return eng_err(err, errlen, "out of memory");
+    }
+    for (int a = 0; a <= L; a++)
+        parent[a] = a;
+    for (int i = 0; i < L; i++) {
+        const layer_spec *s = &n->spec.layers[i];
+        if (layout_preserving(s->kind))
+            for (int k = 0; k < s->ninputs; k++)
+                parent[uf_find(parent, s->inputs[k])] = uf_find(parent, i + 1);
+    }
+    bad[uf_find(parent, 0)] = bad[uf_find(parent, L)] = true;
+    for (int a = 1; a <= L; a++) {
+        layer_kind made = n->spec.layers[a - 1].kind;
+        if (off || spec_act_shape(&n->spec, a).c % 16 ||
+            !(layout_preserving(made) || layout_converting(made)))
+            bad[uf_find(parent, a)] = true;
+    }
+    for (int i = 0; i < L; i++) {
+        const layer_spec *s = &n->spec.layers[i];
+        if (!layout_preserving(s->kind) && !layout_converting(s->kind))
+            for (int k = 0; k < s->ninputs; k++)
+                bad[uf_find(parent, s->inputs[k])] = true;
+    }
+    for (int a = 0; a <= L; a++)
+        n->layout[a] = bad[uf_find(parent, a)] ? BE_PLAIN : BE_BLOCKED16;
+    free(parent);
+    free(bad);
+    return 0;
+}
+
+/* How many layer inputs read activation a. */
+static int consumers(const net *n, int a)
+{
+    int c = 0;
+    for (int i = 0; i < n->nlayers; i++)
+        for (int k = 0; k < n->spec.layers[i].ninputs; k++)
+            c += n->spec.layers[i].inputs[k] == a;
+    return c;
 }
 
 /* Activation and gradient buffers (see the top of this file). */
 static int make_buffers(net *n, char *err, size_t errlen)
 {
     int L = n->nlayers;
+    size_t most = 0;
+    bool want_tmp = false;
     if (!(n->act = calloc((size_t)L + 1, sizeof *n->act)) ||
         !(n->grad = calloc((size_t)L + 1, sizeof *n->grad)) ||
         !(n->act_own = calloc((size_t)L + 1, sizeof *n->act_own)) ||
-        !(n->grad_own = calloc((size_t)L + 1, sizeof *n->grad_own)))
+        !(n->grad_own = calloc((size_t)L + 1, sizeof *n->grad_own)) ||
+        !(n->need_grad = calloc((size_t)L + 1, sizeof *n->need_grad)) ||
+        !(n->layout = calloc((size_t)L + 1, sizeof *n->layout)))
         return eng_err(err, errlen, "out of memory");
-    for (int i = 0; i <= L; i++) {
-        if (i > 0 && n->layers[i - 1].s->kind == LAYER_FLATTEN) {
-            n->act[i] = n->act[i - 1];
+    if (plan_layouts(n, err, errlen) < 0)
+        return -1;
+    bool *seen = calloc((size_t)L + 1, sizeof *seen);
+    if (!seen)
+        return eng_err(err, errlen, "out of memory");
+    plan_gradients(n, seen);
+    free(seen);
+    for (int a = 0; a <= L; a++) {
+        const layer *l = a > 0 ? &n->layers[a - 1] : NULL;
+        if (l && l->s->kind == LAYER_FLATTEN) {
+            n->act[a] = n->act[l->s->inputs[0]];
             continue;
         }
-        if (!(n->act[i] = alloc_floats(n, act_count(n, i), err, errlen)))
+        if (!(n->act[a] = alloc_floats(n, act_count(n, a), err, errlen)))
             return -1;
-        n->act_own[i] = true;
+        n->act_own[a] = true;
+        if (act_count(n, a) > most)
+            most = act_count(n, a);
     }
-    for (int i = L; i >= 1; i--) {
-        if (i < L && !n->layers[i].need_dx)
+    n->need_grad[L] = true;                 /* the loss writes it even with no parameters */
+    for (int a = L; a >= 1; a--) {
+        layer *l = &n->layers[a - 1];
+        if (!n->need_grad[a])
             continue;
-        if (i < L && n->layers[i].s->kind == LAYER_FLATTEN) {
-            n->grad[i] = n->grad[i + 1];
+        for (int k = 0; k < l->s->ninputs; k++)
+            if (l->dx[k] && !l->first[k] && l->s->kind != LAYER_ADD &&
+                l->s->kind != LAYER_CONCAT && l->s->kind != LAYER_DROPOUT &&
+                l->s->kind != LAYER_FLATTEN)
+                want_tmp = true;
+    }
+    /* Descending, so that a flatten (later than its input) hands its gradient
+     * buffer down to its input when it is that input's only reader. */
+    for (int a = L; a >= 1; a--) {
+        layer *l = &n->layers[a - 1];
+        if (!n->need_grad[a])
             continue;
+        if (!n->grad[a]) {
+            if (!(n->grad[a] = alloc_floats(n, act_count(n, a), err, errlen)))
+                return -1;
+            n->grad_own[a] = true;
         }
-        if (!(n->grad[i] = alloc_floats(n, act_count(n, i), err, errlen)))
-            return -1;
-        n->grad_own[i] = true;
+        if (l->s->kind == LAYER_FLATTEN && l->dx[0] && consumers(n, l->s->inputs[0]) == 1) {
+            n->grad[l->s->inputs[0]] = n->grad[a];
+            l->grad_alias = true;
+        }
     }
+    for (int i = 0; i < L; i++) {
+        layer *l = &n->layers[i];
+        if (l->s->kind == LAYER_DROPOUT &&
+            !(l->mask = alloc_floats(n, act_count(n, i + 1), err, errlen)))
+            return layer_fail(l, err, errlen);
+    }
+    if (want_tmp && !(n->tmp = alloc_floats(n, most, err, errlen)))
+        return -1;
     if (!(n->labels = n->be->buf_alloc(n->ctx, (size_t)n->max_batch * sizeof(int32_t),
                                        err, errlen)) ||
         !(n->probs = alloc_floats(n, (size_t)n->max_batch * (size_t)n->classes, err, errlen)))
@@ -276,12 +493,19 @@ static int make_buffers(net *n, char *err, size_t errlen)
  * gradient and momentum, activations and gradients. */
 static double memory_estimate(const net_spec *s, int max_batch)
 {
-    double params = 0, acts = (double)spec_shape_size(s->in);
+    double params = 0, acts = (double)spec_shape_size(s->in), most = acts;
     for (int i = 0; i < s->nlayers; i++) {
+        double out = (double)spec_shape_size(s->layers[i].out);
         params += (double)spec_layer_params(&s->layers[i]);
         if (s->layers[i].kind != LAYER_FLATTEN)
-            acts += 2.0 * (double)spec_shape_size(s->layers[i].out);
+            acts += 2.0 * out;
+        if (s->layers[i].kind == LAYER_DROPOUT)
+            acts += out;                                    /* the mask */
+        most = out > most ? out : most;
     }
+    /* plus the backend's staging of operands in blocked layouts (engine/cpu/
+     * conv.c: three activations at most) and the gradient scratch */
+    acts += 4.0 * most;
     return 4.0 * (3.0 * params + (double)max_batch * acts);
 }
 
@@ -291,17 +515,7 @@ static int check_solver(const net_solver *sv, net_solver *out, char *err, size_t
         *out = (net_solver){ .type = "sgd", .lr = 0.01f, .momentum = 0.0f };
         return 0;
     }
-    if (strcmp(sv->type, "sgd") != 0)
-        return eng_err(err, errlen, "solver \"%.16s\" is not supported yet (only \"sgd\")",
-                       sv->type);
-    if (!isfinite(sv->lr) || sv->lr < 0)
-        return eng_err(err, errlen, "solver lr must be a finite number >= 0");
-    if (!isfinite(sv->momentum) || sv->momentum < 0 || sv->momentum >= 1)
-        return eng_err(err, errlen, "solver momentum must be in [0, 1)");
-    if (!isfinite(sv->weight_decay) || sv->weight_decay < 0)
-        return eng_err(err, errlen, "solver weight_decay must be a finite number >= 0");
-    *out = *sv;
-    return 0;
+    return optim_check(sv, out, err, errlen);
 }
 
 static void plan_set_clear(net *n, plan_set *ps)
@@ -335,17 +549,22 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
                 .stride_h = c->stride_h, .stride_w = c->stride_w,
                 .pad_t = c->pad_t, .pad_l = c->pad_l, .pad_b = c->pad_b, .pad_r = c->pad_r,
                 .dil_h = c->dil_h, .dil_w = c->dil_w, .groups = c->groups, .bias = c->bias,
+                .src_layout = n->layout[s->inputs[0]], .dst_layout = n->layout[i + 1],
             };
             rc = be->conv_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
-        case LAYER_MAXPOOL: {
+        case LAYER_MAXPOOL:
+        case LAYER_AVGPOOL:
+        case LAYER_GLOBAL_AVGPOOL: {
             const pool_spec *p = &s->u.pool;
             be_pool_desc d = {
-                .alg = BE_POOL_MAX, .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
+                .alg = s->kind == LAYER_MAXPOOL ? BE_POOL_MAX : BE_POOL_AVG_EXCLUDE_PAD,
+                .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
                 .oh = s->out.h, .ow = s->out.w, .kh = p->kh, .kw = p->kw,
                 .stride_h = p->stride_h, .stride_w = p->stride_w,
                 .pad_t = p->pad_h, .pad_l = p->pad_w, .pad_b = p->pad_h, .pad_r = p->pad_w,
+                .src_layout = n->layout[s->inputs[0]], .dst_layout = n->layout[i + 1],
             };
             rc = be->pool_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
@@ -356,13 +575,39 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
             rc = be->dense_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
-        case LAYER_RELU: {
-            be_act_desc d = { .alg = BE_ACT_RELU, .n = bn,
-                              .size = (size_t)spec_shape_size(s->in) };
+        case LAYER_RELU:
+        case LAYER_LEAKY_RELU:
+        case LAYER_SIGMOID:
+        case LAYER_TANH: {
+            be_act_desc d = { .alg = s->kind == LAYER_SIGMOID ? BE_ACT_SIGMOID :
+                                     s->kind == LAYER_TANH ? BE_ACT_TANH : BE_ACT_RELU,
+                              .n = bn, .size = (size_t)spec_shape_size(s->in),
+                              .alpha = s->kind == LAYER_LEAKY_RELU ? s->u.slope : 0.0f,
+                              .layout = n->layout[i + 1], .c = s->in.c };
             rc = be->act_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
+        case LAYER_BATCHNORM: {
+            be_bn_desc d = { .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
+                             .eps = s->u.bn.eps, .layout = n->layout[i + 1] };
+            rc = be->bn_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
+            break;
+        }
+        case LAYER_ADD: {
+            be_add_desc d = { .n = bn, .k = s->ninputs, .size = (size_t)spec_shape_size(s->in),
+                              .layout = n->layout[i + 1], .c = s->in.c };
+            rc = be->add_plan(n->ctx, &d, &ps->plans[i], err, errlen);
+            break;
+        }
+        case LAYER_CONCAT: {
+            be_concat_desc d = { .n = bn, .k = s->ninputs, .h = s->in.h, .w = s->in.w };
+            for (int k = 0; k < s->ninputs; k++)
+                d.c[k] = spec_act_shape(&n->spec, s->inputs[k]).c;
+            rc = be->concat_plan(n->ctx, &d, &ps->plans[i], err, errlen);
+            break;
+        }
         case LAYER_FLATTEN:
+        case LAYER_DROPOUT:
             break;
         }
         if (rc < 0)
@@ -442,18 +687,18 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         eng_err(err, errlen, "out of memory");
         goto out;
     }
-    bool params_before = false;
     for (int i = 0; i < n->nlayers; i++) {
         layer *l = &n->layers[i];
         l->s = &n->spec.layers[i];
-        l->w = l->b = -1;
-        l->need_dx = params_before;
-        params_before = params_before || spec_layer_params(l->s) > 0;
+        l->w = l->b = l->rm = l->rv = -1;
+        l->seed = rng_derive(seed, l->s->name);
     }
+    n->seed = seed;
     if (n->be->ctx_create(0, &n->ctx, err, errlen) < 0 ||
         make_params(n, seed, err, errlen) < 0 ||
         make_buffers(n, err, errlen) < 0 ||
-        !plans_for(n, max_batch, err, errlen))
+        !plans_for(n, max_batch, err, errlen) ||
+        !(n->opt = optim_create(n, &n->solver, err, errlen)))
         goto out;
     ret = n;
     n = NULL;
@@ -475,6 +720,17 @@ void net_free(net *n)
             be->buf_free(n->ctx, n->params[i].g);
             be->buf_free(n->ctx, n->params[i].v);
         }
+        for (int i = 0; i < n->nstats; i++) {
+            be->buf_free(n->ctx, n->stats[i].w);
+            be->buf_free(n->ctx, n->stats[i].g);
+            be->buf_free(n->ctx, n->stats[i].v);
+        }
+        for (int i = 0; n->layers && i < n->nlayers; i++) {
+            be->buf_free(n->ctx, n->layers[i].mask);
+            be->buf_free(n->ctx, n->layers[i].mean);
+            be->buf_free(n->ctx, n->layers[i].var);
+        }
+        be->buf_free(n->ctx, n->tmp);
         for (int i = 0; n->act_own && n->grad_own && i <= n->nlayers; i++) {
             if (n->act_own[i])
                 be->buf_free(n->ctx, n->act[i]);
@@ -483,13 +739,17 @@ void net_free(net *n)
         }
         be->buf_free(n->ctx, n->labels);
         be->buf_free(n->ctx, n->probs);
+        optim_free(n->opt);
         be->ctx_free(n->ctx);
     }
     free(n->act);
     free(n->grad);
     free(n->act_own);
     free(n->grad_own);
+    free(n->need_grad);
+    free(n->layout);
     free(n->params);
+    free(n->stats);
     free(n->layers);
     spec_free(&n->spec);
     free(n);
@@ -507,16 +767,26 @@ static be_buf *param_g(const net *n, int i)
     return i >= 0 ? n->params[i].g : NULL;
 }
 
-static int forward(net *n, plan_set *ps, char *err, size_t errlen)
+/* The stream of layer l's dropout mask at the current step. */
+static uint64_t dropout_seed(const net *n, const layer *l)
+{
+    uint64_t x = l->seed ^ (n->steps * 0x9e3779b97f4a7c15ULL);
+    return rng_splitmix64(&x);
+}
+
+static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_t errlen)
 {
     const backend *be = n->be;
     for (int i = 0; i < n->nlayers; i++) {
         const layer *l = &n->layers[i];
+        const layer_spec *s = l->s;
         be_plan *p = ps->plans[i];
-        const be_buf *x = n->act[i];
+        const be_buf *x = n->act[s->inputs[0]];
         be_buf *y = n->act[i + 1];
+        const be_buf *xs[SPEC_MAX_INPUTS];
+        size_t count = (size_t)bn * (size_t)spec_shape_size(s->out);
         int rc = 0;
-        switch (l->s->kind) {
+        switch (s->kind) {
         case LAYER_CONV2D:
             rc = be->conv_fwd(n->ctx, p, x, param_w(n, l->w), param_w(n, l->b), y, err, errlen);
             break;
@@ -524,10 +794,41 @@ static int forward(net *n, plan_set *ps, char *err, size_t errlen)
             rc = be->dense_fwd(n->ctx, p, x, param_w(n, l->w), param_w(n, l->b), y, err, errlen);
             break;
         case LAYER_MAXPOOL:
+        case LAYER_AVGPOOL:
+        case LAYER_GLOBAL_AVGPOOL:
             rc = be->pool_fwd(n->ctx, p, x, y, err, errlen);
             break;
         case LAYER_RELU:
+        case LAYER_LEAKY_RELU:
+        case LAYER_SIGMOID:
+        case LAYER_TANH:
             rc = be->act_fwd(n->ctx, p, x, y, err, errlen);
+            break;
+        case LAYER_DROPOUT:
+            rc = be->dropout_fwd(n->ctx, &(be_dropout_desc){ .count = count, .rate = s->u.rate,
+                                 .layout = n->layout[i + 1], .c = s->in.c,
+                                 .hw = (size_t)s->in.h * s->in.w }, training, x, l->mask, y,
+                                 dropout_seed(n, l), err, errlen);
+            break;
+        case LAYER_BATCHNORM:
+            if (training) {
+                rc = be->bn_fwd(n->ctx, p, true, x, param_w(n, l->w), param_w(n, l->b),
+                                l->mean, l->var, y, err, errlen);
+                if (rc == 0)
+                    rc = be->bn_running(n->ctx, n->stats[l->rm].w, n->stats[l->rv].w, l->mean,
+                                        l->var, s->in.c, s->u.bn.momentum,
+                                        (int64_t)bn * s->in.h * s->in.w, err, errlen);
+            } else {
+                rc = be->bn_fwd(n->ctx, p, false, x, param_w(n, l->w), param_w(n, l->b),
+                                n->stats[l->rm].w, n->stats[l->rv].w, y, err, errlen);
+            }
+            break;
+        case LAYER_ADD:
+        case LAYER_CONCAT:
+            for (int k = 0; k < s->ninputs; k++)
+                xs[k] = n->act[s->inputs[k]];
+            rc = s->kind == LAYER_ADD ? be->add_fwd(n->ctx, p, xs, y, err, errlen)
+                                      : be->concat_fwd(n->ctx, p, xs, y, err, errlen);
             break;
         case LAYER_FLATTEN:
             break;
@@ -538,43 +839,100 @@ static int forward(net *n, plan_set *ps, char *err, size_t errlen)
     return 0;
 }
 
-static int backward(net *n, plan_set *ps, char *err, size_t errlen)
+/* Where an op writing input k's gradient overwrite-style should put it: the
+ * gradient itself for the first contribution, else the scratch buffer that
+ * add_tmp then adds in. */
+static be_buf *dx_target(const net *n, const layer *l, int k)
+{
+    return l->first[k] ? n->grad[l->s->inputs[k]] : n->tmp;
+}
+
+static int add_tmp(net *n, const layer *l, int k, int bn, char *err, size_t errlen)
+{
+    int a = l->s->inputs[k];
+    if (l->first[k])
+        return 0;
+    size_t count = (size_t)bn * (size_t)spec_shape_size(spec_act_shape(&n->spec, a));
+    return n->be->acc(n->ctx, n->grad[a], n->tmp, count, 1.0f, err, errlen);
+}
+
+static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t errlen)
 {
     const backend *be = n->be;
+    const layer *l = &n->layers[i];
+    const layer_spec *s = l->s;
+    be_plan *p = ps->plans[i];
+    const be_buf *x = n->act[s->inputs[0]], *y = n->act[i + 1], *dy = n->grad[i + 1];
+    size_t count = (size_t)bn * (size_t)spec_shape_size(s->out);
+    int rc = 0;
+    switch (s->kind) {
+    case LAYER_CONV2D:
+        rc = be->conv_bwd_weights(n->ctx, p, x, dy, param_g(n, l->w), param_g(n, l->b),
+                                  err, errlen);
+        if (rc == 0 && l->dx[0])
+            rc = be->conv_bwd_data(n->ctx, p, dy, param_w(n, l->w), dx_target(n, l, 0),
+                                   err, errlen);
+        break;
+    case LAYER_DENSE:
+        rc = be->dense_bwd_weights(n->ctx, p, x, dy, param_g(n, l->w), param_g(n, l->b),
+                                   err, errlen);
+        if (rc == 0 && l->dx[0])
+            rc = be->dense_bwd_data(n->ctx, p, dy, param_w(n, l->w), dx_target(n, l, 0),
+                                    err, errlen);
+        break;
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL:
+    case LAYER_GLOBAL_AVGPOOL:
+        if (l->dx[0])
+            rc = be->pool_bwd(n->ctx, p, dy, dx_target(n, l, 0), err, errlen);
+        break;
+    case LAYER_RELU:
+    case LAYER_LEAKY_RELU:
+    case LAYER_SIGMOID:
+    case LAYER_TANH:
+        if (l->dx[0])
+            rc = be->act_bwd(n->ctx, p, y, dy, dx_target(n, l, 0), err, errlen);
+        break;
+    case LAYER_BATCHNORM:
+        rc = be->bn_bwd(n->ctx, p, x, dy, param_w(n, l->w), param_w(n, l->b), l->mean, l->var,
+                        l->dx[0] ? dx_target(n, l, 0) : NULL, param_g(n, l->w),
+                        param_g(n, l->b), err, errlen);
+        break;
+    case LAYER_DROPOUT:
+        if (l->dx[0])
+            return be->dropout_bwd(n->ctx, l->mask, dy, n->grad[s->inputs[0]], count,
+                                   l->first[0] ? 0.0f : 1.0f, err, errlen);
+        return 0;
+    case LAYER_ADD:
+        for (int k = 0; k < s->ninputs && rc == 0; k++)
+            if (l->dx[k])
+                rc = be->acc(n->ctx, n->grad[s->inputs[k]], dy, count,
+                             l->first[k] ? 0.0f : 1.0f, err, errlen);
+        return rc;
+    case LAYER_CONCAT:
+        for (int k = 0; k < s->ninputs && rc == 0; k++)
+            if (l->dx[k])
+                rc = be->concat_bwd(n->ctx, p, dy, k, n->grad[s->inputs[k]],
+                                    l->first[k] ? 0.0f : 1.0f, err, errlen);
+        return rc;
+    case LAYER_FLATTEN:
+        if (l->dx[0] && !l->grad_alias)
+            return be->acc(n->ctx, n->grad[s->inputs[0]], dy, count, l->first[0] ? 0.0f : 1.0f,
+                           err, errlen);
+        return 0;
+    }
+    if (rc == 0 && l->dx[0])
+        rc = add_tmp(n, l, 0, bn, err, errlen);
+    return rc;
+}
+
+static int backward(net *n, plan_set *ps, int bn, char *err, size_t errlen)
+{
     for (int i = n->nlayers - 1; i >= 0; i--) {
-        const layer *l = &n->layers[i];
-        be_plan *p = ps->plans[i];
-        const be_buf *x = n->act[i], *y = n->act[i + 1], *dy = n->grad[i + 1];
-        be_buf *dx = n->grad[i];
-        int rc = 0;
-        switch (l->s->kind) {
-        case LAYER_CONV2D:
-            rc = be->conv_bwd_weights(n->ctx, p, x, dy, param_g(n, l->w), param_g(n, l->b),
-                                      err, errlen);
-            if (rc == 0 && l->need_dx)
-                rc = be->conv_bwd_data(n->ctx, p, dy, param_w(n, l->w), dx, err, errlen);
-            break;
-        case LAYER_DENSE:
-            rc = be->dense_bwd_weights(n->ctx, p, x, dy, param_g(n, l->w), param_g(n, l->b),
-                                       err, errlen);
-            if (rc == 0 && l->need_dx)
-                rc = be->dense_bwd_data(n->ctx, p, dy, param_w(n, l->w), dx, err, errlen);
-            break;
-        case LAYER_MAXPOOL:
-            if (l->need_dx)
-                rc = be->pool_bwd(n->ctx, p, dy, dx, err, errlen);
-            break;
-        case LAYER_RELU:
-            if (l->need_dx)
-                rc = be->act_bwd(n->ctx, p, y, dy, dx, err, errlen);
-            break;
-        case LAYER_FLATTEN:
-            break;
-        }
-        if (rc < 0)
-            return layer_fail(l, err, errlen);
-        if (!l->need_dx)
-            break;                          /* nothing before this layer learns */
+        if (!n->need_grad[i + 1])
+            continue;                       /* nothing before this layer learns */
+        if (backward_layer(n, ps, i, bn, err, errlen) < 0)
+            return layer_fail(&n->layers[i], err, errlen);
     }
     return 0;
 }
@@ -593,7 +951,7 @@ static int check_batch(const net *n, const int32_t *labels, int count, bool chun
 
 /* Uploads count images (and labels when not NULL) and runs the forward pass. */
 static plan_set *load_and_forward(net *n, const float *x, const int32_t *labels, int count,
-                                  char *err, size_t errlen)
+                                  bool training, char *err, size_t errlen)
 {
     plan_set *ps = plans_for(n, count, err, errlen);
     size_t in_bytes = (size_t)count * (size_t)spec_shape_size(n->spec.in) * sizeof(float);
@@ -601,7 +959,7 @@ static plan_set *load_and_forward(net *n, const float *x, const int32_t *labels,
         n->be->buf_upload(n->ctx, n->act[0], 0, x, in_bytes, err, errlen) < 0 ||
         (labels && n->be->buf_upload(n->ctx, n->labels, 0, labels,
                                      (size_t)count * sizeof *labels, err, errlen) < 0) ||
-        forward(n, ps, err, errlen) < 0)
+        forward(n, ps, count, training, err, errlen) < 0)
         return NULL;
     return ps;
 }
@@ -615,9 +973,10 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
         return -1;
     if (!isfinite(lr) || lr < 0)
         return eng_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
-    plan_set *ps = load_and_forward(n, x, labels, count, err, errlen);
+    plan_set *ps = load_and_forward(n, x, labels, count, true, err, errlen);
     if (!ps)
         return -1;
+    n->steps++;
     if (n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], n->labels,
                     1.0f / (float)count, n->grad[n->nlayers], NULL, &loss_sum, &correct,
                     err, errlen) < 0)
@@ -625,7 +984,7 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
     if (!isfinite(loss_sum))
         return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
                        "learning rate)", isnan(loss_sum) ? "NaN" : "infinite");
-    if (backward(n, ps, err, errlen) < 0)
+    if (backward(n, ps, count, err, errlen) < 0)
         return -1;
     /* A NaN can hide from the loss (a ReLU maps it to 0) and still reach a
      * gradient; refuse the step before any weight changes. */
@@ -637,13 +996,8 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
             return eng_err(err, errlen, "training diverged: the gradient of %s is not finite "
                            "(check the data, or try a smaller learning rate)", n->params[i].name);
     }
-    for (int i = 0; i < n->nparams; i++) {
-        param *p = &n->params[i];
-        be_sgd hp = { .lr = lr, .momentum = n->solver.momentum,
-                      .weight_decay = p->decay ? n->solver.weight_decay : 0.0f };
-        if (n->be->sgd_update(n->ctx, p->w, p->v, p->g, p->count, &hp, err, errlen) < 0)
-            return -1;
-    }
+    if (optim_step(n->opt, lr, NULL, err, errlen) < 0)
+        return -1;
     if (out) {
         out->loss = loss_sum / count;
         out->correct = correct;
@@ -667,7 +1021,7 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
         double ls = 0;
         int hits = 0;
         plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, labels + done, bn,
-                                        err, errlen);
+                                        false, err, errlen);
         if (!ps || n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], n->labels,
                                1.0f, NULL, NULL, &ls, &hits, err, errlen) < 0)
             return -1;
@@ -691,7 +1045,8 @@ int net_predict(net *n, const float *x, int count, float *probs, char *err, size
     for (int done = 0; done < count;) {
         int bn = count - done < n->max_batch ? count - done : n->max_batch;
         size_t pbytes = (size_t)bn * (size_t)n->classes * sizeof(float);
-        plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, NULL, bn, err, errlen);
+        plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, NULL, bn, false,
+                                        err, errlen);
         if (!ps ||
             n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], NULL, 1.0f, NULL,
                         n->probs, NULL, NULL, err, errlen) < 0 ||
@@ -713,19 +1068,78 @@ size_t net_param_count(const net *n)
     return total;
 }
 
+size_t net_param_tensors(const net *n, net_param *out, size_t max)
+{
+    for (int i = 0; i < n->nparams && (size_t)i < max; i++) {
+        const param *p = &n->params[i];
+        out[i] = (net_param){ .name = p->name, .ndim = p->ndim, .count = p->count,
+                              .decay = p->decay, .value = p->w, .grad = p->g,
+                              .momentum = p->v };
+        memcpy(out[i].shape, p->shape, sizeof p->shape);
+    }
+    return (size_t)n->nparams;
+}
+
+size_t net_state_tensors(const net *n, net_param *out, size_t max)
+{
+    for (int i = 0; i < n->nstats && (size_t)i < max; i++) {
+        const param *p = &n->stats[i];
+        out[i] = (net_param){ .name = p->name, .ndim = p->ndim, .count = p->count,
+                              .value = p->w };
+        memcpy(out[i].shape, p->shape, sizeof p->shape);
+    }
+    return (size_t)n->nstats;
+}
+
+const backend *net_backend(const net *n, be_ctx **ctx)
+{
+    if (ctx)
+        *ctx = n->ctx;
+    return n->be;
+}
+
+optim *net_optim(net *n)
+{
+    return n->opt;
+}
+
+uint64_t net_get_step(const net *n)
+{
+    return n->steps;
+}
+
+void net_set_step(net *n, uint64_t steps)
+{
+    n->steps = steps;
+}
+
+/* What net_save writes and net_load reads: the parameters, then the state
+ * that is not trained (batch norm running statistics). */
+static int saved_count(const net *n)
+{
+    return n->nparams + n->nstats;
+}
+
+static const param *saved_at(const net *n, int i)
+{
+    return i < n->nparams ? &n->params[i] : &n->stats[i - n->nparams];
+}
+
 int net_save(const net *n, const char *path, char *err, size_t errlen)
 {
     int rc = -1;
-    size_t total = net_param_count(n), off = 0;
+    size_t total = 0, off = 0;
+    for (int i = 0; i < saved_count(n); i++)
+        total += saved_at(n, i)->count;
     float *host = malloc((total ? total : 1) * sizeof *host);
-    st_tensor *t = calloc((size_t)n->nparams + 1, sizeof *t);
+    st_tensor *t = calloc((size_t)saved_count(n) + 1, sizeof *t);
     const char *meta[] = { "kiln_format", "1", "network", n->spec.name, NULL };
     if (!host || !t) {
         eng_err(err, errlen, "out of memory saving %zu parameters", total);
         goto out;
     }
-    for (int i = 0; i < n->nparams; i++) {
-        const param *p = &n->params[i];
+    for (int i = 0; i < saved_count(n); i++) {
+        const param *p = saved_at(n, i);
         if (n->be->buf_download(n->ctx, p->w, 0, host + off, p->count * sizeof *host,
                                 err, errlen) < 0)
             goto out;
@@ -734,7 +1148,7 @@ int net_save(const net *n, const char *path, char *err, size_t errlen)
         memcpy(t[i].shape, p->shape, sizeof p->shape);
         off += p->count;
     }
-    rc = st_write(path, t, n->nparams, meta, err, errlen);
+    rc = st_write(path, t, saved_count(n), meta, err, errlen);
 out:
     free(host);
     free(t);
@@ -758,8 +1172,8 @@ int net_load(net *n, const char *path, char *err, size_t errlen)
     if (!f)
         return -1;
     /* Check everything before changing anything: all or nothing. */
-    for (int i = 0; i < n->nparams; i++) {
-        const param *p = &n->params[i];
+    for (int i = 0; i < saved_count(n); i++) {
+        const param *p = saved_at(n, i);
         const st_tensor *t = st_find(f, p->name);
         char want[96], got[96];
         if (!t) {
@@ -780,8 +1194,8 @@ int net_load(net *n, const char *path, char *err, size_t errlen)
             goto out;
         }
     }
-    for (int i = 0; i < n->nparams; i++) {
-        const param *p = &n->params[i];
+    for (int i = 0; i < saved_count(n); i++) {
+        const param *p = saved_at(n, i);
         const st_tensor *t = st_find(f, p->name);
         if (n->be->buf_upload(n->ctx, p->w, 0, t->data, t->bytes, err, errlen) < 0)
             goto out;

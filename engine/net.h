@@ -10,6 +10,7 @@
 #ifndef KILN_ENGINE_NET_H
 #define KILN_ENGINE_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
@@ -37,10 +38,17 @@ int net_validate(const cJSON *spec, net_shape in, int classes, char *err, size_t
 typedef struct net net;
 
 typedef struct net_solver {
-    char type[16];         /* "sgd" (issue 2); later "adam", "adamw" */
+    char type[16];         /* "sgd", "adam" or "adamw" (engine/optim.h) */
     float lr;              /* base learning rate */
-    float momentum;        /* 0 = plain SGD */
-    float weight_decay;    /* L2, 0 = none */
+    float momentum;        /* sgd: 0 = plain SGD */
+    float weight_decay;    /* L2 (sgd, adam) or decoupled (adamw), 0 = none */
+    /* Added in issue 3; zero values mean off, or the defaults noted. */
+    bool nesterov;         /* sgd: Nesterov momentum */
+    bool decay_bias;       /* weight decay also on biases and batch-norm parameters */
+    float beta1, beta2, eps;   /* adam, adamw; all three 0: 0.9, 0.999, 1e-8 */
+    float clip_norm;       /* > 0: clip gradients to this global L2 norm */
+    char larc[8];          /* sgd: "" (none), "clip" or "scale" (seeds/000) */
+    float larc_eta;        /* LARC's trust coefficient; 0: 0.001 */
 } net_solver;
 
 /* Builds a network for batches of up to max_batch images on the named backend
@@ -72,13 +80,60 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
 int net_predict(net *n, const float *x, int count, float *probs, char *err, size_t errlen);
 
 /* Writes all parameters as a safetensors file (F32, names like
- * "conv1.weight", "conv1.bias"), atomically (temporary name, fsync, rename). */
+ * "conv1.weight", "conv1.bias"; batch norm also "bn1.running_mean" and
+ * "bn1.running_var"), atomically (temporary name, fsync, rename). */
 int net_save(const net *n, const char *path, char *err, size_t errlen);
 /* Loads parameters saved by net_save into a net built from the same spec. */
 int net_load(net *n, const char *path, char *err, size_t errlen);
 
 /* Parameter count, for logs and info.json. */
 size_t net_param_count(const net *n);
+
+/* ---- parameters for optimizers (engine/optim.*, engine/checkpoint.*) ------ */
+
+/* ACCESSOR (issue 3, added for the optimizer/checkpoint code): one trainable
+ * tensor of a net. The buffers belong to the net (its backend, its context:
+ * net_backend below); they stay valid until net_free. After net_train_step's
+ * backward pass, grad holds dL/dvalue for the latest batch (mean over the
+ * batch). decay is false for biases and batch-norm scale/shift, which weight
+ * decay skips unless a solver asks otherwise. */
+struct be_buf;
+struct be_ctx;
+struct backend;
+typedef struct net_param {
+    const char *name;              /* "conv1.weight", "bn1.bias", ...: the safetensors name */
+    int ndim;
+    int64_t shape[4];
+    size_t count;                  /* FP32 elements */
+    bool decay;                    /* weight decay applies */
+    struct be_buf *value;          /* the parameter */
+    struct be_buf *grad;           /* its gradient */
+    struct be_buf *momentum;       /* count zeroed FP32s the net keeps for SGD momentum */
+} net_param;
+
+/* Fills out[0..min(max, total)) with the net's parameters in a fixed order
+ * (layer order, weight before bias) and returns the total; out may be NULL
+ * with max 0 to ask for the count. */
+size_t net_param_tensors(const net *n, net_param *out, size_t max);
+
+/* The same for the net's state that is saved but not trained (batch norm's
+ * running statistics, "bn1.running_mean"): value set, grad and momentum NULL. */
+size_t net_state_tensors(const net *n, net_param *out, size_t max);
+
+/* The backend and context the net's buffers live on (for optimizer ops). */
+const struct backend *net_backend(const net *n, struct be_ctx **ctx);
+
+/* The net's optimizer (engine/optim.h), made by net_create from its solver:
+ * its state and step count, for checkpoints. */
+struct optim;
+struct optim *net_optim(net *n);
+
+/* Training steps run so far (net_train_step counts them; dropout masks are
+ * drawn from streams of the seed, the layer and this count). A checkpoint
+ * saves it and restores it with net_set_step so that a resumed run draws the
+ * same masks. */
+uint64_t net_get_step(const net *n);
+void net_set_step(net *n, uint64_t steps);
 
 /* ---- backends and devices ------------------------------------------------- */
 

@@ -24,6 +24,24 @@ static inline uint64_t rng_splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+/* Uniform in [0, bound) from the splitmix64 stream *x; bound must be > 0.
+ * Lemire's multiply-and-reject: unbiased, and one step of *x per draw except
+ * on the rare rejection. The seeded shuffles (the loader's epoch order, the
+ * import's split) are pinned to this exact sequence: do not change it. */
+static inline uint64_t rng_splitmix64_below(uint64_t *x, uint64_t bound)
+{
+    unsigned __int128 m = (unsigned __int128)rng_splitmix64(x) * bound;
+    uint64_t lo = (uint64_t)m;
+    if (lo < bound) {
+        uint64_t threshold = -bound % bound;
+        while (lo < threshold) {
+            m = (unsigned __int128)rng_splitmix64(x) * bound;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
 /* A stream seed for a named use of a run seed ("fc1.weight", "shuffle"):
  * FNV-1a of the name mixed with the seed, so streams do not depend on the
  * order in which they are drawn. */

@@ -5,17 +5,16 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/errors.h"
+#include "engine/fileio.h"   /* fio_commit, fio_read_file */
 
 static const struct {
     st_dtype t;
@@ -194,23 +193,6 @@ static int write_tensor(FILE *f, const st_tensor *t)
 #endif
 }
 
-static void fsync_parent(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 int st_write(const char *path, const st_tensor *tensors, int count, const char *const *meta,
              char *err, size_t errlen)
 {
@@ -237,18 +219,10 @@ int st_write(const char *path, const st_tensor *tensors, int count, const char *
     for (int i = 0; i < count; i++)
         if (write_tensor(f, &tensors[i]) < 0)
             goto io;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-        goto io;
-    int cr = fclose(f);
+    FILE *done = f;
     f = NULL;
-    if (cr != 0)
+    if (fio_commit(done, tmp, path) != 0)
         goto io;
-    if (rename(tmp, path) != 0) {
-        eng_err(err, errlen, "safetensors: cannot rename %s to %s: %s", tmp, path,
-                strerror(errno));
-        goto out;
-    }
-    fsync_parent(path);
     rc = 0;
     goto out;
 io:
@@ -282,37 +256,6 @@ static bool json_u64(const cJSON *v, uint64_t *out)
         return false;
     *out = (uint64_t)d;
     return true;
-}
-
-static unsigned char *read_file(const char *path, size_t *size, char *err, size_t errlen)
-{
-    unsigned char *buf = NULL;
-    struct stat st;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        eng_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        eng_err(err, errlen, "%s is not a regular file", path);
-        goto out;
-    }
-    if (!(buf = malloc(st.st_size ? (size_t)st.st_size : 1))) {
-        eng_err(err, errlen, "out of memory reading %s (%lld bytes)", path,
-                (long long)st.st_size);
-        goto out;
-    }
-    if (fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        eng_err(err, errlen, "cannot read %s: %s", path, ferror(f) ? strerror(errno) :
-                "file changed while reading");
-        free(buf);
-        buf = NULL;
-        goto out;
-    }
-    *size = (size_t)st.st_size;
-out:
-    fclose(f);
-    return buf;
 }
 
 typedef struct st_ord {
@@ -379,7 +322,7 @@ st_file *st_open(const char *path, char *err, size_t errlen)
         eng_err(err, errlen, "out of memory");
         return NULL;
     }
-    if (!(f->buf = read_file(path, &f->size, err, errlen)))
+    if (!(f->buf = (unsigned char *)fio_read_file(path, SIZE_MAX, &f->size, err, errlen)))
         goto fail;
     if (f->size < 8) {
         eng_err(err, errlen, "%s is not a safetensors file (%zu bytes)", path, f->size);

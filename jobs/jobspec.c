@@ -12,6 +12,11 @@
  * the stored config is replaced by the same text with the id in it. The
  * scheduler starts a queued job only once its job.json exists, so it never
  * sees the window between the insert and the file.
+ *
+ * job.json holds the request resolved: every solver field of its type with
+ * its default, and "lr_policy" (engine/lr.h) with a warm-up in steps.
+ * jobspec_resolve_local runs the same checks for `kiln train`, against a
+ * dataset folder instead of the store.
  */
 #include "jobs/jobspec.h"
 
@@ -29,6 +34,8 @@
 #include <unistd.h>
 
 #include "engine/dataset.h"   /* ds_info_load, ds_info_free */
+#include "engine/fileio.h"    /* fio_write_atomic */
+#include "engine/lr.h"        /* lr_from_json, lr_to_json */
 #include "engine/net.h"       /* net_builtin, net_builtin_names, net_validate */
 
 /* Ranges of the request's fields (the BRIEF's table). */
@@ -44,21 +51,32 @@
 #define LR_MAX 10.0
 #define MOMENTUM_DEFAULT 0.9
 #define WEIGHT_DECAY_DEFAULT 0.0
+#define BETA1_DEFAULT 0.9
+#define BETA2_DEFAULT 0.999
+#define EPS_DEFAULT 1e-8
+#define CLIP_NORM_MAX 1e6
+#define LARC_ETA_DEFAULT 0.001
 #define NAME_MAX_LEN 200
 #define DATASET_ID_MAX 9007199254740991.0     /* 2^53 - 1: exact in a JSON number */
 
 static const char *const job_fields[] = {
     "dataset_id", "network", "epochs", "batch_size", "precision", "solver", "seed",
-    "snapshot_interval", "name", NULL,
+    "snapshot_interval", "name", "lr_policy", NULL,
 };
-static const char *const solver_fields[] = { "type", "lr", "momentum", "weight_decay", NULL };
+static const char *const solver_fields[] = {
+    "type", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay", "decay_bias",
+    "clip_norm", "larc", NULL,
+};
+static const char *const larc_fields[] = { "policy", "eta", NULL };
+static const char *const larc_policies[] = { "clip", "scale", NULL };
+static const char *const no_choices[] = { NULL };
 
 /* Precisions and solvers: what this build runs, and what it knows of but
  * cannot run yet (422 not_supported rather than 400). */
 static const char *const precisions_ok[] = { "fp32", NULL };
 static const char *const precisions_later[] = { "amp-bf16", "amp-fp16", NULL };
-static const char *const solvers_ok[] = { "sgd", NULL };
-static const char *const solvers_later[] = { "adam", "adamw", NULL };
+static const char *const solvers_ok[] = { "sgd", "adam", "adamw", NULL };
+static const char *const solvers_later[] = { NULL };
 
 static int fail(job_error *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -228,10 +246,84 @@ typedef struct request {
     const char *precision;
     const char *solver_type;
     double lr, momentum, weight_decay;
+    bool nesterov, decay_bias;
+    double beta1, beta2, eps, clip_norm;
+    const char *larc_policy;    /* NULL: no LARC */
+    double larc_eta;
+    const cJSON *lr_policy;     /* NULL: fixed */
     const char *name;           /* NULL when not given */
 } request;
 
-static int parse_request(const cJSON *body, request *r, job_error *e)
+/* An optional boolean field, def when absent. */
+static int get_bool(const cJSON *obj, const char *where, const char *name, bool def, bool *out,
+                    job_error *e)
+{
+    const cJSON *v = opt_field(obj, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(v))
+        return fail(e, 400, "invalid_field", "%s%s must be true or false", where, name);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* The solver object: every key, its type and range, and which keys go with
+ * which type (400 invalid_field: "solver.beta1 is for adam and adamw"). */
+static int parse_solver(const cJSON *solver, request *r, job_error *e)
+{
+    static const char *const sgd_only[] = { "momentum", "nesterov", "larc", NULL };
+    static const char *const adam_only[] = { "beta1", "beta2", "eps", NULL };
+    if (check_fields(solver, solver_fields, "solver.", "solver", e) ||
+        get_num(solver, "solver.", "lr", LR_DEFAULT, 0, true, LR_MAX, false, &r->lr, e) ||
+        get_num(solver, "solver.", "weight_decay", WEIGHT_DECAY_DEFAULT, 0, false, 1, false,
+                &r->weight_decay, e) ||
+        get_bool(solver, "solver.", "decay_bias", false, &r->decay_bias, e) ||
+        get_num(solver, "solver.", "clip_norm", 0, 0, false, CLIP_NORM_MAX, false, &r->clip_norm,
+                e))
+        return -1;
+    const cJSON *ty = opt_field(solver, "type");
+    bool sgd = !ty || (cJSON_IsString(ty) && !strcmp(ty->valuestring, "sgd"));
+    bool adam = cJSON_IsString(ty) && (!strcmp(ty->valuestring, "adam") ||
+                                       !strcmp(ty->valuestring, "adamw"));
+    for (size_t i = 0; sgd_only[i] && adam; i++)
+        if (opt_field(solver, sgd_only[i]))
+            return fail(e, 400, "invalid_field", "solver.%s is for type sgd; %s takes beta1, "
+                        "beta2 and eps", sgd_only[i], ty->valuestring);
+    for (size_t i = 0; adam_only[i] && sgd; i++)
+        if (opt_field(solver, adam_only[i]))
+            return fail(e, 400, "invalid_field", "solver.%s is for types adam and adamw",
+                        adam_only[i]);
+    if (get_num(solver, "solver.", "momentum", adam ? 0 : MOMENTUM_DEFAULT, 0, false, 1, true,
+                &r->momentum, e) ||
+        get_bool(solver, "solver.", "nesterov", false, &r->nesterov, e) ||
+        get_num(solver, "solver.", "beta1", BETA1_DEFAULT, 0, false, 1, true, &r->beta1, e) ||
+        get_num(solver, "solver.", "beta2", BETA2_DEFAULT, 0, false, 1, true, &r->beta2, e) ||
+        get_num(solver, "solver.", "eps", EPS_DEFAULT, 0, true, 1, false, &r->eps, e))
+        return -1;
+    if (r->nesterov && r->momentum <= 0)
+        return fail(e, 400, "invalid_field", "solver.nesterov needs a momentum above 0");
+
+    r->larc_policy = NULL;
+    r->larc_eta = 0;
+    const cJSON *larc = opt_field(solver, "larc");
+    if (larc) {
+        if (!cJSON_IsObject(larc))
+            return fail(e, 400, "invalid_field", "solver.larc must be an object: {\"policy\": "
+                        "\"clip\" or \"scale\", \"eta\": 0.001}");
+        if (check_fields(larc, larc_fields, "solver.larc.", "solver.larc", e) ||
+            get_num(larc, "solver.larc.", "eta", LARC_ETA_DEFAULT, 0, true, 1, false,
+                    &r->larc_eta, e) ||
+            get_choice(larc, "solver.larc.", "policy", "clip", larc_policies, no_choices,
+                       &r->larc_policy, e))
+            return -1;
+    }
+    return 0;
+}
+
+/* local: kiln train, with a dataset folder instead of dataset_id. */
+static int parse_request(const cJSON *body, bool local, request *r, job_error *e)
 {
     if (!cJSON_IsObject(body))
         return fail(e, 400, "invalid_request", "the request body must be a JSON object");
@@ -239,9 +331,12 @@ static int parse_request(const cJSON *body, request *r, job_error *e)
         return -1;
 
     const cJSON *ds = opt_field(body, "dataset_id");
-    if (!ds)
+    r->dataset_id = 0;
+    if (local && ds)
+        return fail(e, 400, "invalid_field", "dataset_id is not used with a dataset folder");
+    if (!local && !ds)
         return fail(e, 400, "missing_field", "dataset_id is required (the id of a ready dataset)");
-    if (get_int(body, "", "dataset_id", 0, 1, DATASET_ID_MAX, &r->dataset_id, e))
+    if (!local && get_int(body, "", "dataset_id", 0, 1, DATASET_ID_MAX, &r->dataset_id, e))
         return -1;
 
     r->network = opt_field(body, "network");
@@ -277,12 +372,19 @@ static int parse_request(const cJSON *body, request *r, job_error *e)
         return fail(e, 400, "invalid_field",
                     "solver must be an object: {\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9, "
                     "\"weight_decay\": 0}");
-    if (check_fields(solver, solver_fields, "solver.", "solver", e) ||
-        get_num(solver, "solver.", "lr", LR_DEFAULT, 0, true, LR_MAX, false, &r->lr, e) ||
-        get_num(solver, "solver.", "momentum", MOMENTUM_DEFAULT, 0, false, 1, true, &r->momentum, e) ||
-        get_num(solver, "solver.", "weight_decay", WEIGHT_DECAY_DEFAULT, 0, false, 1, false,
-                &r->weight_decay, e))
+    if (parse_solver(solver, r, e))
         return -1;
+
+    /* The policy's fields; step counts are checked again once the dataset
+     * gives the run's length (resolve_lr_policy). */
+    r->lr_policy = opt_field(body, "lr_policy");
+    if (r->lr_policy) {
+        char err[256];
+        bool unknown = false;
+        lr_policy p;
+        if (lr_from_json(r->lr_policy, r->lr, 1, 1, &p, &unknown, err, sizeof err) != 0)
+            return fail(e, 400, unknown ? "unknown_field" : "invalid_field", "%s", err);
+    }
 
     /* What this build cannot run comes after every 400, before the dataset. */
     if (get_choice(body, "", "precision", "fp32", precisions_ok, precisions_later, &r->precision, e) ||
@@ -365,6 +467,45 @@ static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **sp
 
 /* ---- the resolved config and its file ------------------------------------- */
 
+static int64_t steps_of(const request *r, const ds_info *info);
+
+/* The resolved solver: the type's fields with their defaults. */
+static bool add_solver(cJSON *solver, const request *r)
+{
+    bool sgd = !strcmp(r->solver_type, "sgd");
+    bool ok = cJSON_AddStringToObject(solver, "type", r->solver_type) &&
+              cJSON_AddNumberToObject(solver, "lr", r->lr);
+    if (sgd)
+        ok = ok && cJSON_AddNumberToObject(solver, "momentum", r->momentum) &&
+             cJSON_AddBoolToObject(solver, "nesterov", r->nesterov);
+    else
+        ok = ok && cJSON_AddNumberToObject(solver, "beta1", r->beta1) &&
+             cJSON_AddNumberToObject(solver, "beta2", r->beta2) &&
+             cJSON_AddNumberToObject(solver, "eps", r->eps);
+    ok = ok && cJSON_AddNumberToObject(solver, "weight_decay", r->weight_decay) &&
+         cJSON_AddBoolToObject(solver, "decay_bias", r->decay_bias) &&
+         cJSON_AddNumberToObject(solver, "clip_norm", r->clip_norm);
+    if (ok && r->larc_policy) {
+        cJSON *larc = cJSON_AddObjectToObject(solver, "larc");
+        ok = larc && cJSON_AddStringToObject(larc, "policy", r->larc_policy) &&
+             cJSON_AddNumberToObject(larc, "eta", r->larc_eta);
+    }
+    return ok;
+}
+
+/* "lr_policy" with warm-up epochs turned into steps for this dataset. */
+static int add_lr_policy(cJSON *cfg, const request *r, const ds_info *info)
+{
+    int64_t per_epoch = steps_of(r, info) / (int64_t)r->epochs;
+    lr_policy p;
+    char err[256];
+    if (lr_from_json(r->lr_policy, r->lr, steps_of(r, info), per_epoch, &p, NULL, err,
+                     sizeof err) != 0)
+        return -1;                /* checked in parse_request: not reached */
+    cJSON *o = cJSON_AddObjectToObject(cfg, "lr_policy");
+    return o && lr_to_json(&p, o) == 0 ? 0 : -1;
+}
+
 static cJSON *build_config(const request *r, const char *dataset_dir, const ds_info *info,
                            const char *net_name, cJSON *spec)
 {
@@ -408,15 +549,12 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
          cJSON_AddStringToObject(cfg, "backend", "cpu") &&
          cJSON_AddNumberToObject(cfg, "seed", r->seed) &&
          cJSON_AddNumberToObject(cfg, "snapshot_interval", r->snapshot_interval) &&
-         cJSON_AddStringToObject(solver, "type", r->solver_type) &&
-         cJSON_AddNumberToObject(solver, "lr", r->lr) &&
-         cJSON_AddNumberToObject(solver, "momentum", r->momentum) &&
-         cJSON_AddNumberToObject(solver, "weight_decay", r->weight_decay);
+         add_solver(solver, r);
     if (!cJSON_AddItemToObject(cfg, "solver", solver)) {
         cJSON_Delete(solver);
         goto fail;
     }
-    if (!ok)
+    if (!ok || add_lr_policy(cfg, r, info) != 0)
         goto fail;
     if (r->name && !cJSON_AddStringToObject(cfg, "name", r->name))
         goto fail;
@@ -432,62 +570,15 @@ static int mkdir_if_missing(const char *path)
     return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Writes text to dir/name through dir/name.tmp, fsync and rename. */
+/* Writes text to dir/name atomically (engine/fileio.h). */
 static int write_atomic(const char *dir, const char *name, const char *text, char *err, size_t errlen)
 {
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
-    if (!fmt_path(path, sizeof path, "%s/%s", dir, name) ||
-        !fmt_path(tmp, sizeof tmp, "%s.tmp", path)) {
+    char path[PATH_MAX];
+    if (!fmt_path(path, sizeof path, "%s/%s", dir, name)) {
         set_err(err, errlen, "the path of %s in %s is too long", name, dir);
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        set_err(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        return -1;
-    }
-    size_t len = strlen(text), done = 0;
-    while (done < len) {
-        ssize_t k = write(fd, text + done, len - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            set_err(err, errlen, "writing %s: %s", tmp, strerror(errno));
-            goto fail;
-        }
-        done += (size_t)k;
-    }
-    if (fsync(fd) != 0) {
-        set_err(err, errlen, "fsync %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        set_err(err, errlen, "closing %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "renaming %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    fsync_dir(dir);
-    return 0;
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-    return -1;
+    return fio_write_atomic(path, text, strlen(text), err, errlen);
 }
 
 /* Makes <data>/jobs/<id>, moving aside a folder left by an older database. */
@@ -542,7 +633,7 @@ int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *
 
     memset(e, 0, sizeof *e);
     memset(&info, 0, sizeof info);
-    if (parse_request(body, &r, e))
+    if (parse_request(body, false, &r, e))
         goto out;
     if (!realpath(data_dir, abs_data)) {
         fail(e, 500, "internal", "data directory %s: %s", data_dir, strerror(errno));
@@ -595,4 +686,30 @@ out:
     if (have_info)
         ds_info_free(&info);
     return ret;
+}
+
+cJSON *jobspec_resolve_local(const cJSON *body, const char *dataset_dir, job_error *e)
+{
+    request r;
+    ds_info info;
+    cJSON *spec = NULL, *cfg = NULL;
+    char abs_dir[PATH_MAX], err[512], net_name[64];
+    memset(e, 0, sizeof *e);
+    if (parse_request(body, true, &r, e))
+        return NULL;
+    if (!realpath(dataset_dir, abs_dir)) {
+        fail(e, 422, "dataset_not_found", "dataset folder %s: %s", dataset_dir, strerror(errno));
+        return NULL;
+    }
+    if (ds_info_load(abs_dir, &info, err, sizeof err) != 0) {
+        fail(e, 422, "dataset_not_found", "%s is not a prepared dataset: %s", abs_dir, err);
+        return NULL;
+    }
+    if (info.train_count == 0)
+        fail(e, 422, "dataset_empty", "dataset %s has no training images", abs_dir);
+    else if (resolve_network(r.network, &info, &spec, net_name, sizeof net_name, e) == 0 &&
+             !(cfg = build_config(&r, abs_dir, &info, net_name, spec)))
+        fail(e, 500, "internal", "out of memory building the job config");
+    ds_info_free(&info);
+    return cfg;
 }

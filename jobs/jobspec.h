@@ -21,6 +21,12 @@ typedef struct job_error {
 /* Returns 0 with *id set, or -1 with e filled. */
 int jobspec_create(store *st, const char *data_dir, const cJSON *request, int64_t *id, job_error *e);
 
+/* kiln train: validates a request as jobspec_create does (same checks and
+ * errors), but for the prepared dataset in dataset_dir, with no store and no
+ * dataset_id (giving one is an error). Returns the resolved job.json object
+ * ("id" 0), owned by the caller, or NULL with e filled. */
+cJSON *jobspec_resolve_local(const cJSON *request, const char *dataset_dir, job_error *e);
+
 /* The folder of a job: <data_dir>/jobs/<id> (into buf). */
 void jobspec_dir(const char *data_dir, int64_t id, char *buf, size_t n);
 

@@ -7,6 +7,24 @@
  * (1.5 = half-way through the second epoch), a validation report's epoch is
  * the number of epochs completed.
  *
+ * Checkpoints (engine/checkpoint.h) hold the weights, the optimizer state
+ * and where the run was: checkpoints/epoch-<n>.safetensors after each
+ * snapshot_interval-th epoch, checkpoints/step-<S>.safetensors on a cancel.
+ * When the job folder already has one (a job requeued after a restart), the
+ * worker resumes from the one with the most steps: it restores it, skips the
+ * batches of the interrupted epoch that were already trained (the loader's
+ * order is a function of the seed and the epoch) and goes on bit for bit as
+ * the uninterrupted run would have.
+ *
+ * The learning rate of each step comes from job.json's "lr_policy"
+ * (engine/lr.h) and is reported with every train report.
+ *
+ * `kiln train` (jobs/train_cli.c) runs the same loop through runner_run with
+ * human-readable progress instead of JSON lines.
+ *
+ * For tests, the environment variable KILN_STOP_AFTER_STEP=S acts as a
+ * SIGTERM that arrives during step S (deterministic cancel and resume).
+ *
  * Signals: SIGTERM (or SIGINT) sets a flag; the worker stops after the current
  * step (or validation batch), writes checkpoints/step-<S>.safetensors, reports
  * {"t":"status","status":"cancelled"} and exits 0. The handler is reset after
@@ -24,6 +42,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +53,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/checkpoint.h"   /* ckpt_save, ckpt_load, ckpt_latest */
 #include "engine/dataset.h"   /* ds_info_load, ds_split_open, loader_open, loader_next */
+#include "engine/fileio.h"    /* fio_read_file, fio_mkdir_p */
+#include "engine/lr.h"        /* lr_from_json, lr_at */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
@@ -42,6 +64,8 @@
 #define JOB_JSON_MAX (64u << 20)
 
 static volatile sig_atomic_t stop_requested;
+static bool human;            /* kiln train: progress for a person, no JSON lines */
+static int64_t stop_after;    /* > 0: act as if SIGTERM came during this step (tests) */
 
 static void on_stop_signal(int sig)
 {
@@ -89,17 +113,21 @@ static void logf_(const char *fmt, ...)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(stderr, "%s ", stamp);
+    FILE *f = human ? stdout : stderr;
+    fprintf(f, "%s ", stamp);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vfprintf(f, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fputc('\n', f);
+    fflush(f);
 }
 
 /* Writes one report line; a failed write means the server is gone. */
 static void emit(const char *line)
 {
+    if (human)
+        return;
     if (fputs(line, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF) {
         logf_("cannot write to the server (%s); stopping", strerror(errno));
         _exit(1);
@@ -115,7 +143,10 @@ static void emit_error(const char *msg)
     emit(text ? text : "{\"t\":\"error\",\"message\":\"out of memory\"}");
     cJSON_free(text);
     cJSON_Delete(o);
-    logf_("error: %s", msg);
+    if (human)
+        fprintf(stderr, "kiln train: error: %s\n", msg);
+    else
+        logf_("error: %s", msg);
 }
 
 /* A double for JSON: finite values as %.9g, others as null. */
@@ -140,39 +171,9 @@ typedef struct job_cfg {
     uint64_t seed;
     int snapshot_interval;
     net_solver solver;
+    const cJSON *lr_policy;      /* inside root; NULL: fixed */
     cJSON *root;
 } job_cfg;
-
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rbe");
-    char *buf = NULL;
-    if (!f) {
-        set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > JOB_JSON_MAX) {
-        set_err(err, errlen, "%s: not a readable file of at most %u bytes", path, JOB_JSON_MAX);
-        goto out;
-    }
-    buf = malloc((size_t)sb.st_size + 1);
-    if (!buf) {
-        set_err(err, errlen, "out of memory reading %s", path);
-        goto out;
-    }
-    *len = fread(buf, 1, (size_t)sb.st_size, f);
-    if (*len != (size_t)sb.st_size) {
-        set_err(err, errlen, "reading %s failed", path);
-        free(buf);
-        buf = NULL;
-        goto out;
-    }
-    buf[*len] = '\0';
-out:
-    fclose(f);
-    return buf;
-}
 
 static bool get_int_field(const cJSON *o, const char *k, double lo, double hi, double *out)
 {
@@ -189,7 +190,7 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
     char path[PATH_MAX + 16];
     size_t len = 0;
     snprintf(path, sizeof path, "%s/job.json", dir);
-    char *text = read_file(path, &len, err, errlen);
+    char *text = fio_read_file(path, JOB_JSON_MAX, &len, err, errlen);
     if (!text)
         return -1;
     c->root = cJSON_ParseWithLength(text, len);
@@ -254,6 +255,31 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
     c->solver.lr = (float)lr->valuedouble;
     c->solver.momentum = cJSON_IsNumber(mo) ? (float)mo->valuedouble : 0.0f;
     c->solver.weight_decay = cJSON_IsNumber(wd) ? (float)wd->valuedouble : 0.0f;
+    c->solver.nesterov = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sv, "nesterov"));
+    c->solver.decay_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sv, "decay_bias"));
+    static const struct {
+        const char *key;
+        size_t off;
+    } nums[] = {
+        { "beta1", offsetof(net_solver, beta1) },
+        { "beta2", offsetof(net_solver, beta2) },
+        { "eps", offsetof(net_solver, eps) },
+        { "clip_norm", offsetof(net_solver, clip_norm) },
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sv, nums[i].key);
+        if (cJSON_IsNumber(v))
+            *(float *)((char *)&c->solver + nums[i].off) = (float)v->valuedouble;
+    }
+    const cJSON *larc = cJSON_GetObjectItemCaseSensitive(sv, "larc");
+    if (cJSON_IsObject(larc)) {
+        const cJSON *pol = cJSON_GetObjectItemCaseSensitive(larc, "policy");
+        const cJSON *eta = cJSON_GetObjectItemCaseSensitive(larc, "eta");
+        snprintf(c->solver.larc, sizeof c->solver.larc, "%s",
+                 cJSON_IsString(pol) ? pol->valuestring : "clip");
+        c->solver.larc_eta = cJSON_IsNumber(eta) ? (float)eta->valuedouble : 0.0f;
+    }
+    c->lr_policy = cJSON_GetObjectItemCaseSensitive(r, "lr_policy");
     return 0;
 }
 
@@ -271,6 +297,12 @@ typedef struct run {
     float *x;
     int32_t *labels;
     int64_t steps_per_epoch, total_steps, step;
+    lr_policy lr;
+    int start_epoch;             /* resuming: the epoch to go on with... */
+    int64_t skip;                /* ...and its batches already trained */
+    int epoch;                   /* the epoch in progress (0-based) */
+    int64_t epoch_step;          /* its steps done */
+    double last_loss, last_acc, last_lr;   /* for human progress lines */
     double last_val_secs;        /* < 0 until the first validation */
     char err[1024];
 } run;
@@ -288,6 +320,12 @@ static int metric(run *r, const char *tag, double value, int64_t step, double ep
              "{\"t\":\"metric\",\"step\":%lld,\"epoch\":%s,\"tag\":\"%s\",\"value\":%s,\"wall_time\":%s}",
              (long long)step, e, tag, v, w);
     emit(line);
+    if (!strcmp(tag, "train/loss"))
+        r->last_loss = value;
+    else if (!strcmp(tag, "train/accuracy"))
+        r->last_acc = value;
+    else if (!strcmp(tag, "lr"))
+        r->last_lr = value;
     char terr[256];
     if (tb_scalar(r->tb, tag, step, (float)value, wall, terr, sizeof terr) != 0) {
         snprintf(r->err, sizeof r->err, "writing the TensorBoard file: %s", terr);
@@ -306,13 +344,24 @@ static void progress(run *r, int epochs_done, double ips, double eta)
              "\"images_per_sec\":%s,\"eta\":%s}",
              epochs_done, r->cfg.epochs, (long long)r->step, (long long)r->total_steps, a, b);
     emit(line);
+    if (human && epochs_done == r->epoch)
+        printf("epoch %d/%d  step %lld/%lld  loss %.4f  accuracy %.4f  lr %.6g  %.0f images/s"
+               "  eta %.0f s\n", r->epoch + 1, r->cfg.epochs, (long long)r->step,
+               (long long)r->total_steps, r->last_loss, r->last_acc, r->last_lr, ips,
+               isfinite(eta) ? eta : 0);
 }
 
-static int save_checkpoint(run *r, const char *name)
+/* The final weights (net_save) when final, else a checkpoint of where the
+ * run is (r->epoch, r->epoch_step). */
+static int save_checkpoint(run *r, const char *name, bool final)
 {
     char path[PATH_MAX + 64], nerr[512];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    if (net_save(r->net, path, nerr, sizeof nerr) != 0) {
+    ckpt_info ci = { .step = r->step, .epoch = r->epoch, .epoch_step = r->epoch_step,
+                     .seed = r->cfg.seed };
+    int rc = final ? net_save(r->net, path, nerr, sizeof nerr)
+                   : ckpt_save(r->net, path, &ci, nerr, sizeof nerr);
+    if (rc != 0) {
         snprintf(r->err, sizeof r->err, "saving %s: %s", name, nerr);
         return -1;
     }
@@ -325,7 +374,7 @@ static int stop_cancelled(run *r)
     if (r->net && r->step > 0) {
         char name[64];
         snprintf(name, sizeof name, "checkpoints/step-%lld.safetensors", (long long)r->step);
-        if (save_checkpoint(r, name) == 0)
+        if (save_checkpoint(r, name, false) == 0)
             logf_("cancelled at step %lld; saved %s", (long long)r->step, name);
         else
             logf_("cancelled at step %lld; %s", (long long)r->step, r->err);
@@ -333,6 +382,38 @@ static int stop_cancelled(run *r)
         logf_("cancelled before training started");
     }
     emit("{\"t\":\"status\",\"status\":\"cancelled\"}");
+    return 0;
+}
+
+/* Restores the latest checkpoint of ckdir, if there is one, and sets where
+ * training goes on. Returns 0 (also when there is nothing to resume) or -1. */
+static int resume(run *r, const char *ckdir, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 64], e[512];
+    ckpt_info ci;
+    int found = ckpt_latest(ckdir, path, sizeof path, &ci, e, sizeof e);
+    if (found < 0) {
+        set_err(err, errlen, "checkpoints: %s", e);
+        return -1;
+    }
+    if (found == 0)
+        return 0;
+    if (ci.seed != r->cfg.seed || ci.epoch > r->cfg.epochs || ci.epoch_step > r->steps_per_epoch ||
+        ci.step != (int64_t)ci.epoch * r->steps_per_epoch + ci.epoch_step) {
+        set_err(err, errlen, "cannot resume from %s: it was written by a run with another seed, "
+                "dataset or batch size (step %lld, epoch %d + %lld steps)", path,
+                (long long)ci.step, ci.epoch, (long long)ci.epoch_step);
+        return -1;
+    }
+    if (ckpt_load(r->net, path, NULL, e, sizeof e) != 0) {
+        set_err(err, errlen, "cannot resume: %s", e);
+        return -1;
+    }
+    r->step = ci.step;
+    r->start_epoch = r->epoch = ci.epoch;
+    r->skip = r->epoch_step = ci.epoch_step;
+    logf_("resuming from %s: step %lld, epoch %d%s", path, (long long)ci.step, ci.epoch + 1,
+          ci.epoch_step ? " (part-way)" : "");
     return 0;
 }
 
@@ -391,17 +472,28 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
     snprintf(path, sizeof path, "%s/checkpoints", r->dir);
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    if (fio_mkdir_p(path) != 0) {
         set_err(err, errlen, "cannot create %s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (!(r->tb = tb_open(r->dir, wall_now(), e, sizeof e))) {
-        set_err(err, errlen, "TensorBoard file: %s", e);
         return -1;
     }
     r->steps_per_epoch = (int64_t)loader_batches(r->train_ld);
     r->total_steps = r->steps_per_epoch * c->epochs;
     r->last_val_secs = -1;
+    if (lr_from_json(c->lr_policy, c->solver.lr, r->total_steps, r->steps_per_epoch, &r->lr,
+                     NULL, e, sizeof e) != 0) {
+        set_err(err, errlen, "job.json: %s", e);
+        return -1;
+    }
+    if (resume(r, path, err, errlen) != 0)
+        return -1;
+    /* A resumed run writes a new event file beside the old one; in the same
+     * second as the old one it takes the next free second's name. */
+    for (int k = 0; k < 5 && !r->tb; k++)
+        r->tb = tb_open(r->dir, wall_now() + k, e, sizeof e);
+    if (!r->tb) {
+        set_err(err, errlen, "TensorBoard file: %s", e);
+        return -1;
+    }
     return 0;
 }
 
@@ -468,14 +560,14 @@ static int validate(run *r, eval_result *out)
 static int train(run *r, bool *cancelled)
 {
     job_cfg *c = &r->cfg;
-    const float lr = c->solver.lr;
+    float lr = (float)lr_at(&r->lr, r->step);
     int64_t interval = r->steps_per_epoch / REPORTS_PER_EPOCH;
     if (interval < 1)
         interval = 1;
     char e[512];
     *cancelled = false;
 
-    for (int epoch = 0; epoch < c->epochs; epoch++) {
+    for (int epoch = r->start_epoch; epoch < c->epochs; epoch++) {
         double t_epoch = mono_now(), t_int = t_epoch;
         double int_loss = 0, ep_loss = 0;
         long int_correct = 0, int_count = 0, ep_correct = 0, ep_count = 0;
@@ -484,14 +576,26 @@ static int train(run *r, bool *cancelled)
         int n;
 
         loader_start_epoch(r->train_ld, epoch);
+        r->epoch = epoch;
+        r->epoch_step = 0;
+        if (epoch == r->start_epoch) {
+            /* resuming part-way: the batches trained before come again, unused */
+            for (; i < r->skip && loader_next(r->train_ld, r->x, r->labels) > 0; i++)
+                ;
+            r->epoch_step = i;
+        }
         while ((n = loader_next(r->train_ld, r->x, r->labels)) > 0) {
             net_stats st;
+            lr = (float)lr_at(&r->lr, r->step);
             if (net_train_step(r->net, r->x, r->labels, n, lr, &st, e, sizeof e) != 0) {
                 snprintf(r->err, sizeof r->err, "step %lld: %s", (long long)(r->step + 1), e);
                 return -1;
             }
             r->step++;
             i++;
+            r->epoch_step = i;
+            if (stop_after > 0 && r->step == stop_after)
+                stop_requested = 1;
             int_steps++;
             int_loss += st.loss * st.count;
             int_correct += st.correct;
@@ -546,8 +650,11 @@ static int train(run *r, bool *cancelled)
         if (c->snapshot_interval > 0 && (epoch + 1) % c->snapshot_interval == 0) {
             char name[64], line[160];
             snprintf(name, sizeof name, "checkpoints/epoch-%d.safetensors", epoch + 1);
-            if (save_checkpoint(r, name) != 0)
+            r->epoch = epoch + 1;
+            r->epoch_step = 0;
+            if (save_checkpoint(r, name, false) != 0)
                 return -1;
+            r->epoch = epoch;
             snprintf(line, sizeof line, "{\"t\":\"snapshot\",\"epoch\":%d,\"path\":\"%s\"}", epoch + 1, name);
             emit(line);
         }
@@ -564,6 +671,29 @@ static int train(run *r, bool *cancelled)
         }
     }
     return 0;
+}
+
+/* "sgd lr 0.01 (fixed) momentum 0.9 ..." for the log. */
+static void solver_desc(const net_solver *s, const lr_policy *lp, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "%s lr %g (%s", s->type, (double)s->lr,
+                                lr_kind_name(lp->kind));
+    if (k < n && lp->warmup_steps)
+        k += (size_t)snprintf(buf + k, n - k, ", %lld warm-up steps", (long long)lp->warmup_steps);
+    if (k < n && !strcmp(s->type, "sgd"))
+        k += (size_t)snprintf(buf + k, n - k, ") momentum %g%s", (double)s->momentum,
+                              s->nesterov ? " nesterov" : "");
+    else if (k < n)
+        k += (size_t)snprintf(buf + k, n - k, ") betas %g %g eps %g", (double)s->beta1,
+                              (double)s->beta2, (double)s->eps);
+    if (k < n)
+        k += (size_t)snprintf(buf + k, n - k, " weight decay %g%s", (double)s->weight_decay,
+                              s->decay_bias ? " (biases too)" : "");
+    if (k < n && s->clip_norm > 0)
+        k += (size_t)snprintf(buf + k, n - k, " clip %g", (double)s->clip_norm);
+    if (k < n && s->larc[0])
+        snprintf(buf + k, n - k, " larc %s eta %g", s->larc,
+                 (double)(s->larc_eta > 0 ? s->larc_eta : 0.001f));
 }
 
 /* ---- main ----------------------------------------------------------------- */
@@ -622,6 +752,14 @@ int runner_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    return runner_run(dir, false);
+}
+
+int runner_run(const char *dir, bool human_output)
+{
+    human = human_output;
+    const char *sa = getenv("KILN_STOP_AFTER_STEP");
+    stop_after = sa ? strtoll(sa, NULL, 10) : 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     install_signals();
 
@@ -641,13 +779,13 @@ int runner_main(int argc, char **argv)
         goto out;
     }
     emit("{\"t\":\"status\",\"status\":\"running\"}");
+    char sdesc[256];
+    solver_desc(&r.cfg.solver, &r.lr, sdesc, sizeof sdesc);
     logf_("job %lld: %s (%zu parameters) on %s, %s: %zu train / %zu val images of %dx%dx%d, "
-          "%d classes; %d epochs x %lld steps, batch %d, %s lr %g momentum %g weight decay %g, "
-          "seed %llu; ready in %.1f s",
+          "%d classes; %d epochs x %lld steps, batch %d, %s, seed %llu; ready in %.1f s",
           (long long)r.cfg.id, r.cfg.network_name, net_param_count(r.net), r.cfg.backend,
           r.cfg.precision, ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
-          r.info.nclasses, r.cfg.epochs, (long long)r.steps_per_epoch, r.cfg.batch, r.cfg.solver.type,
-          (double)r.cfg.solver.lr, (double)r.cfg.solver.momentum, (double)r.cfg.solver.weight_decay,
+          r.info.nclasses, r.cfg.epochs, (long long)r.steps_per_epoch, r.cfg.batch, sdesc,
           (unsigned long long)r.cfg.seed, mono_now() - t0);
     if (stop_requested) {
         stop_cancelled(&r);
@@ -664,7 +802,7 @@ int runner_main(int argc, char **argv)
         status = 0;
         goto out;
     }
-    if (save_checkpoint(&r, "model.safetensors") != 0) {
+    if (save_checkpoint(&r, "model.safetensors", true) != 0) {
         emit_error(r.err);
         goto out;
     }

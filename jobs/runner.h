@@ -8,14 +8,30 @@
  *   {"t":"snapshot","epoch":E,"path":"checkpoints/epoch-E.safetensors"}
  *   {"t":"done"}  or  {"t":"error","message":"..."}   (the last line)
  * Human-readable log lines go to stderr. Writes in the job folder: the
- * TensorBoard event file, checkpoints/epoch-<n>.safetensors, model.safetensors
- * (the final weights). SIGTERM stops after the current step with
- * {"t":"status","status":"cancelled"}. A write error on stdout (the server is
- * gone) ends the worker.
+ * TensorBoard event file, checkpoints/epoch-<n>.safetensors (checkpoints,
+ * engine/checkpoint.h: weights, optimizer state, step, epoch, seed),
+ * model.safetensors (the final weights). SIGTERM stops after the current step
+ * with checkpoints/step-<s>.safetensors and {"t":"status","status":"cancelled"}.
+ * A job folder that already holds a checkpoint is resumed from the latest one
+ * (bit for bit). A write error on stdout (the server is gone) ends the worker.
  */
 #ifndef KILN_JOBS_RUNNER_H
 #define KILN_JOBS_RUNNER_H
 
+#include <stdbool.h>
+
 int runner_main(int argc, char **argv);
+
+/* Runs the job of dir (dir/job.json) to its end: the worker's whole life
+ * after its command line. With human_output (kiln train) nothing is written
+ * as JSON: progress and log lines go to stdout for a person, errors to
+ * stderr; the files written are the same. Resumes from dir/checkpoints when
+ * it holds a checkpoint. Returns the exit status (0 done or cancelled, 1
+ * failed). */
+int runner_run(const char *dir, bool human_output);
+
+/* `kiln train` (jobs/train_cli.c): argv starts at "train". Returns the exit
+ * status (0 done, 1 failed, 2 a usage error or a refused option). */
+int train_main(int argc, char **argv);
 
 #endif

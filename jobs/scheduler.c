@@ -24,8 +24,9 @@
  * - Cancel: a queued job is cancelled at once; a running one gets SIGTERM (the
  *   worker stops after its step, saves a checkpoint and exits), and SIGKILL
  *   when it is still there after the grace period.
- * - At start, jobs left "running" by a server that died are requeued. They run
- *   again from the start; resuming from their last checkpoint is a later issue.
+ * - At start, jobs left "running" by a server that died are requeued. The
+ *   worker resumes each from its latest checkpoint (jobs/runner.c); the
+ *   metrics recorded after that checkpoint's step are dropped when it starts.
  */
 #define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
 #include "jobs/scheduler.h"
@@ -52,6 +53,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 
+#include "engine/checkpoint.h"   /* ckpt_latest */
 #include "jobs/jobspec.h"   /* jobspec_dir */
 
 extern char **environ;
@@ -545,10 +547,19 @@ static bool start_job(sched *s, int64_t job_id)
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
 
-    /* It runs from its start: what an earlier, interrupted run recorded goes
-     * (before the spawn: the new worker writes a new event file at once). */
-    store_metric_delete(s->st, job_id, -1);
-    remove_event_files(dir);
+    /* The worker resumes from the job's latest checkpoint (jobs/runner.c):
+     * metrics up to its step stay, later ones go. Without one it runs from
+     * its start: what an earlier, interrupted run recorded goes (before the
+     * spawn: the new worker writes a new event file at once). */
+    char ckdir[PATH_MAX + 16], ckpath[PATH_MAX + 64], ckerr[256];
+    ckpt_info ck;
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", dir);
+    if (ckpt_latest(ckdir, ckpath, sizeof ckpath, &ck, ckerr, sizeof ckerr) == 1) {
+        store_metric_delete(s->st, job_id, ck.step);
+    } else {
+        store_metric_delete(s->st, job_id, -1);
+        remove_event_files(dir);
+    }
     hub_open(s->h, job_id);
     if (spawn_worker(s, w, err, sizeof err) != 0) {
         fprintf(stderr, "kiln: job %lld: %s\n", (long long)job_id, err);

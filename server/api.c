@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
 #include "jobs/jobspec.h"          /* jobspec_create, jobspec_dir */
-#include "server/fsutil.h"         /* fs_rm_rf */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
@@ -25,10 +25,45 @@
 
 #define MAX_DEVICES 64
 
-static int not_found(request *r, const char *what)
+static enum MHD_Result not_found(request *r, const char *what, int64_t id)
 {
     return http_error(r, MHD_HTTP_NOT_FOUND, !strcmp(what, "job") ? "job_not_found" : "dataset_not_found",
-                      "there is no %s %lld", what, (long long)r->id);
+                      "there is no %s %lld", what, (long long)id);
+}
+
+/* Reads dataset id into *d: true, and the caller clears *d; or false when the
+ * request has been answered (404 dataset_not_found, or 500 when the store
+ * fails), with *answered what the handler returns. */
+static bool find_dataset(request *r, int64_t id, store_dataset *d, enum MHD_Result *answered)
+{
+    int rc = store_dataset_get(r->srv->st, id, d);
+    if (rc == 0)
+        return true;
+    *answered = rc == STORE_NOT_FOUND ? not_found(r, "dataset", id)
+                                      : http_store_error(r, "reading the dataset");
+    return false;
+}
+
+/* find_dataset for a job (404 job_not_found). */
+static bool find_job(request *r, int64_t id, store_job *j, enum MHD_Result *answered)
+{
+    int rc = store_job_get(r->srv->st, id, j);
+    if (rc == 0)
+        return true;
+    *answered = rc == STORE_NOT_FOUND ? not_found(r, "job", id) : http_store_error(r, "reading the job");
+    return false;
+}
+
+/* Appends item to the array items and returns items; when item is NULL or
+ * cannot be added, deletes both and returns NULL (then http_json answers 500).
+ * items == NULL only deletes item. */
+static cJSON *list_add(cJSON *items, cJSON *item)
+{
+    if (items && item && cJSON_AddItemToArray(items, item))
+        return items;
+    cJSON_Delete(item);
+    cJSON_Delete(items);
+    return NULL;
 }
 
 /* ---- service ------------------------------------------------------------------ */
@@ -111,11 +146,7 @@ static int h_networks(request *r)
             items = NULL;
             break;
         }
-        if (!cJSON_AddItemToArray(items, o)) {
-            cJSON_Delete(o);
-            cJSON_Delete(items);
-            items = NULL;
-        }
+        items = list_add(items, o);
     }
     return http_json(r, MHD_HTTP_OK, render_list(items));
 }
@@ -129,14 +160,8 @@ static int h_datasets_list(request *r)
     if (store_dataset_list(r->srv->st, &list, &n) != 0)
         return http_store_error(r, "listing datasets");
     cJSON *items = cJSON_CreateArray();
-    for (size_t i = 0; items && i < n; i++) {
-        cJSON *d = render_dataset(&list[i]);
-        if (!d || !cJSON_AddItemToArray(items, d)) {
-            cJSON_Delete(d);
-            cJSON_Delete(items);
-            items = NULL;
-        }
-    }
+    for (size_t i = 0; items && i < n; i++)
+        items = list_add(items, render_dataset(&list[i]));
     store_dataset_list_free(list, n);
     return http_json(r, MHD_HTTP_OK, render_list(items));
 }
@@ -144,11 +169,9 @@ static int h_datasets_list(request *r)
 static int h_dataset_get(request *r)
 {
     store_dataset d;
-    int rc = store_dataset_get(r->srv->st, r->id, &d);
-    if (rc == STORE_NOT_FOUND)
-        return not_found(r, "dataset");
-    if (rc != 0)
-        return http_store_error(r, "reading the dataset");
+    enum MHD_Result answered;
+    if (!find_dataset(r, r->id, &d, &answered))
+        return answered;
     cJSON *o = render_dataset(&d);
     store_dataset_clear(&d);
     return http_json(r, MHD_HTTP_OK, o);
@@ -158,11 +181,9 @@ static int h_dataset_delete(request *r)
 {
     server *srv = r->srv;
     store_dataset d;
-    int rc = store_dataset_get(srv->st, r->id, &d);
-    if (rc == STORE_NOT_FOUND)
-        return not_found(r, "dataset");
-    if (rc != 0)
-        return http_store_error(r, "reading the dataset");
+    enum MHD_Result answered;
+    if (!find_dataset(r, r->id, &d, &answered))
+        return answered;
     bool importing = !strcmp(d.status, "importing");
     store_dataset_clear(&d);
     if (importing)
@@ -180,14 +201,14 @@ static int h_dataset_delete(request *r)
         return http_error(r, MHD_HTTP_CONFLICT, "dataset_in_use",
                           "dataset %lld is used by %zu job(s); delete those jobs first", (long long)r->id,
                           users);
-    rc = store_dataset_delete(srv->st, r->id);
+    int rc = store_dataset_delete(srv->st, r->id);
     if (rc == STORE_NOT_FOUND)
-        return not_found(r, "dataset");
+        return not_found(r, "dataset", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the dataset");
     char dir[PATH_MAX + 64];
     snprintf(dir, sizeof dir, "%s/datasets/%lld", srv->data_dir, (long long)r->id);
-    if (fs_rm_rf(dir) != 0)
+    if (fio_rm_rf(dir) != 0)
         fprintf(stderr, "kiln: dataset %lld: could not remove %s: %s\n", (long long)r->id, dir,
                 strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -199,11 +220,9 @@ static int h_dataset_delete(request *r)
 static int answer_job(request *r, unsigned status, int64_t id)
 {
     store_job j;
-    int rc = store_job_get(r->srv->st, id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    enum MHD_Result answered;
+    if (!find_job(r, id, &j, &answered))
+        return answered;
     cJSON *o = render_job(r->srv->st, &j);
     store_job_clear(&j);
     return http_json(r, status, o);
@@ -216,14 +235,8 @@ static int h_jobs_list(request *r)
     if (store_job_list(r->srv->st, &list, &n) != 0)
         return http_store_error(r, "listing jobs");
     cJSON *items = cJSON_CreateArray();
-    for (size_t i = 0; items && i < n; i++) {
-        cJSON *j = render_job(r->srv->st, &list[i]);
-        if (!j || !cJSON_AddItemToArray(items, j)) {
-            cJSON_Delete(j);
-            cJSON_Delete(items);
-            items = NULL;
-        }
-    }
+    for (size_t i = 0; items && i < n; i++)
+        items = list_add(items, render_job(r->srv->st, &list[i]));
     store_job_list_free(list, n);
     return http_json(r, MHD_HTTP_OK, render_list(items));
 }
@@ -257,11 +270,9 @@ static int h_job_delete(request *r)
 {
     server *srv = r->srv;
     store_job j;
-    int rc = store_job_get(srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job");
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    enum MHD_Result answered;
+    if (!find_job(r, r->id, &j, &answered))
+        return answered;
     bool active = !strcmp(j.status, "queued") || !strcmp(j.status, "running");
     char status[16];
     snprintf(status, sizeof status, "%s", j.status);
@@ -270,14 +281,14 @@ static int h_job_delete(request *r)
         return http_error(r, MHD_HTTP_CONFLICT, "job_active",
                           "job %lld is %s; cancel it first (POST /api/v1/jobs/%lld/cancel)",
                           (long long)r->id, status, (long long)r->id);
-    rc = store_job_delete(srv->st, r->id);
+    int rc = store_job_delete(srv->st, r->id);
     if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job");
+        return not_found(r, "job", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the job");
     char dir[PATH_MAX];
     jobspec_dir(srv->data_dir, r->id, dir, sizeof dir);
-    if (fs_rm_rf(dir) != 0)
+    if (fio_rm_rf(dir) != 0)
         fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
@@ -286,21 +297,16 @@ static int h_job_delete(request *r)
 static int h_job_cancel(request *r)
 {
     store_job j;
-    int rc = store_job_get(r->srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job");
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    enum MHD_Result answered;
+    if (!find_job(r, r->id, &j, &answered))
+        return answered;
     store_job_clear(&j);
-    rc = sched_cancel(r->srv->sched, r->id);
+    int rc = sched_cancel(r->srv->sched, r->id);
     if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job");                  /* deleted meanwhile */
+        return not_found(r, "job", r->id);                  /* deleted meanwhile */
     if (rc == SCHED_ALREADY_ENDED) {
-        rc = store_job_get(r->srv->st, r->id, &j);
-        if (rc == STORE_NOT_FOUND)
-            return not_found(r, "job");
-        if (rc != 0)
-            return http_store_error(r, "reading the job");
+        if (!find_job(r, r->id, &j, &answered))
+            return answered;
         char status[16];
         snprintf(status, sizeof status, "%s", j.status);
         store_job_clear(&j);
@@ -320,25 +326,17 @@ static int h_job_metrics(request *r)
         return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
                           "since must be a step number (an integer >= -1), not \"%.32s\"", s);
     store_job j;
-    int rc = store_job_get(r->srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job");
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    enum MHD_Result answered;
+    if (!find_job(r, r->id, &j, &answered))
+        return answered;
     store_job_clear(&j);
     store_metric *ms = NULL;
     size_t n = 0;
     if (store_metric_list(r->srv->st, r->id, since, &ms, &n) != 0)
         return http_store_error(r, "reading metrics");
     cJSON *items = cJSON_CreateArray();
-    for (size_t i = 0; items && i < n; i++) {
-        cJSON *m = render_metric(&ms[i]);
-        if (!m || !cJSON_AddItemToArray(items, m)) {
-            cJSON_Delete(m);
-            cJSON_Delete(items);
-            items = NULL;
-        }
-    }
+    for (size_t i = 0; items && i < n; i++)
+        items = list_add(items, render_metric(&ms[i]));
     free(ms);
     return http_json(r, MHD_HTTP_OK, render_list(items));
 }
@@ -346,11 +344,9 @@ static int h_job_metrics(request *r)
 static int h_job_log(request *r)
 {
     store_job j;
-    int rc = store_job_get(r->srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job");
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    enum MHD_Result answered;
+    if (!find_job(r, r->id, &j, &answered))
+        return answered;
     store_job_clear(&j);
     char path[PATH_MAX + 8];
     char dir[PATH_MAX];

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "jobs/import.h"       /* import_main */
-#include "jobs/runner.h"       /* runner_main */
+#include "jobs/runner.h"       /* runner_main, train_main */
 #include "server/server.h"     /* serve_main, serve_usage */
 
 #ifndef KILN_VERSION
@@ -27,6 +27,9 @@ static void usage(FILE *f)
             "                       [--static-dir DIR] [--max-jobs N]\n"
             "  worker    run one training job (started by the scheduler)\n"
             "            kiln worker --job-dir DIR\n"
+            "  train     train from the command line, without the server\n"
+            "            kiln train --dataset DIR --network NAME|SPEC.json [--epochs N]\n"
+            "                       [--batch N] [--lr X] [--solver sgd|adam|adamw] ... [--out DIR]\n"
             "  import    build a dataset from the command line\n"
             "            kiln import mnist-json [--data DIR] [--name NAME] [--if-missing] DIGITS_DIR\n"
             "            kiln import archive [--data DIR] --name NAME [--val-percent P]\n"
@@ -61,6 +64,8 @@ int main(int argc, char **argv)
         return serve_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker"))
         return runner_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train"))
+        return train_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import"))
         return import_main(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command \"%s\"\n\n", cmd);

@@ -32,7 +32,7 @@
 
 #include <microhttpd.h>
 
-#include "server/fsutil.h"     /* fs_mkdir_p, fs_empty_dir */
+#include "engine/fileio.h"     /* fio_mkdir_p, fio_empty_dir */
 #include "server/http.h"       /* http_on_request, http_on_completed */
 #include "server/sse.h"        /* sse_start, sse_stop */
 #include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
@@ -178,7 +178,7 @@ static int prepare_data_dir(server *srv, const char *data)
 {
     static const char *const subdirs[] = { "datasets", "jobs", "uploads" };
     char path[PATH_MAX + 32];
-    if (fs_mkdir_p(data) != 0) {
+    if (fio_mkdir_p(data) != 0) {
         fprintf(stderr, "kiln serve: cannot create the data directory %s: %s\n", data, strerror(errno));
         return -1;
     }
@@ -188,13 +188,13 @@ static int prepare_data_dir(server *srv, const char *data)
     }
     for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", srv->data_dir, subdirs[i]);
-        if (fs_mkdir_p(path) != 0) {
+        if (fio_mkdir_p(path) != 0) {
             fprintf(stderr, "kiln serve: cannot create %s: %s\n", path, strerror(errno));
             return -1;
         }
     }
     snprintf(path, sizeof path, "%s/uploads", srv->data_dir);
-    fs_empty_dir(path);                    /* what a previous server left */
+    fio_empty_dir(path);                    /* what a previous server left */
     return 0;
 }
 

@@ -28,8 +28,8 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "engine/fileio.h"         /* fio_mkdir_p, fio_rm_rf, fio_read_file */
 #include "jobs/import.h"           /* import_archive, import_opts */
-#include "server/fsutil.h"         /* fs_mkdir_p, fs_rm_rf, fs_read_file */
 #include "server/render.h"         /* render_dataset */
 
 #define NAME_MAX_LEN 200
@@ -390,7 +390,7 @@ static void run_import(import_task *t)
     if (rc == 0) {
         char hpath[PATH_MAX + 16];
         snprintf(hpath, sizeof hpath, "%s/header.json", t->dir);
-        char *header = fs_read_file(hpath, 16u << 20, NULL);
+        char *header = fio_read_file(hpath, 16u << 20, NULL, NULL, 0);
         if (!header) {
             snprintf(err, sizeof err, "the import wrote no readable header.json (%s)", strerror(errno));
             rc = -1;
@@ -404,7 +404,7 @@ static void run_import(import_task *t)
     if (rc != 0) {
         fprintf(stderr, "kiln: dataset %lld (%s) failed: %s\n", (long long)t->id, t->name, err);
         store_dataset_finish(srv->st, t->id, "failed", NULL, err[0] ? err : "the import failed");
-        fs_rm_rf(t->dir);
+        fio_rm_rf(t->dir);
     }
 }
 
@@ -428,8 +428,8 @@ static void *import_thread(void *arg)
     bool fits = snprintf(t->dir, sizeof t->dir, "%s/datasets/%lld", srv->data_dir, (long long)t->id) <
                 (int)sizeof t->dir;
     if (fits)
-        fs_rm_rf(t->dir);                    /* a leftover of an older data dir */
-    if (!fits || fs_mkdir_p(t->dir) != 0) {
+        fio_rm_rf(t->dir);                    /* a leftover of an older data dir */
+    if (!fits || fio_mkdir_p(t->dir) != 0) {
         snprintf(msg, sizeof msg, "cannot create the dataset folder: %s", strerror(errno));
         store_dataset_finish(srv->st, t->id, "failed", NULL, msg);
         hand_back(t, MHD_HTTP_INTERNAL_SERVER_ERROR, "storage_error", msg);

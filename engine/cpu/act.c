@@ -1,6 +1,7 @@
 /* engine/cpu/act.c: element-wise activations on oneDNN's eltwise primitive.
- * ReLU uses the "use dst for backward" form, so the backward pass needs only
- * the forward output and the forward pass may run in place. */
+ * Every one uses the "use dst for backward" form (ReLU and leaky ReLU with a
+ * slope >= 0, logistic, tanh), so the backward pass needs only the forward
+ * output and the forward pass may run in place. */
 #include "engine/cpu/cpu.h"
 
 #include "engine/errors.h"
@@ -15,21 +16,39 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
     be_plan *p = NULL;
     const dnnl_dim_t dims[] = { d->n, (dnnl_dim_t)d->size };
     dnnl_alg_kind_t alg;
+    if (d->layout == BE_BLOCKED16 && (d->c < 16 || d->size % (size_t)d->c)) {
+        eng_err(err, errlen, "cpu backend: a blocked activation needs its channel count");
+        goto out;
+    }
 
     *out = NULL;
     switch (d->alg) {
     case BE_ACT_RELU:
         alg = dnnl_eltwise_relu_use_dst_for_bwd;
+        if (!(d->alpha >= 0.0f)) {
+            eng_err(err, errlen, "cpu backend: leaky relu slope %g must be >= 0", d->alpha);
+            goto out;
+        }
+        break;
+    case BE_ACT_SIGMOID:
+        alg = dnnl_eltwise_logistic_use_dst_for_bwd;
+        break;
+    case BE_ACT_TANH:
+        alg = dnnl_eltwise_tanh_use_dst_for_bwd;
         break;
     default:
         eng_err(err, errlen, "cpu backend: activation %d is not supported", (int)d->alg);
         goto out;
     }
-    if (cpu_md(&data, 2, dims, dnnl_nc, err, errlen) < 0)
+    if (d->layout == BE_BLOCKED16 ?
+        cpu_act_md(&data, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, err,
+                   errlen) < 0 :
+        cpu_md(&data, 2, dims, dnnl_nc, err, errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_ACT, err, errlen)))
         goto out;
-    DNNL_TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, alg, &data, 0.0f, 0.0f),
+    DNNL_TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, alg, &data, d->alpha,
+                                            0.0f),
              "eltwise_forward_desc_init");
     if (cpu_pd(ctx, &ed, NULL, &fwd_pd, err, errlen) < 0)
         goto out;
@@ -40,7 +59,7 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
     }
     if (passes & BE_BWD_DATA) {
         const int args[] = { DNNL_ARG_DST, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC };
-        DNNL_TRY(dnnl_eltwise_backward_desc_init(&ed, alg, &data, &data, 0.0f, 0.0f),
+        DNNL_TRY(dnnl_eltwise_backward_desc_init(&ed, alg, &data, &data, d->alpha, 0.0f),
                  "eltwise_backward_desc_init");
         if (cpu_pd(ctx, &ed, fwd_pd, &pd, err, errlen) < 0 ||
             cpu_prim_make(ctx, pd, 3, args, &p->bwd_data, err, errlen) < 0)

@@ -1,5 +1,10 @@
-/* engine/cpu/conv.c: 2-D convolution on oneDNN (direct algorithm, plain
- * NCHW activations, OIHW / GOIHW weights). */
+/* engine/cpu/conv.c: 2-D convolution on oneDNN (direct algorithm). The
+ * backend's operands are plain (NCHW activations, OIHW / GOIHW weights); each
+ * primitive is made with layouts left to oneDNN ("any"), which picks its
+ * blocked ones and its fast kernels (the plain-layout kernels are gemm-based
+ * and their backward-weights pass is tens of times slower), and the plan
+ * reorders operands into those layouts and results back, through the
+ * context's staging buffers. */
 #include "engine/cpu/cpu.h"
 
 #include "engine/errors.h"
@@ -11,15 +16,13 @@ typedef struct conv_mds {
 
 static int conv_mds_init(const be_conv_desc *d, conv_mds *m, char *err, size_t errlen)
 {
-    const dnnl_dim_t src[] = { d->n, d->c, d->h, d->w };
-    const dnnl_dim_t dst[] = { d->n, d->k, d->oh, d->ow };
     const dnnl_dim_t bias[] = { d->k };
     int g = d->groups;
     if (g < 1 || d->c % g || d->k % g)
         return eng_err(err, errlen, "cpu backend: conv groups %d do not divide %d and %d",
                        g, d->c, d->k);
-    if (cpu_md(&m->src, 4, src, dnnl_nchw, err, errlen) < 0 ||
-        cpu_md(&m->dst, 4, dst, dnnl_nchw, err, errlen) < 0 ||
+    if (cpu_act_md(&m->src, d->n, d->c, d->h, d->w, d->src_layout, err, errlen) < 0 ||
+        cpu_act_md(&m->dst, d->n, d->k, d->oh, d->ow, d->dst_layout, err, errlen) < 0 ||
         cpu_md(&m->bias, 1, bias, dnnl_x, err, errlen) < 0)
         return -1;
     if (g == 1) {
@@ -43,17 +46,36 @@ static int conv_mds_init(const be_conv_desc *d, conv_mds *m, char *err, size_t e
     return 0;
 }
 
+/* The reorders of a plan, by pass and operand (be_plan.re[]). */
+enum { RE_FX, RE_FW, RE_FY, RE_BDY, RE_BW, RE_BDX, RE_WX, RE_WDY, RE_WDW };
+
+/* A copy of md with every dimension's layout left to the primitive. */
+static int any_md(const dnnl_memory_desc_t *md, dnnl_memory_desc_t *out, char *err, size_t errlen)
+{
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(out, md->ndims, md->dims, md->data_type,
+                                                   dnnl_format_tag_any);
+    return s == dnnl_success ? 0 : cpu_dnnl_err(s, "memory_desc_init_by_tag", err, errlen);
+}
+
+static const dnnl_memory_desc_t *pd_md(const_dnnl_primitive_desc_t pd, int arg)
+{
+    return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+}
+
 int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **out,
                   char *err, size_t errlen)
 {
     int rc = -1;
     conv_mds m;
+    dnnl_memory_desc_t asrc, awei, adst;
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
     be_plan *p = NULL;
 
     *out = NULL;
-    if (conv_mds_init(d, &m, err, errlen) < 0)
+    if (conv_mds_init(d, &m, err, errlen) < 0 ||
+        any_md(&m.src, &asrc, err, errlen) < 0 || any_md(&m.wei, &awei, err, errlen) < 0 ||
+        any_md(&m.dst, &adst, err, errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_CONV, err, errlen)))
         goto out;
@@ -61,22 +83,34 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
     /* The forward descriptor is needed as the hint of the backward ones even
      * when the forward pass itself is not asked for. */
     DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
-             dnnl_convolution_direct, &m.src, &m.wei, d->bias ? &m.bias : NULL, &m.dst,
+             dnnl_convolution_direct, &asrc, &awei, d->bias ? &m.bias : NULL, &adst,
              m.strides, m.dil, m.pad_l, m.pad_r), "convolution_forward_desc_init");
     if (cpu_pd(ctx, &cd, NULL, &fwd_pd, err, errlen) < 0)
         goto out;
     if (passes & BE_FWD) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
-        if (cpu_prim_make(ctx, fwd_pd, d->bias ? 4 : 3, args, &p->fwd, err, errlen) < 0)
+        if (cpu_prim_make(ctx, fwd_pd, d->bias ? 4 : 3, args, &p->fwd, err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.src, pd_md(fwd_pd, DNNL_ARG_SRC), CPU_TMP_SRC,
+                             &p->re[RE_FX], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.wei, pd_md(fwd_pd, DNNL_ARG_WEIGHTS), CPU_TMP_WEI,
+                             &p->re[RE_FW], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, pd_md(fwd_pd, DNNL_ARG_DST), &m.dst, CPU_TMP_DST,
+                             &p->re[RE_FY], err, errlen) < 0)
             goto out;
     }
     if (passes & BE_BWD_DATA) {
         const int args[] = { DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC };
         DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                 &m.src, &m.wei, &m.dst, m.strides, m.dil, m.pad_l, m.pad_r),
+                 &asrc, &awei, &adst, m.strides, m.dil, m.pad_l, m.pad_r),
                  "convolution_backward_data_desc_init");
         if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0 ||
-            cpu_prim_make(ctx, pd, 3, args, &p->bwd_data, err, errlen) < 0)
+            cpu_prim_make(ctx, pd, 3, args, &p->bwd_data, err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.dst, pd_md(pd, DNNL_ARG_DIFF_DST), CPU_TMP_DST,
+                             &p->re[RE_BDY], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.wei, pd_md(pd, DNNL_ARG_WEIGHTS), CPU_TMP_WEI,
+                             &p->re[RE_BW], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, pd_md(pd, DNNL_ARG_DIFF_SRC), &m.src, CPU_TMP_SRC,
+                             &p->re[RE_BDX], err, errlen) < 0)
             goto out;
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
@@ -85,10 +119,16 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                              DNNL_ARG_DIFF_BIAS };
         DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(&cd,
-                 dnnl_convolution_direct, &m.src, &m.wei, d->bias ? &m.bias : NULL, &m.dst,
+                 dnnl_convolution_direct, &asrc, &awei, d->bias ? &m.bias : NULL, &adst,
                  m.strides, m.dil, m.pad_l, m.pad_r), "convolution_backward_weights_desc_init");
         if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0 ||
-            cpu_prim_make(ctx, pd, d->bias ? 4 : 3, args, &p->bwd_weights, err, errlen) < 0)
+            cpu_prim_make(ctx, pd, d->bias ? 4 : 3, args, &p->bwd_weights, err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.src, pd_md(pd, DNNL_ARG_SRC), CPU_TMP_SRC,
+                             &p->re[RE_WX], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.dst, pd_md(pd, DNNL_ARG_DIFF_DST), CPU_TMP_DST,
+                             &p->re[RE_WDY], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &m.wei, CPU_TMP_WEI,
+                             &p->re[RE_WDW], err, errlen) < 0)
             goto out;
     }
     *out = p;
@@ -103,23 +143,48 @@ out:
     return rc;
 }
 
+/* Each pass: inputs reordered into the primitive's layouts where they differ
+ * from the plain ones, the primitive, the output reordered back. */
 int cpu_conv_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w, const be_buf *b,
                  be_buf *y, char *err, size_t errlen)
 {
-    void *data[] = { cpu_ptr(x), cpu_ptr(w), cpu_ptr(y), cpu_ptr(b) };
-    return cpu_prim_run(ctx, &p->fwd, data, err, errlen);
+    int fail = 0;
+    if (!p->fwd.prim)
+        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+    void *data[] = { cpu_stage_in(ctx, &p->re[RE_FX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
+                     cpu_stage_in(ctx, &p->re[RE_FW], CPU_TMP_WEI, cpu_ptr(w), &fail, err, errlen),
+                     cpu_stage_out(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y)), cpu_ptr(b) };
+    if (fail || cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0)
+        return -1;
+    return cpu_stage_done(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y), err, errlen);
 }
 
 int cpu_conv_bwd_data(be_ctx *ctx, be_plan *p, const be_buf *dy, const be_buf *w, be_buf *dx,
                       char *err, size_t errlen)
 {
-    void *data[] = { cpu_ptr(dy), cpu_ptr(w), cpu_ptr(dx) };
-    return cpu_prim_run(ctx, &p->bwd_data, data, err, errlen);
+    int fail = 0;
+    if (!p->bwd_data.prim)
+        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+    void *data[] = { cpu_stage_in(ctx, &p->re[RE_BDY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
+                                  errlen),
+                     cpu_stage_in(ctx, &p->re[RE_BW], CPU_TMP_WEI, cpu_ptr(w), &fail, err, errlen),
+                     cpu_stage_out(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx)) };
+    if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
+        return -1;
+    return cpu_stage_done(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx), err, errlen);
 }
 
 int cpu_conv_bwd_weights(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy,
                          be_buf *dw, be_buf *db, char *err, size_t errlen)
 {
-    void *data[] = { cpu_ptr(x), cpu_ptr(dy), cpu_ptr(dw), cpu_ptr(db) };
-    return cpu_prim_run(ctx, &p->bwd_weights, data, err, errlen);
+    int fail = 0;
+    if (!p->bwd_weights.prim)
+        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+    void *data[] = { cpu_stage_in(ctx, &p->re[RE_WX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
+                     cpu_stage_in(ctx, &p->re[RE_WDY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
+                                  errlen),
+                     cpu_stage_out(ctx, &p->re[RE_WDW], CPU_TMP_WEI, cpu_ptr(dw)), cpu_ptr(db) };
+    if (fail || cpu_prim_run(ctx, &p->bwd_weights, data, err, errlen) < 0)
+        return -1;
+    return cpu_stage_done(ctx, &p->re[RE_WDW], CPU_TMP_WEI, cpu_ptr(dw), err, errlen);
 }

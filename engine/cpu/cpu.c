@@ -29,6 +29,8 @@ static void ctx_free(be_ctx *ctx)
     if (ctx->eng)
         dnnl_engine_destroy(ctx->eng);
     free(ctx->scratch);
+    for (int i = 0; i < CPU_TMP_SLOTS; i++)
+        free(ctx->tmp[i]);
     free(ctx);
 }
 
@@ -124,6 +126,15 @@ int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_t
     return s == dnnl_success ? 0 : cpu_dnnl_err(s, "memory_desc_init_by_tag", err, errlen);
 }
 
+int cpu_act_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, be_layout layout,
+               char *err, size_t errlen)
+{
+    const dnnl_dim_t dims[] = { n, c, h, w };
+    if (layout == BE_BLOCKED16 && c % 16)
+        return eng_err(err, errlen, "cpu backend: %d channels cannot be blocked by 16", c);
+    return cpu_md(md, 4, dims, layout == BE_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw, err, errlen);
+}
+
 int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
            dnnl_primitive_desc_t *pd, char *err, size_t errlen)
 {
@@ -216,6 +227,62 @@ void cpu_prim_free(cpu_prim *p)
     memset(p, 0, sizeof *p);
 }
 
+int cpu_reorder_make(be_ctx *ctx, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                     int slot, cpu_prim *r, char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_primitive_desc_t pd = NULL;
+    const int args[] = { DNNL_ARG_FROM, DNNL_ARG_TO };
+    memset(r, 0, sizeof *r);
+    if (dnnl_memory_desc_equal(from, to))
+        return 0;
+    size_t bytes = dnnl_memory_desc_get_size(from), tb = dnnl_memory_desc_get_size(to);
+    if (tb > bytes)
+        bytes = tb;
+    if (bytes > ctx->tmp_bytes[slot]) {
+        void *p = aligned_zalloc(bytes);
+        if (!p)
+            return eng_err(err, errlen, "cpu backend: cannot allocate a %zu-byte staging buffer",
+                           bytes);
+        free(ctx->tmp[slot]);
+        ctx->tmp[slot] = p;
+        ctx->tmp_bytes[slot] = bytes;
+    }
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, from, ctx->eng, to, ctx->eng, ctx->attr),
+             "reorder_primitive_desc_create");
+    if (cpu_prim_make(ctx, pd, 2, args, r, err, errlen) < 0)
+        goto out;
+    rc = 0;
+out:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+void *cpu_stage_in(be_ctx *ctx, cpu_prim *r, int slot, void *user, int *fail,
+                   char *err, size_t errlen)
+{
+    if (!r->prim || !user)
+        return user;
+    void *data[] = { user, ctx->tmp[slot] };
+    if (cpu_prim_run(ctx, r, data, err, errlen) < 0)
+        *fail = 1;
+    return ctx->tmp[slot];
+}
+
+void *cpu_stage_out(be_ctx *ctx, const cpu_prim *r, int slot, void *user)
+{
+    return r->prim && user ? ctx->tmp[slot] : user;
+}
+
+int cpu_stage_done(be_ctx *ctx, cpu_prim *r, int slot, void *user, char *err, size_t errlen)
+{
+    if (!r->prim || !user)
+        return 0;
+    void *data[] = { ctx->tmp[slot], user };
+    return cpu_prim_run(ctx, r, data, err, errlen);
+}
+
 be_plan *cpu_plan_new(cpu_plan_kind kind, char *err, size_t errlen)
 {
     be_plan *p = calloc(1, sizeof *p);
@@ -233,6 +300,9 @@ static void plan_free(be_ctx *ctx, be_plan *p)
     cpu_prim_free(&p->fwd);
     cpu_prim_free(&p->bwd_data);
     cpu_prim_free(&p->bwd_weights);
+    cpu_prim_free(&p->infer);
+    for (int i = 0; i < CPU_RE_MAX; i++)
+        cpu_prim_free(&p->re[i]);
     free(p->workspace);
     free(p->row_loss);
     free(p->row_hit);
@@ -264,8 +334,22 @@ const backend cpu_backend = {
     .act_plan = cpu_act_plan,
     .act_fwd = cpu_act_fwd,
     .act_bwd = cpu_act_bwd,
+    .bn_plan = cpu_bn_plan,
+    .bn_fwd = cpu_bn_fwd,
+    .bn_bwd = cpu_bn_bwd,
+    .bn_running = cpu_bn_running,
+    .add_plan = cpu_add_plan,
+    .add_fwd = cpu_add_fwd,
+    .concat_plan = cpu_concat_plan,
+    .concat_fwd = cpu_concat_fwd,
+    .concat_bwd = cpu_concat_bwd,
+    .acc = cpu_acc,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
     .xent_plan = cpu_xent_plan,
     .xent = cpu_xent,
     .nonfinite = cpu_nonfinite,
     .sgd_update = cpu_sgd_update,
+    .optim_update = cpu_optim_update,
+    .sumsq = cpu_sumsq,
 };

@@ -18,12 +18,19 @@
 
 #include "engine/backend.h"
 
+/* Staging buffers for operands reordered into a primitive's preferred
+ * (blocked) layout: one per role, shared by every plan of a context (ops run
+ * one at a time), grown when a plan needing more is made. */
+enum { CPU_TMP_SRC, CPU_TMP_WEI, CPU_TMP_DST, CPU_TMP_SLOTS };
+
 struct be_ctx {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     dnnl_primitive_attr_t attr;     /* scratchpad mode user */
     void *scratch;                  /* shared by every primitive of this context */
     size_t scratch_bytes;
+    void *tmp[CPU_TMP_SLOTS];
+    size_t tmp_bytes[CPU_TMP_SLOTS];
 };
 
 struct be_buf {
@@ -31,7 +38,8 @@ struct be_buf {
     size_t bytes;
 };
 
-#define CPU_MAX_ARGS 6
+#define CPU_MAX_ARGS (BE_MAX_INPUTS + 1)   /* a sum or concat of the most inputs */
+#define CPU_RE_MAX 9                        /* reorders of one plan */
 
 /* One primitive and the memory objects of its arguments, in declaration order,
  * plus the scratchpad (bound to the context's scratch) when it needs one. */
@@ -44,13 +52,21 @@ typedef struct cpu_prim {
 } cpu_prim;
 
 typedef enum cpu_plan_kind {
-    CPU_PLAN_CONV, CPU_PLAN_POOL, CPU_PLAN_DENSE, CPU_PLAN_ACT, CPU_PLAN_XENT
+    CPU_PLAN_CONV, CPU_PLAN_POOL, CPU_PLAN_DENSE, CPU_PLAN_ACT, CPU_PLAN_XENT,
+    CPU_PLAN_BN, CPU_PLAN_ADD, CPU_PLAN_CONCAT
 } cpu_plan_kind;
 
 struct be_plan {
     cpu_plan_kind kind;
     cpu_prim fwd, bwd_data, bwd_weights;
-    void *workspace;                /* max pooling: argmax from fwd for bwd_data */
+    cpu_prim infer;                 /* batch norm: the forward pass on given statistics */
+    cpu_prim re[CPU_RE_MAX];        /* convolution: reorders to and from plain layouts */
+    void *workspace;                /* max pooling: argmax from fwd for bwd_data;
+                                     * batch norm: the unwanted dx of its backward pass */
+    /* add, concat: inputs; concat: channel offsets coff[0..k] and h*w */
+    int k;
+    int coff[BE_MAX_INPUTS + 1];
+    size_t hw;
     /* softmax cross-entropy */
     int n, classes;
     float *row_loss;
@@ -67,6 +83,11 @@ int cpu_dnnl_err(dnnl_status_t s, const char *what, char *err, size_t errlen);
 int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
            char *err, size_t errlen);
 
+/* An activation of n x c x h x w in that layout (engine/backend.h); blocked
+ * needs c to be a multiple of 16. */
+int cpu_act_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, be_layout layout,
+               char *err, size_t errlen);
+
 /* Creates the primitive descriptor for op_desc (hint: the forward one for a
  * backward pass, or NULL) with the context's attributes. */
 int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
@@ -82,10 +103,25 @@ int cpu_prim_run(be_ctx *ctx, cpu_prim *p, void *const *data, char *err, size_t 
 
 void cpu_prim_free(cpu_prim *p);
 
+/* Makes r a reorder from layout `from` to `to` when they differ (r->prim
+ * stays NULL when they are the same) and grows the context's staging buffer
+ * `slot` to hold the side in a non-plain layout (`staged`: from or to). */
+int cpu_reorder_make(be_ctx *ctx, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                     int slot, cpu_prim *r, char *err, size_t errlen);
+/* Operands through staging: stage_in returns the user's pointer, or (with a
+ * reorder) the staging buffer after reordering user data into it; stage_out
+ * returns where the primitive should write, and stage_done reorders that
+ * into the user's buffer. *fail is set on an error (err filled). */
+void *cpu_stage_in(be_ctx *ctx, cpu_prim *r, int slot, void *user, int *fail,
+                   char *err, size_t errlen);
+void *cpu_stage_out(be_ctx *ctx, const cpu_prim *r, int slot, void *user);
+int cpu_stage_done(be_ctx *ctx, cpu_prim *r, int slot, void *user, char *err, size_t errlen);
+
 /* A new zeroed plan of that kind, or NULL with err set. */
 be_plan *cpu_plan_new(cpu_plan_kind kind, char *err, size_t errlen);
 
-/* The ops, one file each (conv.c, pool.c, dense.c, act.c, loss.c, optim.c). */
+/* The ops, one file each (conv.c, pool.c, dense.c, act.c, bn.c, merge.c, ew.c, loss.c,
+ * optim.c). */
 int cpu_conv_plan(be_ctx *, const be_conv_desc *, unsigned, be_plan **, char *, size_t);
 int cpu_conv_fwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *, be_buf *,
                  char *, size_t);
@@ -109,9 +145,30 @@ int cpu_act_bwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *, c
 int cpu_xent_plan(be_ctx *, const be_xent_desc *, be_plan **, char *, size_t);
 int cpu_xent(be_ctx *, be_plan *, const be_buf *, const be_buf *, float, be_buf *, be_buf *,
              double *, int *, char *, size_t);
+int cpu_bn_plan(be_ctx *, const be_bn_desc *, unsigned, be_plan **, char *, size_t);
+int cpu_bn_fwd(be_ctx *, be_plan *, bool, const be_buf *, const be_buf *, const be_buf *,
+               be_buf *, be_buf *, be_buf *, char *, size_t);
+int cpu_bn_bwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *,
+               const be_buf *, const be_buf *, const be_buf *, be_buf *, be_buf *, be_buf *,
+               char *, size_t);
+int cpu_bn_running(be_ctx *, be_buf *, be_buf *, const be_buf *, const be_buf *, int, float,
+                   int64_t, char *, size_t);
+int cpu_add_plan(be_ctx *, const be_add_desc *, be_plan **, char *, size_t);
+int cpu_add_fwd(be_ctx *, be_plan *, const be_buf *const *, be_buf *, char *, size_t);
+int cpu_concat_plan(be_ctx *, const be_concat_desc *, be_plan **, char *, size_t);
+int cpu_concat_fwd(be_ctx *, be_plan *, const be_buf *const *, be_buf *, char *, size_t);
+int cpu_concat_bwd(be_ctx *, be_plan *, const be_buf *, int, be_buf *, float, char *, size_t);
+int cpu_acc(be_ctx *, be_buf *, const be_buf *, size_t, float, char *, size_t);
+int cpu_dropout_fwd(be_ctx *, const be_dropout_desc *, bool, const be_buf *, be_buf *, be_buf *,
+                    uint64_t, char *, size_t);
+int cpu_dropout_bwd(be_ctx *, const be_buf *, const be_buf *, be_buf *, size_t, float,
+                    char *, size_t);
 int cpu_nonfinite(be_ctx *, const be_buf *, size_t, bool *, char *, size_t);
 int cpu_sgd_update(be_ctx *, be_buf *, be_buf *, const be_buf *, size_t, const be_sgd *,
                    char *, size_t);
+int cpu_optim_update(be_ctx *, const be_optim *, be_buf *, be_buf *, be_buf *, const be_buf *,
+                     size_t, char *, size_t);
+int cpu_sumsq(be_ctx *, const be_buf *, size_t, double *, char *, size_t);
 
 /* A buffer's data for a oneDNN handle (oneDNN takes void * even for inputs). */
 static inline void *cpu_ptr(const be_buf *b)

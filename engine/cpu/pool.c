@@ -1,6 +1,11 @@
-/* engine/cpu/pool.c: max pooling on oneDNN. The forward pass of a plan made
- * for the backward pass records the argmax of each window in the plan's
- * workspace, which pool_bwd reads. */
+/* engine/cpu/pool.c: max and average pooling on oneDNN. The forward pass of
+ * a max-pooling plan made for the backward pass records the argmax of each
+ * window in the plan's workspace, which pool_bwd reads; average pooling
+ * needs none (its backward spreads dy evenly over each window: over the
+ * positions inside the input when excluding padding, over the whole kernel
+ * area when including it). The primitive runs in the input's layout; an
+ * output wanted in another layout (a global pooling feeding a dense layer) is
+ * reordered through the context's staging buffer, and so is its gradient. */
 #include "engine/cpu/cpu.h"
 
 #include <stdlib.h>
@@ -11,28 +16,41 @@ int cpu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan *
                   char *err, size_t errlen)
 {
     int rc = -1;
-    dnnl_memory_desc_t src, dst;
+    dnnl_memory_desc_t src, dst, udst;
     dnnl_pooling_v2_desc_t pdsc;
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
     be_plan *p = NULL;
-    const dnnl_dim_t sdims[] = { d->n, d->c, d->h, d->w };
-    const dnnl_dim_t ddims[] = { d->n, d->c, d->oh, d->ow };
     dnnl_dims_t strides = { d->stride_h, d->stride_w }, kernel = { d->kh, d->kw };
     dnnl_dims_t dil = { 0, 0 }, pad_l = { d->pad_t, d->pad_l }, pad_r = { d->pad_b, d->pad_r };
     bool train = (passes & BE_BWD_DATA) != 0;
 
     *out = NULL;
-    if (d->alg != BE_POOL_MAX) {
+    dnnl_alg_kind_t alg;
+    switch (d->alg) {
+    case BE_POOL_MAX:
+        alg = dnnl_pooling_max;
+        break;
+    case BE_POOL_AVG_EXCLUDE_PAD:
+        alg = dnnl_pooling_avg_exclude_padding;
+        break;
+    case BE_POOL_AVG_INCLUDE_PAD:
+        alg = dnnl_pooling_avg_include_padding;
+        break;
+    default:
         eng_err(err, errlen, "cpu backend: pooling algorithm %d is not supported", (int)d->alg);
         goto out;
     }
-    if (cpu_md(&src, 4, sdims, dnnl_nchw, err, errlen) < 0 ||
-        cpu_md(&dst, 4, ddims, dnnl_nchw, err, errlen) < 0)
+    if (cpu_act_md(&src, d->n, d->c, d->h, d->w, d->src_layout, err, errlen) < 0 ||
+        cpu_act_md(&dst, d->n, d->c, d->oh, d->ow, d->src_layout, err, errlen) < 0 ||
+        cpu_act_md(&udst, d->n, d->c, d->oh, d->ow, d->dst_layout, err, errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_POOL, err, errlen)))
         goto out;
+    if (cpu_reorder_make(ctx, &dst, &udst, CPU_TMP_DST, &p->re[0], err, errlen) < 0 ||
+        (train && cpu_reorder_make(ctx, &udst, &dst, CPU_TMP_DST, &p->re[1], err, errlen) < 0))
+        goto out;
     DNNL_TRY(dnnl_pooling_v2_forward_desc_init(&pdsc,
-             train ? dnnl_forward_training : dnnl_forward_inference, dnnl_pooling_max,
+             train ? dnnl_forward_training : dnnl_forward_inference, alg,
              &src, &dst, strides, kernel, dil, pad_l, pad_r), "pooling_forward_desc_init");
     if (cpu_pd(ctx, &pdsc, NULL, &fwd_pd, err, errlen) < 0)
         goto out;
@@ -53,7 +71,7 @@ int cpu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan *
     }
     if (train) {
         const int args[] = { DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_WORKSPACE };
-        DNNL_TRY(dnnl_pooling_v2_backward_desc_init(&pdsc, dnnl_pooling_max, &src, &dst,
+        DNNL_TRY(dnnl_pooling_v2_backward_desc_init(&pdsc, alg, &src, &dst,
                  strides, kernel, dil, pad_l, pad_r), "pooling_backward_desc_init");
         if (cpu_pd(ctx, &pdsc, fwd_pd, &pd, err, errlen) < 0 ||
             cpu_prim_make(ctx, pd, p->workspace ? 3 : 2, args, &p->bwd_data, err, errlen) < 0)
@@ -73,12 +91,19 @@ out:
 
 int cpu_pool_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, be_buf *y, char *err, size_t errlen)
 {
-    void *data[] = { cpu_ptr(x), cpu_ptr(y), p->workspace };
-    return cpu_prim_run(ctx, &p->fwd, data, err, errlen);
+    void *data[] = { cpu_ptr(x), cpu_stage_out(ctx, &p->re[0], CPU_TMP_DST, cpu_ptr(y)),
+                     p->workspace };
+    if (cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0)
+        return -1;
+    return cpu_stage_done(ctx, &p->re[0], CPU_TMP_DST, cpu_ptr(y), err, errlen);
 }
 
 int cpu_pool_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, be_buf *dx, char *err, size_t errlen)
 {
-    void *data[] = { cpu_ptr(dy), cpu_ptr(dx), p->workspace };
+    int fail = 0;
+    void *data[] = { cpu_stage_in(ctx, &p->re[1], CPU_TMP_DST, cpu_ptr(dy), &fail, err, errlen),
+                     cpu_ptr(dx), p->workspace };
+    if (fail)
+        return -1;
     return cpu_prim_run(ctx, &p->bwd_data, data, err, errlen);
 }

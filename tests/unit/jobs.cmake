@@ -3,4 +3,4 @@ kiln_unit_test(test_store SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store.c 
 kiln_unit_test(test_hub SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hub.c LIBS kiln_jobs)
 kiln_unit_test(test_jobspec SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobspec.c LIBS kiln_jobs kiln_db)
 # The scheduler with a shell script as the worker (real `kiln worker` runs are the integration tests').
-kiln_unit_test(test_scheduler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_scheduler.c LIBS kiln_jobs kiln_db)
+kiln_unit_test(test_scheduler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_scheduler.c LIBS kiln_jobs kiln_db kiln_engine)

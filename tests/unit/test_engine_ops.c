@@ -706,6 +706,1028 @@ static void test_relu(void **state)
     be->buf_free(ctx, dxb);
 }
 
+/* ---- average pooling ------------------------------------------------------------------- */
+
+/* Terms x / divisor summed in double: the backend sums K terms and divides
+ * (or multiplies by a rounded reciprocal), at most K + 1 roundings, which
+ * refv_bound's gamma_{K+1} covers. Pooling is linear: finite differences
+ * carry only output rounding. */
+static void run_avgpool_case(be_pool_desc d, uint64_t seed)
+{
+    char err[256] = "";
+    rng r;
+    pool_case pc = { .d = d };
+    size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * d.oh * d.ow;
+    bool include = d.alg == BE_POOL_AVG_INCLUDE_PAD;
+    pc.ny = ny;
+    rng_seed(&r, seed);
+    assert_int_equal(d.oh, (d.h + d.pad_t + d.pad_b - d.kh) / d.stride_h + 1);
+    assert_int_equal(d.ow, (d.w + d.pad_l + d.pad_r - d.kw) / d.stride_w + 1);
+    float *x = rand_floats(&r, nx, -1, 1), *rr = rand_floats(&r, ny, -1, 1);
+    pc.xb = upload(x, nx);
+    pc.yb = upload(NULL, ny);
+    be_buf *rb = upload(rr, ny), *dxb = upload(NULL, nx);
+    assert_int_equal(be->pool_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &pc.plan, err, sizeof err), 0);
+    refv y = refv_new(ny), dx = refv_new(nx);
+    int partial = 0;
+    for (int n = 0; n < d.n; n++)
+        for (int c = 0; c < d.c; c++)
+            for (int oh = 0; oh < d.oh; oh++)
+                for (int ow = 0; ow < d.ow; ow++) {
+                    size_t yi = (((size_t)n * d.c + c) * d.oh + oh) * d.ow + ow;
+                    int inside = 0;
+                    for (int pass = 0; pass < 2; pass++)
+                        for (int a = 0; a < d.kh; a++)
+                            for (int b = 0; b < d.kw; b++) {
+                                int ih = oh * d.stride_h - d.pad_t + a;
+                                int iw = ow * d.stride_w - d.pad_l + b;
+                                if (ih < 0 || ih >= d.h || iw < 0 || iw >= d.w)
+                                    continue;
+                                if (pass == 0) {
+                                    inside++;
+                                    continue;
+                                }
+                                double div = include ? (double)d.kh * d.kw : (double)inside;
+                                size_t xi = (((size_t)n * d.c + c) * d.h + ih) * d.w + iw;
+                                refv_add(&y, yi, x[xi] / div);
+                                refv_add(&dx, xi, rr[yi] / div);
+                            }
+                    partial += inside < d.kh * d.kw;
+                }
+    if (d.pad_t || d.pad_l || d.pad_b || d.pad_r)
+        assert_true(partial > 0);            /* the padding case is really exercised */
+    float *yo = malloc(ny * sizeof *yo), *dxo = malloc(nx * sizeof *dxo);
+    pool_fwd_op(&pc, yo);
+    check_against(include ? "avgpool(incl) y" : "avgpool y", yo, &y, ny);
+    assert_int_equal(be->pool_bwd(ctx, pc.plan, rb, dxb, err, sizeof err), 0);
+    download(dxb, dxo, nx);
+    check_against(include ? "avgpool(incl) dx" : "avgpool dx", dxo, &dx, nx);
+    const double h = 0.25;
+    fd_check f = { "avgpool x", &pc, pool_fwd_op, x, pc.xb, nx, dxo, &dx, rr, ny, h, &y, h, 0 };
+    fd_run(&f);
+    refv_free(&y);
+    refv_free(&dx);
+    free(x);
+    free(rr);
+    free(yo);
+    free(dxo);
+    be->plan_free(ctx, pc.plan);
+    be->buf_free(ctx, pc.xb);
+    be->buf_free(ctx, pc.yb);
+    be->buf_free(ctx, rb);
+    be->buf_free(ctx, dxb);
+}
+
+#define AVG(alg_, ...) ((be_pool_desc){ .alg = (alg_), __VA_ARGS__ })
+
+static void test_avgpool(void **state)
+{
+    for (int k = 0; k < 2; k++) {
+        be_pool_alg alg = k ? BE_POOL_AVG_INCLUDE_PAD : BE_POOL_AVG_EXCLUDE_PAD;
+        run_avgpool_case(AVG(alg, .n = 2, .c = 3, .h = 8, .w = 8, .oh = 4, .ow = 4, .kh = 2,
+                             .kw = 2, .stride_h = 2, .stride_w = 2), 61);
+        /* overlapping windows, odd sizes, padding 1: border windows are partial */
+        run_avgpool_case(AVG(alg, .n = 1, .c = 2, .h = 7, .w = 9, .oh = 4, .ow = 5, .kh = 3,
+                             .kw = 3, .stride_h = 2, .stride_w = 2, .pad_t = 1, .pad_l = 1,
+                             .pad_b = 1, .pad_r = 1), 62);
+        /* rectangular kernel and stride, padding on one axis */
+        run_avgpool_case(AVG(alg, .n = 2, .c = 1, .h = 6, .w = 6, .oh = 5, .ow = 3, .kh = 2,
+                             .kw = 3, .stride_h = 1, .stride_w = 2, .pad_l = 1, .pad_r = 1), 63);
+    }
+    /* global average pooling: one window over an odd-sized input */
+    run_avgpool_case(AVG(BE_POOL_AVG_EXCLUDE_PAD, .n = 3, .c = 5, .h = 5, .w = 7, .oh = 1,
+                         .ow = 1, .kh = 5, .kw = 7, .stride_h = 1, .stride_w = 1), 64);
+}
+
+/* ---- leaky ReLU, sigmoid, tanh ---------------------------------------------------------- */
+
+/* Leaky ReLU: alpha x is one rounding (refv with one term); x > 0 is exact. */
+static void test_leaky_relu(void **state)
+{
+    char err[256] = "";
+    rng r;
+    const float alpha = 0.1f;
+    be_act_desc d = { .alg = BE_ACT_RELU, .n = 3, .size = 41, .alpha = alpha };
+    size_t n = 3 * 41;
+    act_case ac = { .n = n };
+    rng_seed(&r, 71);
+    float *x = malloc(n * sizeof *x), *rr = rand_floats(&r, n, -1, 1);
+    for (size_t i = 0; i < n; i++) {
+        double m = rng_range(&r, 0.1, 2.0);     /* away from the kink by more than h */
+        x[i] = (float)(rng_next(&r) & 1 ? m : -m);
+    }
+    ac.xb = upload(x, n);
+    ac.yb = upload(NULL, n);
+    be_buf *rb = upload(rr, n), *dxb = upload(NULL, n);
+    assert_int_equal(be->act_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &ac.plan, err, sizeof err), 0);
+    float *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
+    refv yr = refv_new(n), g = refv_new(n);
+    for (size_t i = 0; i < n; i++) {
+        refv_add(&yr, i, x[i] > 0 ? (double)x[i] : (double)alpha * x[i]);
+        refv_add(&g, i, x[i] > 0 ? (double)rr[i] : (double)alpha * rr[i]);
+    }
+    act_fwd_op(&ac, y);
+    check_against("leaky_relu y", y, &yr, n);
+    for (size_t i = 0; i < n; i++)
+        if (x[i] > 0)
+            assert_true(y[i] == x[i]);
+    assert_int_equal(be->act_bwd(ctx, ac.plan, ac.yb, rb, dxb, err, sizeof err), 0);
+    download(dxb, dx, n);
+    check_against("leaky_relu dx", dx, &g, n);
+    const double h = 0.05;
+    fd_check f = { "leaky_relu x", &ac, act_fwd_op, x, ac.xb, n, dx, &g, rr, n, h, &yr, h, 0 };
+    fd_run(&f);
+    /* a negative slope has no "from the output" backward: refused */
+    be_plan *bad = NULL;
+    be_act_desc neg = d;
+    neg.alpha = -0.5f;
+    assert_int_equal(be->act_plan(ctx, &neg, BE_FWD, &bad, err, sizeof err), -1);
+    assert_null(bad);
+    refv_free(&yr);
+    refv_free(&g);
+    free(x);
+    free(rr);
+    free(y);
+    free(dx);
+    be->plan_free(ctx, ac.plan);
+    be->buf_free(ctx, ac.xb);
+    be->buf_free(ctx, ac.yb);
+    be->buf_free(ctx, rb);
+    be->buf_free(ctx, dxb);
+}
+
+/* oneDNN computes logistic and tanh with vectorised polynomial
+ * approximations and documents no ulp bound; its own conformance suite
+ * (benchdnn) accepts a relative error of 4e-6 for them in f32. We hold it to
+ * that: |y - ref| <= 4e-6 |ref| + u (the u covers results that flush towards
+ * 0). The backward pass is computed from the returned y in three roundings:
+ * sigmoid dy y (1 - y), tanh dy (1 - y^2). Finite differences are smooth:
+ * truncation h^2/6 max|f'''| (sigmoid 1/8, tanh 2) plus the output error. */
+#define ACT_REL 4e-6
+
+static void run_smooth_act(be_act_alg alg, uint64_t seed)
+{
+    char err[256] = "";
+    rng r;
+    be_act_desc d = { .alg = alg, .n = 2, .size = 67 };
+    size_t n = 2 * 67;
+    act_case ac = { .n = n };
+    const char *name = alg == BE_ACT_SIGMOID ? "sigmoid" : "tanh";
+    rng_seed(&r, seed);
+    float *x = rand_floats(&r, n, -6, 6), *rr = rand_floats(&r, n, -1, 1);
+    x[0] = 0.0f;
+    x[1] = 1e-4f;
+    x[2] = -20.0f;                                /* saturated */
+    ac.xb = upload(x, n);
+    ac.yb = upload(NULL, n);
+    be_buf *rb = upload(rr, n), *dxb = upload(NULL, n);
+    assert_int_equal(be->act_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &ac.plan, err, sizeof err), 0);
+    float *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx);
+    refv g = refv_new(n);
+    double ymax_err = 0;
+    act_fwd_op(&ac, y);
+    for (size_t i = 0; i < n; i++) {
+        double ref = alg == BE_ACT_SIGMOID ? 1.0 / (1.0 + exp(-(double)x[i])) : tanh(x[i]);
+        double b = ACT_REL * fabs(ref) + U;
+        if (!(fabs(y[i] - ref) <= b)) {
+            print_error("%s y[%zu] (x %.9g): got %.9g, reference %.9g\n", name, i,
+                        (double)x[i], (double)y[i], ref);
+            fail();
+        }
+        if (b > ymax_err)
+            ymax_err = b;
+        double yy = y[i], dyi = rr[i];
+        if (alg == BE_ACT_SIGMOID) {
+            g.v[i] = dyi * yy * (1.0 - yy);
+            g.mag[i] = fabs(dyi) * (fabs(yy) + yy * yy);
+        } else {
+            g.v[i] = dyi * (1.0 - yy * yy);
+            g.mag[i] = fabs(dyi) * (1.0 + yy * yy);
+        }
+        g.cnt[i] = 3;
+    }
+    assert_int_equal(be->act_bwd(ctx, ac.plan, ac.yb, rb, dxb, err, sizeof err), 0);
+    download(dxb, dx, n);
+    check_against(alg == BE_ACT_SIGMOID ? "sigmoid dx" : "tanh dx", dx, &g, n);
+    /* The finite differences see the derivative at x, the gradient was taken
+     * at the rounded y: f' moves by at most 3 |y error| per unit of |dy|
+     * (|d f'/d y| <= 1 for sigmoid, 2 for tanh), added to each bound. */
+    for (size_t i = 0; i < n; i++)
+        g.mag[i] += 3.0 * fabs(rr[i]) * (ACT_REL * fabs(y[i]) + U) / gamma_k(4);
+    const double h = 0.01, f3 = alg == BE_ACT_SIGMOID ? 0.125 : 2.0;
+    fd_check f = { name, &ac, act_fwd_op, x, ac.xb, n, dx, &g, rr, n, h, NULL, 0,
+                   h * h / 6.0 * f3 + 2.0 * ymax_err / (2.0 * h) };
+    fd_run(&f);
+    refv_free(&g);
+    free(x);
+    free(rr);
+    free(y);
+    free(dx);
+    be->plan_free(ctx, ac.plan);
+    be->buf_free(ctx, ac.xb);
+    be->buf_free(ctx, ac.yb);
+    be->buf_free(ctx, rb);
+    be->buf_free(ctx, dxb);
+}
+
+static void test_sigmoid_tanh(void **state)
+{
+    run_smooth_act(BE_ACT_SIGMOID, 72);
+    run_smooth_act(BE_ACT_TANH, 73);
+}
+
+/* ---- dropout ---------------------------------------------------------------------------- */
+
+typedef struct drop_case {
+    be_buf *xb, *mb, *yb;
+    size_t n;
+    float rate;
+    uint64_t seed;
+} drop_case;
+
+static void drop_fwd_op(void *op, float *y)
+{
+    drop_case *dc = op;
+    char err[256] = "";
+    be_dropout_desc d = { .count = dc->n, .rate = dc->rate };
+    assert_int_equal(be->dropout_fwd(ctx, &d, true, dc->xb, dc->mb, dc->yb, dc->seed, err,
+                                     sizeof err), 0);
+    download(dc->yb, y, dc->n);
+}
+
+/* The mask is the shared formula (ew_dropout_keep) scaled by 1/(1-rate);
+ * y = x mask exactly; the kept fraction is within 5 sigma of 1 - rate; the
+ * same seed repeats, another differs; inference is the identity; the
+ * backward pass multiplies by the same mask (and accumulates with beta 1). */
+static void test_dropout(void **state)
+{
+    char err[256] = "";
+    rng r;
+    const size_t n = 70001;                        /* odd, past the threading threshold */
+    const float rate = 0.3f, keep = 1.0f / (1.0f - rate);
+    drop_case dc = { .n = n, .rate = rate, .seed = 0x1234abcdULL };
+    rng_seed(&r, 81);
+    float *x = rand_floats(&r, n, -1, 1), *rr = rand_floats(&r, n, -1, 1),
+          *d0 = rand_floats(&r, n, -1, 1);
+    float *y = malloc(n * sizeof *y), *m = malloc(n * sizeof *m), *m2 = malloc(n * sizeof *m2),
+          *dx = malloc(n * sizeof *dx);
+    dc.xb = upload(x, n);
+    dc.mb = upload(NULL, n);
+    dc.yb = upload(NULL, n);
+    be_buf *rb = upload(rr, n), *dxb = upload(d0, n);
+    drop_fwd_op(&dc, y);
+    download(dc.mb, m, n);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool k = ew_dropout_keep(dc.seed, i, rate);
+        assert_true(m[i] == (k ? keep : 0.0f));
+        assert_true(y[i] == x[i] * m[i]);
+        kept += k;
+    }
+    double mean = n * (1.0 - rate), sigma = sqrt(n * rate * (1.0 - rate));
+    assert_true(fabs((double)kept - mean) <= 5 * sigma);
+    /* the same stream again; another stream */
+    drop_fwd_op(&dc, y);
+    download(dc.mb, m2, n);
+    assert_memory_equal(m, m2, n * sizeof *m);
+    dc.seed++;
+    drop_fwd_op(&dc, y);
+    download(dc.mb, m2, n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += m[i] != m2[i];
+    assert_true(differ > n / 5);                  /* 2 p (1 - p) = 42% expected */
+    dc.seed--;
+    /* inference: y = x */
+    be_dropout_desc dd = { .count = n, .rate = rate };
+    assert_int_equal(be->dropout_fwd(ctx, &dd, false, dc.xb, NULL, dc.yb, dc.seed, err,
+                                     sizeof err), 0);
+    download(dc.yb, y, n);
+    assert_memory_equal(y, x, n * sizeof *x);
+    drop_fwd_op(&dc, y);                          /* back to the first mask */
+    /* backward: overwrite, then accumulate */
+    assert_int_equal(be->dropout_bwd(ctx, dc.mb, rb, dxb, n, 0.0f, err, sizeof err), 0);
+    download(dxb, dx, n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(dx[i] == rr[i] * m[i]);
+    reupload(dxb, d0, n);
+    assert_int_equal(be->dropout_bwd(ctx, dc.mb, rb, dxb, n, 1.0f, err, sizeof err), 0);
+    download(dxb, dx, n);
+    refv acc = refv_new(n), yr = refv_new(n), g = refv_new(n);
+    for (size_t i = 0; i < n; i++) {
+        refv_add(&acc, i, (double)rr[i] * m[i]);
+        refv_add(&acc, i, d0[i]);
+        refv_add(&yr, i, (double)x[i] * m[i]);
+        refv_add(&g, i, (double)rr[i] * m[i]);
+    }
+    check_against("dropout dx (accumulated)", dx, &acc, n);
+    assert_int_equal(be->dropout_bwd(ctx, dc.mb, rb, dxb, n, 0.0f, err, sizeof err), 0);
+    download(dxb, dx, n);
+    fd_check f = { "dropout x", &dc, drop_fwd_op, x, dc.xb, n, dx, &g, rr, n, 0.25, &yr,
+                   0.25 * keep, 0 };
+    fd_run(&f);
+    refv_free(&acc);
+    refv_free(&yr);
+    refv_free(&g);
+    free(x);
+    free(rr);
+    free(d0);
+    free(y);
+    free(m);
+    free(m2);
+    free(dx);
+    be_buf *bufs[] = { dc.xb, dc.mb, dc.yb, rb, dxb };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        be->buf_free(ctx, bufs[i]);
+}
+
+/* ---- batch normalization ----------------------------------------------------------------- */
+
+/* A bound set directly: refv_bound(r, i) == b. */
+static void refv_set(refv *r, size_t i, double v, double b)
+{
+    r->v[i] = v;
+    r->cnt[i] = 0;
+    r->mag[i] = b / gamma_k(1);
+}
+
+typedef struct bn_case {
+    be_bn_desc d;
+    size_t nx;
+    float *x, *g, *b;
+    be_buf *xb, *gb, *bb, *mb, *vb, *yb;
+    be_plan *plan;
+} bn_case;
+
+static void bn_fwd_op(void *op, float *y)
+{
+    bn_case *bc = op;
+    char err[256] = "";
+    assert_int_equal(be->bn_fwd(ctx, bc->plan, true, bc->xb, bc->gb, bc->bb, bc->mb, bc->vb,
+                                bc->yb, err, sizeof err), 0);
+    download(bc->yb, y, bc->nx);
+}
+
+static size_t bn_i(const be_bn_desc *d, int n, int c, int s)
+{
+    return ((size_t)n * d->c + c) * (size_t)d->h * d->w + s;
+}
+
+/* The training forward pass in double: y, and the loss sum r.y (for the
+ * truncation error of the finite differences). */
+static double bn_ref_fwd(const be_bn_desc *d, const float *x, const float *g, const float *b,
+                         const float *r, double *mean, double *var, double *y)
+{
+    int hw = d->h * d->w, K = d->n * hw;
+    double loss = 0;
+    for (int c = 0; c < d->c; c++) {
+        double m = 0, v = 0;
+        for (int n = 0; n < d->n; n++)
+            for (int s = 0; s < hw; s++)
+                m += x[bn_i(d, n, c, s)];
+        m /= K;
+        for (int n = 0; n < d->n; n++)
+            for (int s = 0; s < hw; s++) {
+                double t = x[bn_i(d, n, c, s)] - m;
+                v += t * t;
+            }
+        v /= K;
+        double inv = 1.0 / sqrt(v + d->eps);
+        for (int n = 0; n < d->n; n++)
+            for (int s = 0; s < hw; s++) {
+                size_t i = bn_i(d, n, c, s);
+                double yi = g[c] * (x[i] - m) * inv + b[c];
+                if (y)
+                    y[i] = yi;
+                loss += r[i] * yi;
+            }
+        if (mean)
+            mean[c] = m;
+        if (var)
+            var[c] = v;
+    }
+    return loss;
+}
+
+/* Rounding bounds, to first order, per channel with K values:
+ *   mean: K - 1 additions and a division       dm <= gamma_{K+1} mean|x|
+ *   var: one- or two-pass, with the rounded mean dv <= gamma_{K+4} mean(x^2)
+ *                                                     + 2 dm (mean|x| + |m|)
+ *   sigma = sqrt(v + eps): relative ds = dv / (2 (v + eps)) + 2u
+ *   xhat = (x - m) / sigma: dxh = (dm + u|x - m|) / sigma + |xhat| (ds + 2u)
+ *   y = g xhat + b:         |g| dxh + 2u |g xhat| + u |b|
+ * Backward (oneDNN's formulas): dshift = sum dy, dscale = sum dy xhat,
+ *   dx = g / sigma (dy - dshift / K - xhat dscale / K), each with the
+ * rounding of its sums (gamma_K) and of its inputs' errors carried through. */
+static void run_bn_case(be_bn_desc d, uint64_t seed)
+{
+    char err[256] = "";
+    rng r;
+    bn_case bc = { .d = d };
+    int hw = d.h * d.w, K = d.n * hw, C = d.c;
+    size_t nx = (size_t)d.n * C * hw;
+    const double u = U;
+    bc.nx = nx;
+    rng_seed(&r, seed);
+    bc.x = rand_floats(&r, nx, -1, 1);
+    for (size_t i = 0; i < nx; i++)               /* per-channel offsets and scales */
+        bc.x[i] = bc.x[i] * (float)(1 + (i / hw) % 3) + (float)((int)((i / hw) % C) - 1);
+    bc.g = rand_floats(&r, (size_t)C, 0.5, 1.5);
+    bc.b = rand_floats(&r, (size_t)C, -1, 1);
+    float *rr = rand_floats(&r, nx, -1, 1);
+    bc.xb = upload(bc.x, nx);
+    bc.gb = upload(bc.g, (size_t)C);
+    bc.bb = upload(bc.b, (size_t)C);
+    bc.mb = upload(NULL, (size_t)C);
+    bc.vb = upload(NULL, (size_t)C);
+    bc.yb = upload(NULL, nx);
+    be_buf *rb = upload(rr, nx), *dxb = upload(NULL, nx), *dgb = upload(NULL, (size_t)C),
+           *dbb = upload(NULL, (size_t)C);
+    assert_int_equal(be->bn_plan(ctx, &d, BE_FWD | BE_BWD_DATA | BE_BWD_WEIGHTS, &bc.plan,
+                                 err, sizeof err), 0);
+    double *mean = malloc(C * sizeof *mean), *var = malloc(C * sizeof *var),
+           *yd = malloc(nx * sizeof *yd);
+    bn_ref_fwd(&d, bc.x, bc.g, bc.b, rr, mean, var, yd);
+    float *y = malloc(nx * sizeof *y), *dx = malloc(nx * sizeof *dx), *mo = malloc(C * 4),
+          *vo = malloc(C * 4), *dgo = malloc(C * 4), *dbo = malloc(C * 4);
+    bn_fwd_op(&bc, y);
+    download(bc.mb, mo, (size_t)C);
+    download(bc.vb, vo, (size_t)C);
+    assert_int_equal(be->bn_bwd(ctx, bc.plan, bc.xb, rb, bc.gb, bc.bb, bc.mb, bc.vb, dxb, dgb,
+                                dbb, err, sizeof err), 0);
+    download(dxb, dx, nx);
+    download(dgb, dgo, (size_t)C);
+    download(dbb, dbo, (size_t)C);
+    refv yr = refv_new(nx), gx = refv_new(nx), gg = refv_new(C), gb = refv_new(C);
+    double ymag = 0;
+    for (int c = 0; c < C; c++) {
+        double s1 = 0, s2 = 0, m = mean[c], v = var[c];
+        double sdy = 0, sdyx = 0, sady = 0, sadyx = 0, dxh_max = 0;
+        for (int n = 0; n < d.n; n++)
+            for (int s = 0; s < hw; s++) {
+                double xi = bc.x[bn_i(&d, n, c, s)];
+                s1 += fabs(xi);
+                s2 += xi * xi;
+            }
+        s1 /= K;
+        s2 /= K;
+        double dm = gamma_k(K + 1) * s1;
+        double dv = gamma_k(K + 4) * s2 + 2 * dm * (s1 + fabs(m));
+        double sig = sqrt(v + d.eps), ds = dv / (2 * (v + d.eps)) + 2 * u;
+        /* the batch statistics the op reports */
+        if (!(fabs(mo[c] - m) <= dm && fabs(vo[c] - v) <= dv)) {
+            print_error("bn stats[%d]: mean %.9g vs %.9g (tol %.3g), var %.9g vs %.9g "
+                        "(tol %.3g)\n", c, (double)mo[c], m, dm, (double)vo[c], v, dv);
+            fail();
+        }
+        for (int n = 0; n < d.n; n++)
+            for (int s = 0; s < hw; s++) {
+                size_t i = bn_i(&d, n, c, s);
+                double xh = (bc.x[i] - m) / sig;
+                double dxh = (dm + u * fabs(bc.x[i] - m)) / sig + fabs(xh) * (ds + 2 * u);
+                double by = fabs(bc.g[c]) * dxh + 2 * u * fabs(bc.g[c] * xh) + u * fabs(bc.b[c]);
+                refv_set(&yr, i, yd[i], by);
+                if (refv_bound(&yr, i) > ymag)
+                    ymag = refv_bound(&yr, i);
+                if (dxh > dxh_max)
+                    dxh_max = dxh;
+                sdy += rr[i];
+                sdyx += rr[i] * xh;
+                sady += fabs(rr[i]);
+                sadyx += fabs(rr[i] * xh);
+            }
+        double eb = gamma_k(K) * sady;                           /* dshift */
+        double eg = gamma_k(K + 1) * sadyx + sady * dxh_max;    /* dscale */
+        refv_set(&gb, c, sdy, eb);
+        refv_set(&gg, c, sdyx, eg);
+        double gs = bc.g[c] / sig;
+        for (int n = 0; n < d.n; n++)
+            for (int s = 0; s < hw; s++) {
+                size_t i = bn_i(&d, n, c, s);
+                double xh = (bc.x[i] - m) / sig;
+                double dxh = (dm + u * fabs(bc.x[i] - m)) / sig + fabs(xh) * (ds + 2 * u);
+                double t = rr[i] - sdy / K - xh * sdyx / K;
+                double et = eb / K + fabs(xh) * eg / K + dxh * fabs(sdyx) / K +
+                            gamma_k(4) * (fabs(rr[i]) + fabs(sdy) / K + fabs(xh * sdyx) / K);
+                double b = fabs(gs) * et + fabs(gs * t) * (ds + gamma_k(3));
+                refv_set(&gx, i, gs * t, b);
+            }
+    }
+    check_against("bn y", y, &yr, nx);
+    check_against("bn dx", dx, &gx, nx);
+    check_against("bn dscale", dgo, &gg, (size_t)C);
+    check_against("bn dshift", dbo, &gb, (size_t)C);
+
+    /* Finite differences of the op's own forward pass. Truncation error: the
+     * same central difference taken on the double reference against its
+     * exact gradient (the reference is the same function, its rounding is
+     * 1e-16 / h). The output bounds move by a small fraction over a probe;
+     * 10% of the largest is the slack. */
+    const double h = 1e-2;
+    double trunc = 0;
+    for (size_t i = 0; i < nx; i += fd_step(nx)) {
+        float keep = bc.x[i];
+        bc.x[i] = (float)(keep + h);
+        double lp = bn_ref_fwd(&d, bc.x, bc.g, bc.b, rr, NULL, NULL, NULL);
+        double step = (double)bc.x[i];
+        bc.x[i] = (float)(keep - h);
+        double lm = bn_ref_fwd(&d, bc.x, bc.g, bc.b, rr, NULL, NULL, NULL);
+        step -= (double)bc.x[i];
+        bc.x[i] = keep;
+        double e = fabs((lp - lm) / step - gx.v[i]);
+        if (e > trunc)
+            trunc = e;
+    }
+    fd_check fx = { "bn x", &bc, bn_fwd_op, bc.x, bc.xb, nx, dx, &gx, rr, nx, h, &yr,
+                    0.1 * ymag / gamma_k(1), trunc };
+    fd_run(&fx);
+    /* y is linear in the scale and the shift */
+    fd_check fg = { "bn scale", &bc, bn_fwd_op, bc.g, bc.gb, (size_t)C, dgo, &gg, rr, nx, 0.25,
+                    &yr, 0.25 * ymag / gamma_k(1), 0 };
+    fd_run(&fg);
+    fd_check fb = { "bn shift", &bc, bn_fwd_op, bc.b, bc.bb, (size_t)C, dbo, &gb, rr, nx, 0.25,
+                    &yr, 0.25 * u / gamma_k(1), 0 };
+    fd_run(&fb);
+
+    /* Inference on given statistics: y = g (x - rm) / sqrt(rv + eps) + b, a
+     * handful of roundings on these magnitudes. */
+    float *rm = rand_floats(&r, (size_t)C, -1, 1), *rv = rand_floats(&r, (size_t)C, 0.2, 3);
+    reupload(bc.mb, rm, (size_t)C);
+    reupload(bc.vb, rv, (size_t)C);
+    assert_int_equal(be->bn_fwd(ctx, bc.plan, false, bc.xb, bc.gb, bc.bb, bc.mb, bc.vb, bc.yb,
+                                err, sizeof err), 0);
+    download(bc.yb, y, nx);
+    refv yi = refv_new(nx);
+    for (int n = 0; n < d.n; n++)
+        for (int c = 0; c < C; c++)
+            for (int s = 0; s < hw; s++) {
+                size_t i = bn_i(&d, n, c, s);
+                double inv = 1.0 / sqrt((double)rv[c] + d.eps);
+                double v = bc.g[c] * (bc.x[i] - (double)rm[c]) * inv + bc.b[c];
+                refv_set(&yi, i, v, gamma_k(6) * (fabs(bc.g[c]) * (fabs(bc.x[i]) +
+                                                  fabs(rm[c])) * inv + fabs(bc.b[c])));
+            }
+    check_against("bn inference y", y, &yi, nx);
+    /* the statistics were only read */
+    download(bc.mb, mo, (size_t)C);
+    assert_memory_equal(mo, rm, C * sizeof *rm);
+
+    /* Running statistics: r = mu r + (1 - mu) batch, the variance unbiased. */
+    float *m0 = rand_floats(&r, (size_t)C, -1, 1), *v0 = rand_floats(&r, (size_t)C, 0.5, 2);
+    be_buf *rmb = upload(m0, (size_t)C), *rvb = upload(v0, (size_t)C);
+    reupload(bc.mb, mo, (size_t)C);
+    reupload(bc.vb, rv, (size_t)C);
+    const float mu = 0.9f;
+    assert_int_equal(be->bn_running(ctx, rmb, rvb, bc.mb, bc.vb, C, mu, K, err, sizeof err), 0);
+    download(rmb, dgo, (size_t)C);
+    download(rvb, dbo, (size_t)C);
+    for (int c = 0; c < C; c++) {
+        double em = mu * (double)m0[c] + (1 - (double)mu) * mo[c];
+        double ub = K > 1 ? (double)rv[c] * K / (K - 1) : rv[c];
+        double ev = mu * (double)v0[c] + (1 - (double)mu) * ub;
+        double tm = gamma_k(4) * (fabs(mu * m0[c]) + fabs(mo[c])),
+               tv = gamma_k(6) * (fabs(mu * v0[c]) + fabs(ub));
+        assert_true(fabs(dgo[c] - em) <= tm);
+        assert_true(fabs(dbo[c] - ev) <= tv);
+    }
+    refv_free(&yi);
+    refv_free(&yr);
+    refv_free(&gx);
+    refv_free(&gg);
+    refv_free(&gb);
+    free(mean);
+    free(var);
+    free(yd);
+    free(y);
+    free(dx);
+    free(mo);
+    free(vo);
+    free(dgo);
+    free(dbo);
+    free(rr);
+    free(rm);
+    free(rv);
+    free(m0);
+    free(v0);
+    free(bc.x);
+    free(bc.g);
+    free(bc.b);
+    be->plan_free(ctx, bc.plan);
+    be_buf *bufs[] = { bc.xb, bc.gb, bc.bb, bc.mb, bc.vb, bc.yb, rb, dxb, dgb, dbb, rmb, rvb };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        be->buf_free(ctx, bufs[i]);
+}
+
+static void test_batchnorm(void **state)
+{
+    run_bn_case((be_bn_desc){ .n = 2, .c = 3, .h = 5, .w = 7, .eps = 1e-5f }, 91);
+    run_bn_case((be_bn_desc){ .n = 8, .c = 5, .h = 1, .w = 1, .eps = 1e-3f }, 92);   /* dense */
+    /* from 16 channels on, the blocked kernel: padded, then exact blocks */
+    run_bn_case((be_bn_desc){ .n = 3, .c = 17, .h = 3, .w = 3, .eps = 1e-5f }, 93);
+    run_bn_case((be_bn_desc){ .n = 2, .c = 32, .h = 3, .w = 5, .eps = 1e-5f }, 94);
+}
+
+/* A plan whose input needs no gradient still yields dscale and dshift. */
+static void test_batchnorm_no_dx(void **state)
+{
+    char err[256] = "";
+    for (int k = 0; k < 2; k++) {                  /* plain and blocked */
+        enum { C = 16 };
+        be_bn_desc d = { .n = 2, .c = k ? C : 2, .h = 2, .w = 2, .eps = 1e-5f };
+        size_t nx = (size_t)8 * d.c;
+        be_plan *p = NULL;
+        float x[8 * C], ones[C], zeros[C], dy[8 * C], dsh[C];
+        for (int i = 0; i < C; i++) {
+            ones[i] = 1;
+            zeros[i] = 0;
+        }
+        for (size_t i = 0; i < nx; i++) {
+            x[i] = (float)(i % 5);
+            dy[i] = 1.0f;
+        }
+        be_buf *xb = upload(x, nx), *gb = upload(ones, C), *bb = upload(zeros, C),
+               *mb = upload(NULL, C), *vb = upload(NULL, C), *yb = upload(NULL, nx),
+               *dyb = upload(dy, nx), *dgb = upload(NULL, C), *dbb = upload(NULL, C);
+        assert_int_equal(be->bn_plan(ctx, &d, BE_FWD | BE_BWD_WEIGHTS, &p, err, sizeof err), 0);
+        assert_int_equal(be->bn_fwd(ctx, p, true, xb, gb, bb, mb, vb, yb, err, sizeof err), 0);
+        assert_int_equal(be->bn_bwd(ctx, p, xb, dyb, gb, bb, mb, vb, NULL, dgb, dbb, err,
+                                    sizeof err), 0);
+        download(dbb, dsh, (size_t)d.c);
+        for (int c = 0; c < d.c; c++)
+            assert_true(dsh[c] == 8.0f);              /* sum of eight ones, exact */
+        be->plan_free(ctx, p);
+        be_buf *bufs[] = { xb, gb, bb, mb, vb, yb, dyb, dgb, dbb };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            be->buf_free(ctx, bufs[i]);
+    }
+}
+
+/* ---- add, concat, accumulate -------------------------------------------------------------- */
+
+/* add: a sum of k terms (refv); its backward pass is the net's acc of dy.
+ * acc: beta 0 copies exactly, beta 1 is one rounded addition. */
+static void test_add_acc(void **state)
+{
+    char err[256] = "";
+    rng r;
+    const int k = 3, n = 2;
+    const size_t size = 1001, cnt = (size_t)n * size;
+    rng_seed(&r, 101);
+    float *x[3], *y = malloc(cnt * sizeof *y);
+    be_buf *xb[3];
+    for (int i = 0; i < k; i++) {
+        x[i] = rand_floats(&r, cnt, -1, 1);
+        xb[i] = upload(x[i], cnt);
+    }
+    be_buf *yb = upload(NULL, cnt);
+    be_plan *p = NULL;
+    be_add_desc d = { .n = n, .k = k, .size = size };
+    assert_int_equal(be->add_plan(ctx, &d, &p, err, sizeof err), 0);
+    const be_buf *xs[3] = { xb[0], xb[1], xb[2] };
+    assert_int_equal(be->add_fwd(ctx, p, xs, yb, err, sizeof err), 0);
+    download(yb, y, cnt);
+    refv ref = refv_new(cnt);
+    for (size_t j = 0; j < cnt; j++)
+        for (int i = 0; i < k; i++)
+            refv_add(&ref, j, x[i][j]);
+    check_against("add y", y, &ref, cnt);
+    /* acc, beta 0 then 1 */
+    assert_int_equal(be->acc(ctx, yb, xb[0], cnt, 0.0f, err, sizeof err), 0);
+    download(yb, y, cnt);
+    assert_memory_equal(y, x[0], cnt * sizeof *y);
+    assert_int_equal(be->acc(ctx, yb, xb[1], cnt, 1.0f, err, sizeof err), 0);
+    download(yb, y, cnt);
+    for (size_t j = 0; j < cnt; j++)
+        assert_true(y[j] == x[1][j] + x[0][j]);         /* one correctly rounded addition */
+    assert_int_equal(be->acc(ctx, yb, xb[1], cnt + 2, 1.0f, err, sizeof err), -1);
+    assert_non_null(strstr(err, "overruns"));
+    /* one input is not an add */
+    be_plan *bad = NULL;
+    be_add_desc one = { .n = 1, .k = 1, .size = 4 };
+    assert_int_equal(be->add_plan(ctx, &one, &bad, err, sizeof err), -1);
+    assert_null(bad);
+    refv_free(&ref);
+    be->plan_free(ctx, p);
+    for (int i = 0; i < k; i++) {
+        free(x[i]);
+        be->buf_free(ctx, xb[i]);
+    }
+    be->buf_free(ctx, yb);
+    free(y);
+}
+
+/* concat along channels: a copy, exact both ways; beta 1 adds once. */
+static void test_concat(void **state)
+{
+    char err[256] = "";
+    rng r;
+    be_concat_desc d = { .n = 3, .k = 3, .h = 5, .w = 3, .c = { 2, 1, 4 } };
+    const int C = 7;
+    size_t hw = 15, cnt = (size_t)d.n * C * hw;
+    rng_seed(&r, 111);
+    float *x[3], *y = malloc(cnt * sizeof *y), *dy = rand_floats(&r, cnt, -1, 1);
+    be_buf *xb[3];
+    for (int i = 0; i < d.k; i++) {
+        x[i] = rand_floats(&r, (size_t)d.n * d.c[i] * hw, -1, 1);
+        xb[i] = upload(x[i], (size_t)d.n * d.c[i] * hw);
+    }
+    be_buf *yb = upload(NULL, cnt), *dyb = upload(dy, cnt);
+    be_plan *p = NULL;
+    assert_int_equal(be->concat_plan(ctx, &d, &p, err, sizeof err), 0);
+    const be_buf *xs[3] = { xb[0], xb[1], xb[2] };
+    assert_int_equal(be->concat_fwd(ctx, p, xs, yb, err, sizeof err), 0);
+    download(yb, y, cnt);
+    for (int n = 0; n < d.n; n++) {
+        int c0 = 0;
+        for (int i = 0; i < d.k; i++) {
+            for (int c = 0; c < d.c[i]; c++)
+                for (size_t s = 0; s < hw; s++)
+                    assert_true(y[((size_t)n * C + c0 + c) * hw + s] ==
+                                x[i][((size_t)n * d.c[i] + c) * hw + s]);
+            c0 += d.c[i];
+        }
+    }
+    int c0 = 0;
+    for (int i = 0; i < d.k; i++) {
+        size_t ni = (size_t)d.n * d.c[i] * hw;
+        float *dx = malloc(ni * sizeof *dx);
+        assert_int_equal(be->concat_bwd(ctx, p, dyb, i, xb[i], 0.0f, err, sizeof err), 0);
+        download(xb[i], dx, ni);
+        for (int n = 0; n < d.n; n++)
+            for (int c = 0; c < d.c[i]; c++)
+                for (size_t s = 0; s < hw; s++)
+                    assert_true(dx[((size_t)n * d.c[i] + c) * hw + s] ==
+                                dy[((size_t)n * C + c0 + c) * hw + s]);
+        reupload(xb[i], x[i], ni);
+        assert_int_equal(be->concat_bwd(ctx, p, dyb, i, xb[i], 1.0f, err, sizeof err), 0);
+        download(xb[i], dx, ni);
+        for (int n = 0; n < d.n; n++)
+            for (int c = 0; c < d.c[i]; c++)
+                for (size_t s = 0; s < hw; s++) {
+                    size_t j = ((size_t)n * d.c[i] + c) * hw + s;
+                    assert_true(dx[j] == dy[((size_t)n * C + c0 + c) * hw + s] + x[i][j]);
+                }
+        c0 += d.c[i];
+        free(dx);
+    }
+    assert_int_equal(be->concat_bwd(ctx, p, dyb, 3, xb[0], 0.0f, err, sizeof err), -1);
+    be->plan_free(ctx, p);
+    for (int i = 0; i < d.k; i++) {
+        free(x[i]);
+        be->buf_free(ctx, xb[i]);
+    }
+    be->buf_free(ctx, yb);
+    be->buf_free(ctx, dyb);
+    free(y);
+    free(dy);
+}
+
+/* ---- blocked layouts ---------------------------------------------------------------------- */
+
+/* Plain NCHW <-> nChw16c on the host (c a multiple of 16). */
+static void to_blocked(const float *src, float *dst, int n, int c, size_t hw, bool back)
+{
+    for (int b = 0; b < n; b++)
+        for (int ch = 0; ch < c; ch++)
+            for (size_t s = 0; s < hw; s++) {
+                size_t pi = ((size_t)b * c + ch) * hw + s;
+                size_t bi = (((size_t)b * (c / 16) + ch / 16) * hw + s) * 16 + ch % 16;
+                if (back)
+                    dst[pi] = src[bi];
+                else
+                    dst[bi] = src[pi];
+            }
+}
+
+/* Runs one op on plain and on blocked operands (converted on the host) and
+ * requires the same results bit for bit: the blocked kernels are the ones the
+ * plain path reorders into, or element-wise, so any difference is a layout
+ * bug. The plain path itself is checked against references above. */
+typedef struct blk_io {
+    int n, c;
+    size_t hw;
+    float *plain, *blk;             /* host copies */
+    be_buf *pb, *bb;                /* device buffers, plain and blocked */
+} blk_io;
+
+static blk_io blk_in(rng *r, int n, int c, size_t hw)
+{
+    size_t cnt = (size_t)n * c * hw;
+    blk_io io = { .n = n, .c = c, .hw = hw, .plain = rand_floats(r, cnt, -1, 1),
+                  .blk = malloc(cnt * sizeof(float)) };
+    assert_non_null(io.blk);
+    to_blocked(io.plain, io.blk, n, c, hw, false);
+    io.pb = upload(io.plain, cnt);
+    io.bb = upload(io.blk, cnt);
+    return io;
+}
+
+/* Downloads both results and compares them in plain order. */
+static void blk_same(const char *what, blk_io *io)
+{
+    size_t cnt = (size_t)io->n * io->c * io->hw;
+    float *back = malloc(cnt * sizeof *back);
+    download(io->pb, io->plain, cnt);
+    download(io->bb, io->blk, cnt);
+    to_blocked(io->blk, back, io->n, io->c, io->hw, true);
+    for (size_t i = 0; i < cnt; i++)
+        if (memcmp(&back[i], &io->plain[i], sizeof(float)) != 0) {
+            print_error("%s[%zu]: blocked %.9g, plain %.9g\n", what, i, (double)back[i],
+                        (double)io->plain[i]);
+            fail();
+        }
+    free(back);
+}
+
+static void blk_free(blk_io *io)
+{
+    free(io->plain);
+    free(io->blk);
+    be->buf_free(ctx, io->pb);
+    be->buf_free(ctx, io->bb);
+}
+
+static void test_blocked_layouts(void **state)
+{
+    char err[256] = "";
+    rng r;
+    const int N = 2, C = 32, K = 16, H = 7, W = 5;
+    const size_t HW = (size_t)H * W;
+    rng_seed(&r, 121);
+    blk_io x = blk_in(&r, N, C, HW), y = blk_in(&r, N, K, HW), dy = blk_in(&r, N, K, HW),
+           dx = blk_in(&r, N, C, HW);
+    float *wh = rand_floats(&r, (size_t)K * C * 9, -1, 1), *bh = rand_floats(&r, K, -1, 1);
+    be_buf *wb = upload(wh, (size_t)K * C * 9), *bb = upload(bh, K),
+           *dw = upload(NULL, (size_t)K * C * 9), *db = upload(NULL, K);
+    float *g1 = malloc((size_t)K * C * 9 * sizeof *g1), *g2 = malloc((size_t)K * C * 9 * 4);
+
+    /* convolution, blocked in and out against plain */
+    for (int k = 0; k < 2; k++) {
+        be_plan *p = NULL;
+        be_conv_desc d = { .n = N, .c = C, .h = H, .w = W, .k = K, .oh = H, .ow = W, .kh = 3,
+                           .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
+                           .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                           .bias = true, .src_layout = k ? BE_BLOCKED16 : BE_PLAIN,
+                           .dst_layout = k ? BE_BLOCKED16 : BE_PLAIN };
+        assert_int_equal(be->conv_plan(ctx, &d, BE_FWD | BE_BWD_DATA | BE_BWD_WEIGHTS, &p, err,
+                                       sizeof err), 0);
+        assert_int_equal(be->conv_fwd(ctx, p, k ? x.bb : x.pb, wb, bb, k ? y.bb : y.pb, err,
+                                      sizeof err), 0);
+        assert_int_equal(be->conv_bwd_data(ctx, p, k ? dy.bb : dy.pb, wb, k ? dx.bb : dx.pb,
+                                           err, sizeof err), 0);
+        assert_int_equal(be->conv_bwd_weights(ctx, p, k ? x.bb : x.pb, k ? dy.bb : dy.pb, dw,
+                                              db, err, sizeof err), 0);
+        download(dw, k ? g2 : g1, (size_t)K * C * 9);
+        be->plan_free(ctx, p);
+    }
+    blk_same("conv y", &y);
+    blk_same("conv dx", &dx);
+    assert_memory_equal(g1, g2, (size_t)K * C * 9 * sizeof *g1);
+
+    /* pooling: blocked in, blocked or plain out (a global pool feeding dense) */
+    for (int out_blk = 0; out_blk < 2; out_blk++) {
+        blk_io py = blk_in(&r, N, C, 1), pdy = blk_in(&r, N, C, 1), pdx = blk_in(&r, N, C, HW);
+        for (int k = 0; k < 2; k++) {
+            be_plan *p = NULL;
+            be_pool_desc d = { .alg = BE_POOL_AVG_EXCLUDE_PAD, .n = N, .c = C, .h = H, .w = W,
+                               .oh = 1, .ow = 1, .kh = H, .kw = W, .stride_h = 1, .stride_w = 1,
+                               .src_layout = k ? BE_BLOCKED16 : BE_PLAIN,
+                               .dst_layout = k && out_blk ? BE_BLOCKED16 : BE_PLAIN };
+            assert_int_equal(be->pool_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &p, err, sizeof err),
+                             0);
+            /* a plain output of the blocked run goes where the plain run's went */
+            be_buf *yo = k && out_blk ? py.bb : k ? pdy.bb : py.pb;
+            be_buf *dyi = k && out_blk ? pdy.bb : pdy.pb;
+            assert_int_equal(be->pool_fwd(ctx, p, k ? x.bb : x.pb, yo, err, sizeof err), 0);
+            assert_int_equal(be->pool_bwd(ctx, p, dyi, k ? pdx.bb : pdx.pb, err, sizeof err), 0);
+            be->plan_free(ctx, p);
+        }
+        if (out_blk) {
+            blk_same("global pool y", &py);
+        } else {
+            float a[64], b[64];
+            download(py.pb, a, (size_t)N * C);
+            download(pdy.bb, b, (size_t)N * C);
+            assert_memory_equal(a, b, (size_t)N * C * sizeof(float));
+        }
+        blk_same("global pool dx", &pdx);
+        blk_free(&py);
+        blk_free(&pdy);
+        blk_free(&pdx);
+    }
+    /* max pooling 2x2 (odd size: the last row and column dropped) */
+    {
+        blk_io py = blk_in(&r, N, C, 6), pdy = blk_in(&r, N, C, 6), pdx = blk_in(&r, N, C, HW);
+        for (int k = 0; k < 2; k++) {
+            be_plan *p = NULL;
+            be_layout l = k ? BE_BLOCKED16 : BE_PLAIN;
+            be_pool_desc d = { .alg = BE_POOL_MAX, .n = N, .c = C, .h = H, .w = W, .oh = 3,
+                               .ow = 2, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2,
+                               .src_layout = l, .dst_layout = l };
+            assert_int_equal(be->pool_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &p, err, sizeof err),
+                             0);
+            assert_int_equal(be->pool_fwd(ctx, p, k ? x.bb : x.pb, k ? py.bb : py.pb, err,
+                                          sizeof err), 0);
+            assert_int_equal(be->pool_bwd(ctx, p, k ? pdy.bb : pdy.pb, k ? pdx.bb : pdx.pb, err,
+                                          sizeof err), 0);
+            be->plan_free(ctx, p);
+        }
+        blk_same("maxpool y", &py);
+        blk_same("maxpool dx", &pdx);
+        blk_free(&py);
+        blk_free(&pdy);
+        blk_free(&pdx);
+    }
+    /* activations, batch norm and add on x's shape */
+    blk_io ay = blk_in(&r, N, C, HW), ady = blk_in(&r, N, C, HW), adx = blk_in(&r, N, C, HW);
+    const be_act_alg algs[] = { BE_ACT_RELU, BE_ACT_SIGMOID, BE_ACT_TANH, BE_ACT_RELU };
+    for (int a = 0; a < 4; a++) {
+        for (int k = 0; k < 2; k++) {
+            be_plan *p = NULL;
+            be_act_desc d = { .alg = algs[a], .n = N, .size = C * HW, .alpha = a == 3 ? 0.1f : 0,
+                              .layout = k ? BE_BLOCKED16 : BE_PLAIN, .c = C };
+            assert_int_equal(be->act_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &p, err, sizeof err),
+                             0);
+            assert_int_equal(be->act_fwd(ctx, p, k ? x.bb : x.pb, k ? ay.bb : ay.pb, err,
+                                         sizeof err), 0);
+            assert_int_equal(be->act_bwd(ctx, p, k ? ay.bb : ay.pb, k ? ady.bb : ady.pb,
+                                         k ? adx.bb : adx.pb, err, sizeof err), 0);
+            be->plan_free(ctx, p);
+        }
+        blk_same("act y", &ay);
+        blk_same("act dx", &adx);
+    }
+    {
+        float ones[32], zeros[32], m1[32], m2[32], s1[32], s2[32];
+        for (int i = 0; i < C; i++) {
+            ones[i] = 1.0f + 0.01f * (float)i;
+            zeros[i] = 0.1f * (float)i;
+        }
+        be_buf *gb = upload(ones, C), *hb = upload(zeros, C), *mb = upload(NULL, C),
+               *vb = upload(NULL, C), *dgb = upload(NULL, C), *dhb = upload(NULL, C);
+        for (int k = 0; k < 2; k++) {
+            be_plan *p = NULL;
+            be_bn_desc d = { .n = N, .c = C, .h = H, .w = W, .eps = 1e-5f,
+                             .layout = k ? BE_BLOCKED16 : BE_PLAIN };
+            assert_int_equal(be->bn_plan(ctx, &d, BE_FWD | BE_BWD_DATA | BE_BWD_WEIGHTS, &p,
+                                         err, sizeof err), 0);
+            assert_int_equal(be->bn_fwd(ctx, p, true, k ? x.bb : x.pb, gb, hb, mb, vb,
+                                        k ? ay.bb : ay.pb, err, sizeof err), 0);
+            assert_int_equal(be->bn_bwd(ctx, p, k ? x.bb : x.pb, k ? ady.bb : ady.pb, gb, hb, mb,
+                                        vb, k ? adx.bb : adx.pb, dgb, dhb, err, sizeof err), 0);
+            download(dgb, k ? m2 : m1, C);
+            download(dhb, k ? s2 : s1, C);
+            be->plan_free(ctx, p);
+        }
+        blk_same("bn y", &ay);
+        blk_same("bn dx", &adx);
+        assert_memory_equal(m1, m2, sizeof m1);
+        assert_memory_equal(s1, s2, sizeof s1);
+        be_buf *bufs[] = { gb, hb, mb, vb, dgb, dhb };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            be->buf_free(ctx, bufs[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        be_plan *p = NULL;
+        be_add_desc d = { .n = N, .k = 2, .size = C * HW, .layout = k ? BE_BLOCKED16 : BE_PLAIN,
+                          .c = C };
+        const be_buf *xs[2] = { k ? x.bb : x.pb, k ? dx.bb : dx.pb };
+        assert_int_equal(be->add_plan(ctx, &d, &p, err, sizeof err), 0);
+        assert_int_equal(be->add_fwd(ctx, p, xs, k ? ay.bb : ay.pb, err, sizeof err), 0);
+        be->plan_free(ctx, p);
+    }
+    blk_same("add y", &ay);
+    /* dropout draws by the plain index: the same elements drop in both layouts */
+    for (int k = 0; k < 2; k++) {
+        be_dropout_desc d = { .count = (size_t)N * C * HW, .rate = 0.4f,
+                              .layout = k ? BE_BLOCKED16 : BE_PLAIN, .c = C, .hw = HW };
+        assert_int_equal(be->dropout_fwd(ctx, &d, true, k ? x.bb : x.pb, k ? adx.bb : adx.pb,
+                                         k ? ay.bb : ay.pb, 77, err, sizeof err), 0);
+    }
+    blk_same("dropout y", &ay);
+    blk_same("dropout mask", &adx);
+    /* a channel count that does not block is refused */
+    be_plan *bad = NULL;
+    be_bn_desc odd = { .n = 1, .c = 17, .h = 2, .w = 2, .eps = 1e-5f, .layout = BE_BLOCKED16 };
+    assert_int_equal(be->bn_plan(ctx, &odd, BE_FWD, &bad, err, sizeof err), -1);
+    assert_null(bad);
+    blk_free(&ay);
+    blk_free(&ady);
+    blk_free(&adx);
+    blk_free(&x);
+    blk_free(&y);
+    blk_free(&dy);
+    blk_free(&dx);
+    be->buf_free(ctx, wb);
+    be->buf_free(ctx, bb);
+    be->buf_free(ctx, dw);
+    be->buf_free(ctx, db);
+    free(wh);
+    free(bh);
+    free(g1);
+    free(g2);
+}
+
 /* ---- softmax cross-entropy ------------------------------------------------------------ */
 
 typedef struct xent_case {
@@ -955,6 +1977,15 @@ int main(void)
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_leaky_relu),
+        cmocka_unit_test(test_sigmoid_tanh),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_no_dx),
+        cmocka_unit_test(test_add_acc),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_blocked_layouts),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_softmax_xent_stable),
         cmocka_unit_test(test_sgd_momentum),

@@ -226,6 +226,60 @@ static void given_values_are_kept(void **state)
     store_job_clear(&j);
 }
 
+/* Adam, LARC and a learning-rate policy are written resolved into job.json:
+ * defaults filled, warm-up epochs turned into steps. */
+static void optimizer_options_are_resolved(void **state)
+{
+    fixture *f = *state;
+    char body[768];
+    snprintf(body, sizeof body,
+             "{\"dataset_id\": %lld, \"network\": \"lenet\", \"epochs\": 3, \"batch_size\": 32, "
+             "\"solver\": {\"type\": \"adamw\", \"lr\": 0.001, \"beta2\": 0.99, "
+             "\"weight_decay\": 0.01, \"clip_norm\": 5}, "
+             "\"lr_policy\": {\"type\": \"cosine\", \"warmup_epochs\": 1}}",
+             (long long)f->ready);
+    int64_t id = 0;
+    job_error e;
+    if (create_from(f, body, &id, &e) != 0)
+        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    cJSON *c = cJSON_Parse(j.config_json);
+    const cJSON *solver = cJSON_GetObjectItemCaseSensitive(c, "solver");
+    assert_string_equal(str(solver, "type"), "adamw");
+    assert_true(num(solver, "beta1") == 0.9);
+    assert_true(num(solver, "beta2") == 0.99);
+    assert_true(num(solver, "eps") == 1e-8);
+    assert_true(num(solver, "clip_norm") == 5);
+    assert_true(num(solver, "weight_decay") == 0.01);
+    assert_null(cJSON_GetObjectItemCaseSensitive(solver, "momentum"));
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(solver, "decay_bias")));
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(c, "lr_policy");
+    assert_string_equal(str(lp, "type"), "cosine");
+    assert_true(num(lp, "warmup_steps") == 4);         /* 1 epoch = ceil(100 / 32) steps */
+    assert_true(num(lp, "min_lr") == 0);
+    cJSON_Delete(c);
+    store_job_clear(&j);
+
+    snprintf(body, sizeof body,
+             "{\"dataset_id\": %lld, \"network\": \"lenet\", "
+             "\"solver\": {\"nesterov\": true, \"larc\": {\"policy\": \"scale\"}}}",
+             (long long)f->ready);
+    if (create_from(f, body, &id, &e) != 0)
+        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    c = cJSON_Parse(j.config_json);
+    solver = cJSON_GetObjectItemCaseSensitive(c, "solver");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(solver, "nesterov")));
+    assert_true(num(solver, "momentum") == 0.9);
+    const cJSON *larc = cJSON_GetObjectItemCaseSensitive(solver, "larc");
+    assert_string_equal(str(larc, "policy"), "scale");
+    assert_true(num(larc, "eta") == 0.001);
+    assert_string_equal(str(cJSON_GetObjectItemCaseSensitive(c, "lr_policy"), "type"), "fixed");
+    cJSON_Delete(c);
+    store_job_clear(&j);
+}
+
 static void a_spec_object_is_validated_and_kept(void **state)
 {
     fixture *f = *state;
@@ -263,8 +317,45 @@ static const bad_case bad_cases[] = {
     { "unknown field", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"bogus\": 1}", 400,
       "unknown_field", "bogus" },
     { "unknown solver field",
-      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"sgd\", \"nesterov\": true}}",
-      400, "unknown_field", "solver.nesterov" },
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"sgd\", \"nesterovv\": true}}",
+      400, "unknown_field", "solver.nesterovv" },
+    { "unknown larc field",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"larc\": {\"policy\": \"clip\", \"rate\": 1}}}",
+      400, "unknown_field", "solver.larc.rate" },
+    { "unknown lr_policy field",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"lr_policy\": {\"type\": \"step\", \"power\": 2}}",
+      400, "unknown_field", "lr_policy.power" },
+    { "lr_policy type unknown",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"lr_policy\": {\"type\": \"triangle\"}}",
+      400, "invalid_field", "lr_policy.type" },
+    { "lr_policy gamma out of range",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"lr_policy\": {\"type\": \"step\", \"step_size\": 5, \"gamma\": 2}}",
+      400, "invalid_field", "lr_policy.gamma" },
+    { "larc policy unknown",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"larc\": {\"policy\": \"max\"}}}",
+      400, "invalid_field", "solver.larc.policy" },
+    { "larc with adam",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"adam\", \"larc\": {}}}",
+      400, "invalid_field", "solver.larc is for type sgd" },
+    { "momentum with adamw",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"adamw\", \"momentum\": 0.9}}",
+      400, "invalid_field", "solver.momentum" },
+    { "beta1 with sgd",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"beta1\": 0.9}}",
+      400, "invalid_field", "solver.beta1 is for types adam and adamw" },
+    { "beta2 1", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"adam\", \"beta2\": 1}}",
+      400, "invalid_field", "solver.beta2" },
+    { "eps 0", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"adam\", \"eps\": 0}}",
+      400, "invalid_field", "solver.eps" },
+    { "nesterov without momentum",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"momentum\": 0, \"nesterov\": true}}",
+      400, "invalid_field", "solver.nesterov" },
+    { "clip_norm negative",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"clip_norm\": -1}}",
+      400, "invalid_field", "solver.clip_norm" },
+    { "decay_bias not a boolean",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"decay_bias\": 1}}",
+      400, "invalid_field", "solver.decay_bias" },
     { "field given twice", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"epochs\": 1, \"epochs\": 2}",
       400, "invalid_field", "epochs" },
     { "missing dataset_id", "{\"network\": \"lenet\"}", 400, "missing_field", "dataset_id" },
@@ -294,8 +385,6 @@ static const bad_case bad_cases[] = {
       400, "invalid_field", "precision" },
     { "amp not yet", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"precision\": \"amp-bf16\"}", 422,
       "not_supported", "amp-bf16" },
-    { "adam not yet", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"adam\"}}",
-      422, "not_supported", "adam" },
     { "solver unknown", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"rmsprop\"}}",
       400, "invalid_field", "solver.type" },
     { "dataset missing", "{\"dataset_id\": 98765, \"network\": \"lenet\"}", 422, "dataset_not_found",
@@ -367,6 +456,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(defaults_are_filled_and_job_json_written, setup, teardown),
         cmocka_unit_test_setup_teardown(given_values_are_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(optimizer_options_are_resolved, setup, teardown),
         cmocka_unit_test_setup_teardown(a_spec_object_is_validated_and_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_requests_are_refused_by_name, setup, teardown),
     };

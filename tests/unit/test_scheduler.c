@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "db/store.h"
+#include "engine/checkpoint.h"
 #include "jobs/hub.h"
 #include "jobs/jobspec.h"
 #include "jobs/scheduler.h"
@@ -415,6 +416,48 @@ static void waits_for_job_json_and_requeues_after_a_crash(void **state)
     store_job_clear(&j);
 }
 
+/* A requeued job with a checkpoint resumes from it (jobs/runner.c): the
+ * metrics up to the checkpoint's step and the TensorBoard file stay, later
+ * metrics go. */
+static void a_requeued_job_keeps_metrics_up_to_its_checkpoint(void **state)
+{
+    fixture *f = *state;
+    int64_t orphan = add_job(f, "done", true);
+    assert_int_equal(store_job_set_status(f->st, orphan, "running", NULL), 0);
+    store_metric before = { .step = 40, .epoch = 1, .tag = "train/loss", .value = 1, .wall_time = 1 };
+    store_metric after = { .step = 99, .epoch = 3, .tag = "train/loss", .value = 1, .wall_time = 2 };
+    assert_int_equal(store_metric_insert(f->st, orphan, &before), 0);
+    assert_int_equal(store_metric_insert(f->st, orphan, &after), 0);
+    char dir[PATH_MAX], path[PATH_MAX + 64], tb[PATH_MAX + 64], err[256];
+    jobspec_dir(f->data, orphan, dir, sizeof dir);
+    snprintf(tb, sizeof tb, "%s/events.out.tfevents.1.oldhost", dir);
+    write_text(tb, "the curves so far");
+    snprintf(path, sizeof path, "%s/checkpoints", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/checkpoints/step-50.safetensors", dir);
+    cJSON *spec = cJSON_Parse("{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", "
+                              "\"units\": \"classes\"}]}");
+    net *n = net_create(spec, (net_shape){ 1, 2, 2 }, 2, 1, "cpu", NULL, 1, err, sizeof err);
+    cJSON_Delete(spec);
+    assert_non_null(n);
+    ckpt_info ci = { .step = 50, .epoch = 1, .epoch_step = 10, .seed = 1 };
+    assert_int_equal(ckpt_save(n, path, &ci, err, sizeof err), 0);
+    net_free(n);
+
+    start(f, 1);
+    store_job j = wait_status(f, orphan, "done", 10);
+    store_job_clear(&j);
+    store_metric *m = NULL;
+    size_t count = 0;
+    assert_int_equal(store_metric_list(f->st, orphan, -1, &m, &count), 0);
+    assert_int_equal(count, 3);               /* step 40, then the new run's 1 and 2 */
+    assert_int_equal(m[0].step, 40);
+    for (size_t i = 0; i < count; i++)
+        assert_true(m[i].step != 99);
+    free(m);
+    assert_int_equal(access(tb, F_OK), 0);
+}
+
 static void stop_requeues_running_jobs(void **state)
 {
     fixture *f = *state;
@@ -445,6 +488,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(failures_carry_their_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(cancel_queued_running_and_stubborn, setup, teardown),
         cmocka_unit_test_setup_teardown(waits_for_job_json_and_requeues_after_a_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_requeued_job_keeps_metrics_up_to_its_checkpoint, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(stop_requeues_running_jobs, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

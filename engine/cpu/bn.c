@@ -1,0 +1,151 @@
+/* engine/cpu/bn.c: batch normalization on oneDNN's primitive with separate
+ * scale and shift (dnnl_use_scale | dnnl_use_shift).
+ *
+ * oneDNN's kernel for plain NCHW data is a slow generic one (about ten times
+ * slower than its vectorised kernel on channel-blocked data, nChw16c), so from
+ * 16 channels up a plan runs the primitive on blocked data and reorders its
+ * operands through the context's staging buffers, as conv.c does; below 16
+ * channels it works on the plain data directly.
+ *
+ * A plan holds the training forward pass (batch statistics written out), the
+ * inference forward pass (dnnl_use_global_stats: the given statistics read)
+ * and, when asked, the backward pass, which yields dx, dscale and dshift in
+ * one primitive. When dx is not wanted (the layer's input needs no gradient)
+ * the plan owns a buffer for it, since oneDNN always writes one. */
+#include "engine/cpu/cpu.h"
+
+#include <stdlib.h>
+
+#include "engine/elementwise.h"
+#include "engine/errors.h"
+
+/* The reorders of a plan (be_plan.re[]). */
+enum { RE_X, RE_Y, RE_DY, RE_DX };
+
+int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out,
+                char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_memory_desc_t data, plain;
+    dnnl_batch_normalization_desc_t bd;
+    dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
+    be_plan *p = NULL;
+    const dnnl_dim_t dims[] = { d->n, d->c, d->h, d->w };
+    const unsigned ss = dnnl_use_scale | dnnl_use_shift;
+
+    *out = NULL;
+    if (!(d->eps > 0.0f))
+        return eng_err(err, errlen, "cpu backend: batch norm eps %g must be positive", d->eps);
+    if (cpu_act_md(&plain, d->n, d->c, d->h, d->w, d->layout, err, errlen) < 0 ||
+        cpu_md(&data, 4, dims, d->c >= 16 ? dnnl_nChw16c : dnnl_nchw, err, errlen) < 0)
+        goto out;
+    if (!(p = cpu_plan_new(CPU_PLAN_BN, err, errlen)))
+        goto out;
+    if (cpu_reorder_make(ctx, &plain, &data, CPU_TMP_SRC, &p->re[RE_X], err, errlen) < 0 ||
+        cpu_reorder_make(ctx, &data, &plain, CPU_TMP_DST, &p->re[RE_Y], err, errlen) < 0)
+        goto out;
+    {
+        const int args[] = { DNNL_ARG_SRC, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_SCALE,
+                             DNNL_ARG_SHIFT, DNNL_ARG_DST };
+        DNNL_TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &data,
+                 d->eps, ss | dnnl_use_global_stats), "batch_normalization_forward_desc_init");
+        if (cpu_pd(ctx, &bd, NULL, &pd, err, errlen) < 0 ||
+            cpu_prim_make(ctx, pd, 6, args, &p->infer, err, errlen) < 0)
+            goto out;
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+    }
+    {
+        const int args[] = { DNNL_ARG_SRC, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
+                             DNNL_ARG_VARIANCE, DNNL_ARG_DST };
+        DNNL_TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &data,
+                 d->eps, ss), "batch_normalization_forward_desc_init");
+        if (cpu_pd(ctx, &bd, NULL, &fwd_pd, err, errlen) < 0 ||
+            cpu_prim_make(ctx, fwd_pd, 6, args, &p->fwd, err, errlen) < 0)
+            goto out;
+    }
+    if (passes & (BE_BWD_DATA | BE_BWD_WEIGHTS)) {
+        const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
+                             DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_SRC,
+                             DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT };
+        DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &data, &data,
+                 d->eps, ss), "batch_normalization_backward_desc_init");
+        if (cpu_pd(ctx, &bd, fwd_pd, &pd, err, errlen) < 0 ||
+            cpu_prim_make(ctx, pd, 9, args, &p->bwd_data, err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &plain, &data, CPU_TMP_DST, &p->re[RE_DY], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &data, &plain, CPU_TMP_WEI, &p->re[RE_DX], err, errlen) < 0)
+            goto out;
+        if (!(passes & BE_BWD_DATA)) {
+            size_t bytes = dnnl_memory_desc_get_size(&data);
+            if (!(p->workspace = aligned_alloc(64, (bytes + 63) / 64 * 64))) {
+                eng_err(err, errlen, "cpu backend: cannot allocate %zu bytes for batch norm",
+                        bytes);
+                goto out;
+            }
+        }
+    }
+    *out = p;
+    p = NULL;
+    rc = 0;
+out:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (fwd_pd)
+        dnnl_primitive_desc_destroy(fwd_pd);
+    cpu_backend.plan_free(ctx, p);
+    return rc;
+}
+
+int cpu_bn_fwd(be_ctx *ctx, be_plan *p, bool training, const be_buf *x, const be_buf *scale,
+               const be_buf *shift, be_buf *mean, be_buf *var, be_buf *y,
+               char *err, size_t errlen)
+{
+    int fail = 0, rc;
+    void *xs = cpu_stage_in(ctx, &p->re[RE_X], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen);
+    void *ys = cpu_stage_out(ctx, &p->re[RE_Y], CPU_TMP_DST, cpu_ptr(y));
+    if (fail)
+        return -1;
+    if (training) {
+        void *data[] = { xs, cpu_ptr(scale), cpu_ptr(shift), cpu_ptr(mean), cpu_ptr(var), ys };
+        rc = cpu_prim_run(ctx, &p->fwd, data, err, errlen);
+    } else {
+        void *data[] = { xs, cpu_ptr(mean), cpu_ptr(var), cpu_ptr(scale), cpu_ptr(shift), ys };
+        rc = cpu_prim_run(ctx, &p->infer, data, err, errlen);
+    }
+    if (rc < 0)
+        return -1;
+    return cpu_stage_done(ctx, &p->re[RE_Y], CPU_TMP_DST, cpu_ptr(y), err, errlen);
+}
+
+int cpu_bn_bwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy, const be_buf *scale,
+               const be_buf *shift, const be_buf *mean, const be_buf *var, be_buf *dx,
+               be_buf *dscale, be_buf *dshift, char *err, size_t errlen)
+{
+    int fail = 0;
+    void *dxp = dx ? cpu_stage_out(ctx, &p->re[RE_DX], CPU_TMP_WEI, cpu_ptr(dx)) : p->workspace;
+    if (!dxp)
+        return eng_err(err, errlen, "cpu backend: batch norm plan made to compute dx");
+    void *data[] = { cpu_stage_in(ctx, &p->re[RE_X], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
+                     cpu_stage_in(ctx, &p->re[RE_DY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
+                                  errlen),
+                     cpu_ptr(scale), cpu_ptr(shift), cpu_ptr(mean), cpu_ptr(var), dxp,
+                     cpu_ptr(dscale), cpu_ptr(dshift) };
+    if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
+        return -1;
+    return dx ? cpu_stage_done(ctx, &p->re[RE_DX], CPU_TMP_WEI, cpu_ptr(dx), err, errlen) : 0;
+}
+
+int cpu_bn_running(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_buf *mean,
+                   const be_buf *var, int c, float momentum, int64_t m, char *err, size_t errlen)
+{
+    size_t bytes = (size_t)c * sizeof(float);
+    if (c < 0 || bytes > run_mean->bytes || bytes > run_var->bytes || bytes > mean->bytes ||
+        bytes > var->bytes)
+        return eng_err(err, errlen, "cpu backend: batch norm statistics of %d channels "
+                       "overrun their buffers", c);
+    float *rm = run_mean->p, *rv = run_var->p;
+    const float *bm = mean->p, *bv = var->p;
+    for (int i = 0; i < c; i++)
+        ew_bn_running(&rm[i], &rv[i], bm[i], bv[i], momentum, (long long)m);
+    return 0;
+}

@@ -1,0 +1,147 @@
+/* engine/cpu/merge.c: layers that join branches: add (oneDNN's sum primitive,
+ * scales 1) and concat along channels (oneDNN's concat primitive forward; the
+ * backward pass copies each input's channel slice of dy, image by image). */
+#include "engine/cpu/cpu.h"
+
+#include <string.h>
+
+#include "engine/errors.h"
+
+int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_memory_desc_t src[BE_MAX_INPUTS], dst;
+    float scales[BE_MAX_INPUTS];
+    dnnl_primitive_desc_t pd = NULL;
+    be_plan *p = NULL;
+    const dnnl_dim_t dims[] = { d->n, (dnnl_dim_t)d->size };
+    int args[BE_MAX_INPUTS + 1];
+
+    *out = NULL;
+    if (d->k < 2 || d->k > BE_MAX_INPUTS)
+        return eng_err(err, errlen, "cpu backend: add of %d inputs (2 to %d)", d->k,
+                       BE_MAX_INPUTS);
+    if (d->layout == BE_BLOCKED16 && (d->c < 16 || d->size % (size_t)d->c))
+        return eng_err(err, errlen, "cpu backend: a blocked add needs its channel count");
+    if (d->layout == BE_BLOCKED16 ?
+        cpu_act_md(&dst, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, err,
+                   errlen) < 0 :
+        cpu_md(&dst, 2, dims, dnnl_nc, err, errlen) < 0)
+        goto out;
+    for (int i = 0; i < d->k; i++) {
+        src[i] = dst;
+        scales[i] = 1.0f;
+        args[i] = DNNL_ARG_MULTIPLE_SRC + i;
+    }
+    args[d->k] = DNNL_ARG_DST;
+    if (!(p = cpu_plan_new(CPU_PLAN_ADD, err, errlen)))
+        goto out;
+    p->k = d->k;
+    DNNL_TRY(dnnl_sum_primitive_desc_create(&pd, &dst, d->k, scales, src, ctx->attr, ctx->eng),
+             "sum_primitive_desc_create");
+    if (cpu_prim_make(ctx, pd, d->k + 1, args, &p->fwd, err, errlen) < 0)
+        goto out;
+    *out = p;
+    p = NULL;
+    rc = 0;
+out:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    cpu_backend.plan_free(ctx, p);
+    return rc;
+}
+
+/* Runs p->fwd with the k inputs and then the output. */
+static int run_multi(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,
+                     char *err, size_t errlen)
+{
+    void *data[BE_MAX_INPUTS + 1];
+    for (int i = 0; i < p->k; i++)
+        data[i] = cpu_ptr(xs[i]);
+    data[p->k] = cpu_ptr(y);
+    return cpu_prim_run(ctx, &p->fwd, data, err, errlen);
+}
+
+int cpu_add_fwd(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,
+                char *err, size_t errlen)
+{
+    return run_multi(ctx, p, xs, y, err, errlen);
+}
+
+int cpu_concat_plan(be_ctx *ctx, const be_concat_desc *d, be_plan **out,
+                    char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_memory_desc_t src[BE_MAX_INPUTS], dst;
+    dnnl_primitive_desc_t pd = NULL;
+    be_plan *p = NULL;
+    int args[BE_MAX_INPUTS + 1];
+
+    *out = NULL;
+    if (d->k < 2 || d->k > BE_MAX_INPUTS)
+        return eng_err(err, errlen, "cpu backend: concat of %d inputs (2 to %d)", d->k,
+                       BE_MAX_INPUTS);
+    if (!(p = cpu_plan_new(CPU_PLAN_CONCAT, err, errlen)))
+        goto out;
+    p->k = d->k;
+    p->n = d->n;
+    p->hw = (size_t)d->h * (size_t)d->w;
+    for (int i = 0; i < d->k; i++) {
+        const dnnl_dim_t dims[] = { d->n, d->c[i], d->h, d->w };
+        if (d->c[i] < 1) {
+            eng_err(err, errlen, "cpu backend: concat input %d has %d channels", i, d->c[i]);
+            goto out;
+        }
+        if (cpu_md(&src[i], 4, dims, dnnl_nchw, err, errlen) < 0)
+            goto out;
+        p->coff[i + 1] = p->coff[i] + d->c[i];
+        args[i] = DNNL_ARG_MULTIPLE_SRC + i;
+    }
+    args[d->k] = DNNL_ARG_DST;
+    const dnnl_dim_t ddims[] = { d->n, p->coff[d->k], d->h, d->w };
+    if (cpu_md(&dst, 4, ddims, dnnl_nchw, err, errlen) < 0)
+        goto out;
+    DNNL_TRY(dnnl_concat_primitive_desc_create(&pd, &dst, d->k, 1, src, ctx->attr, ctx->eng),
+             "concat_primitive_desc_create");
+    if (cpu_prim_make(ctx, pd, d->k + 1, args, &p->fwd, err, errlen) < 0)
+        goto out;
+    *out = p;
+    p = NULL;
+    rc = 0;
+out:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    cpu_backend.plan_free(ctx, p);
+    return rc;
+}
+
+int cpu_concat_fwd(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,
+                   char *err, size_t errlen)
+{
+    return run_multi(ctx, p, xs, y, err, errlen);
+}
+
+int cpu_concat_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, int i, be_buf *dx, float beta,
+                   char *err, size_t errlen)
+{
+    if (i < 0 || i >= p->k)
+        return eng_err(err, errlen, "cpu backend: concat has no input %d", i);
+    size_t chunk = (size_t)(p->coff[i + 1] - p->coff[i]) * p->hw;
+    size_t stride = (size_t)p->coff[p->k] * p->hw, off = (size_t)p->coff[i] * p->hw;
+    const float *s = dy->p;
+    float *d = dx->p;
+    if ((size_t)p->n * stride * sizeof(float) > dy->bytes ||
+        (size_t)p->n * chunk * sizeof(float) > dx->bytes)
+        return eng_err(err, errlen, "cpu backend: concat backward overruns its buffers");
+#pragma omp parallel for schedule(static) if ((size_t)p->n * chunk > 65536)
+    for (int n = 0; n < p->n; n++) {
+        const float *a = s + (size_t)n * stride + off;
+        float *b = d + (size_t)n * chunk;
+        if (beta == 0.0f)
+            memcpy(b, a, chunk * sizeof *b);
+        else
+            for (size_t j = 0; j < chunk; j++)
+                b[j] = a[j] + beta * b[j];
+    }
+    return 0;
+}

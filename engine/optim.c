@@ -1,0 +1,277 @@
+/* engine/optim.c: SGD, Adam and AdamW with weight decay, global-norm clipping
+ * and LARC over a net's parameters (contract and order of a step in
+ * engine/optim.h). */
+#include "engine/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"       /* be_optim, optim_update, sgd_update, sumsq */
+#include "engine/elementwise.h"   /* ew_larc_factor */
+#include "engine/errors.h"
+
+#define ADAM_BETA1 0.9f
+#define ADAM_BETA2 0.999f
+#define ADAM_EPS 1e-8f
+#define LARC_ETA 0.001f
+#define CLIP_EPS 1e-6              /* torch.nn.utils.clip_grad_norm_ */
+
+typedef enum opt_kind { OPT_SGD, OPT_ADAM, OPT_ADAMW } opt_kind;
+
+/* The solver types, by name. */
+static const struct {
+    const char *name;
+    opt_kind kind;
+} kinds[] = {
+    { "sgd", OPT_SGD },
+    { "adam", OPT_ADAM },
+    { "adamw", OPT_ADAMW },
+};
+
+struct optim {
+    net_solver s;
+    opt_kind kind;
+    bool larc, larc_clip;
+    const backend *be;
+    be_ctx *ctx;
+    size_t np;
+    net_param *params;
+    be_buf **second;               /* Adam's exp_avg_sq per parameter; NULL for sgd */
+    double *sq;                    /* per-parameter sums of squares (scratch) */
+    uint64_t t;
+};
+
+static int kind_of(const char *name, opt_kind *out)
+{
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (!strcmp(kinds[i].name, name)) {
+            *out = kinds[i].kind;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static bool finite_in(float x, float lo, bool lo_open, float hi, bool hi_open)
+{
+    return isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+}
+
+int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
+{
+    net_solver r = *s;
+    opt_kind k;
+    r.type[sizeof r.type - 1] = '\0';
+    r.larc[sizeof r.larc - 1] = '\0';
+    if (kind_of(r.type, &k) < 0)
+        return eng_err(err, errlen, "solver type \"%.16s\" is unknown (use sgd, adam or adamw)",
+                       r.type);
+    if (!finite_in(r.lr, 0, false, INFINITY, false))
+        return eng_err(err, errlen, "solver lr must be a finite number >= 0");
+    if (!finite_in(r.momentum, 0, false, 1, true))
+        return eng_err(err, errlen, "solver momentum must be in [0, 1)");
+    if (!finite_in(r.weight_decay, 0, false, INFINITY, false))
+        return eng_err(err, errlen, "solver weight_decay must be a finite number >= 0");
+    if (!finite_in(r.clip_norm, 0, false, INFINITY, false))
+        return eng_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
+    if (k == OPT_SGD) {
+        if (r.nesterov && r.momentum <= 0)
+            return eng_err(err, errlen, "solver nesterov needs a momentum above 0");
+    } else {
+        if (r.nesterov || r.momentum != 0)
+            return eng_err(err, errlen, "solver %s takes beta1 and beta2, not momentum or "
+                           "nesterov", r.type);
+        if (r.beta1 == 0 && r.beta2 == 0 && r.eps == 0) {
+            r.beta1 = ADAM_BETA1;
+            r.beta2 = ADAM_BETA2;
+            r.eps = ADAM_EPS;
+        }
+        if (!finite_in(r.beta1, 0, false, 1, true) || !finite_in(r.beta2, 0, false, 1, true))
+            return eng_err(err, errlen, "solver beta1 and beta2 must be in [0, 1)");
+        if (!finite_in(r.eps, 0, true, INFINITY, false))
+            return eng_err(err, errlen, "solver eps must be a finite number > 0");
+    }
+    if (r.larc[0]) {
+        if (strcmp(r.larc, "clip") != 0 && strcmp(r.larc, "scale") != 0)
+            return eng_err(err, errlen, "solver larc policy \"%s\" is unknown (use clip or "
+                           "scale)", r.larc);
+        if (k != OPT_SGD)
+            return eng_err(err, errlen, "solver larc works with type sgd only");
+        if (r.larc_eta == 0)
+            r.larc_eta = LARC_ETA;
+        if (!finite_in(r.larc_eta, 0, true, INFINITY, false))
+            return eng_err(err, errlen, "solver larc eta must be a finite number > 0");
+    } else {
+        r.larc_eta = 0;
+    }
+    *out = r;
+    return 0;
+}
+
+optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
+{
+    optim *o = calloc(1, sizeof *o);
+    optim *ret = NULL;
+    if (!o) {
+        eng_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    o->s = *s;
+    if (kind_of(s->type, &o->kind) < 0) {
+        eng_err(err, errlen, "solver type \"%.16s\" is unknown", s->type);
+        goto out;
+    }
+    o->larc = s->larc[0] != '\0';
+    o->larc_clip = !strcmp(s->larc, "clip");
+    o->be = net_backend(n, &o->ctx);
+    o->np = net_param_tensors(n, NULL, 0);
+    if (o->np) {
+        o->params = calloc(o->np, sizeof *o->params);
+        o->sq = calloc(o->np, sizeof *o->sq);
+        if (!o->params || !o->sq) {
+            eng_err(err, errlen, "out of memory");
+            goto out;
+        }
+        net_param_tensors(n, o->params, o->np);
+    }
+    if (o->kind != OPT_SGD && o->np) {
+        if (!(o->second = calloc(o->np, sizeof *o->second))) {
+            eng_err(err, errlen, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < o->np; i++) {
+            size_t count = o->params[i].count;
+            if (count > SIZE_MAX / sizeof(float)) {
+                eng_err(err, errlen, "%s is too large", o->params[i].name);
+                goto out;
+            }
+            if (!(o->second[i] = o->be->buf_alloc(o->ctx, count * sizeof(float), err, errlen)))
+                goto out;
+        }
+    }
+    ret = o;
+    o = NULL;
+out:
+    optim_free(o);
+    return ret;
+}
+
+void optim_free(optim *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; o->second && i < o->np; i++)
+        o->be->buf_free(o->ctx, o->second[i]);
+    free(o->second);
+    free(o->params);
+    free(o->sq);
+    free(o);
+}
+
+/* The factor that clips to the global norm (1 when not clipping), and
+ * *norm, from the per-parameter sums of squares in o->sq. */
+static double clip_factor(const optim *o, double *norm)
+{
+    double total = 0;
+    for (size_t i = 0; i < o->np; i++)
+        total += o->sq[i];
+    *norm = sqrt(total);
+    if (o->s.clip_norm > 0 && *norm > o->s.clip_norm)
+        return o->s.clip_norm / (*norm + CLIP_EPS);
+    return 1.0;
+}
+
+int optim_step(optim *o, float lr, double *grad_norm, char *err, size_t errlen)
+{
+    const net_solver *s = &o->s;
+    bool norms = s->clip_norm > 0 || o->larc;
+    double clip = 1.0, norm = -1;
+    if (norms) {
+        for (size_t i = 0; i < o->np; i++)
+            if (o->be->sumsq(o->ctx, o->params[i].grad, o->params[i].count, &o->sq[i],
+                             err, errlen) < 0)
+                return -1;
+        clip = clip_factor(o, &norm);
+    }
+    if (grad_norm)
+        *grad_norm = norm;
+    o->t++;
+    double bc1 = 1.0 - pow((double)s->beta1, (double)o->t);
+    double sbc2 = sqrt(1.0 - pow((double)s->beta2, (double)o->t));
+    for (size_t i = 0; i < o->np; i++) {
+        net_param *p = &o->params[i];
+        float wd = p->decay || s->decay_bias ? s->weight_decay : 0.0f;
+        double gs = clip;
+        if (o->larc) {
+            double wsq;
+            if (o->be->sumsq(o->ctx, p->value, p->count, &wsq, err, errlen) < 0)
+                return -1;
+            double f = ew_larc_factor(sqrt(wsq), sqrt(o->sq[i]) * clip, lr, wd, s->larc_eta,
+                                      o->larc_clip);
+            gs *= f;
+            wd = (float)(wd * f);
+        }
+        int rc;
+        if (o->kind == OPT_SGD && !s->nesterov && gs == 1.0) {
+            be_sgd hp = { .lr = lr, .momentum = s->momentum, .weight_decay = wd };
+            rc = o->be->sgd_update(o->ctx, p->value, p->momentum, p->grad, p->count, &hp,
+                                   err, errlen);
+        } else {
+            be_optim hp = { .kind = o->kind == OPT_SGD ? BE_OPT_SGD : BE_OPT_ADAM,
+                            .lr = lr, .grad_scale = (float)gs, .weight_decay = wd,
+                            .momentum = s->momentum, .nesterov = s->nesterov,
+                            .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps,
+                            .bc1 = (float)bc1, .sbc2 = (float)sbc2 };
+            if (o->kind == OPT_ADAMW) {
+                hp.decoupled_wd = wd;
+                hp.weight_decay = 0;
+            }
+            rc = o->be->optim_update(o->ctx, &hp, p->value, p->momentum,
+                                     o->second ? o->second[i] : NULL, p->grad, p->count,
+                                     err, errlen);
+        }
+        if (rc < 0) {
+            eng_err_prefix(err, errlen, p->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+uint64_t optim_steps(const optim *o)
+{
+    return o->t;
+}
+
+void optim_set_steps(optim *o, uint64_t t)
+{
+    o->t = t;
+}
+
+const net_solver *optim_solver(const optim *o)
+{
+    return &o->s;
+}
+
+size_t optim_state_tensors(const optim *o, optim_state *out, size_t max)
+{
+    size_t per = o->kind == OPT_SGD ? 1 : 2, k = 0;
+    for (size_t i = 0; i < o->np; i++) {
+        for (size_t j = 0; j < per; j++, k++) {
+            if (k >= max)
+                continue;
+            const net_param *p = &o->params[i];
+            out[k] = (optim_state){ .param = p->name, .ndim = p->ndim, .count = p->count };
+            memcpy(out[k].shape, p->shape, sizeof p->shape);
+            if (o->kind == OPT_SGD) {
+                out[k].slot = "momentum";
+                out[k].buf = p->momentum;
+            } else {
+                out[k].slot = j == 0 ? "exp_avg" : "exp_avg_sq";
+                out[k].buf = j == 0 ? p->momentum : o->second[i];
+            }
+        }
+    }
+    return k;
+}
