@@ -336,3 +336,28 @@ int ckpt_latest(const char *dir, char *path, size_t pathlen, ckpt_info *info,
     closedir(d);
     return found;
 }
+
+int ckpt_export_weights(const char *ckpt_path, const char *out_path, char *err, size_t errlen)
+{
+    st_file *f = st_open(ckpt_path, err, errlen);
+    if (!f)
+        return -1;
+    int rc = -1, n = st_count(f), k = 0;
+    st_tensor *keep = calloc((size_t)(n > 0 ? n : 1), sizeof *keep);
+    if (!keep) {
+        eng_err(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const st_tensor *t = st_get(f, i);
+        if (strncmp(t->name, "optim/", 6) != 0)
+            keep[k++] = *t;
+    }
+    const char *network = st_meta(f, "network");
+    const char *meta[] = { "kiln_format", "1", network ? "network" : NULL, network, NULL };
+    rc = st_write(out_path, keep, k, meta, err, errlen);
+out:
+    free(keep);
+    st_close(f);
+    return rc;
+}

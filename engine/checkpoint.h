@@ -56,4 +56,9 @@ int ckpt_read_info(const char *path, ckpt_info *info, char *err, size_t errlen);
 int ckpt_latest(const char *dir, char *path, size_t pathlen, ckpt_info *info,
                 char *err, size_t errlen);
 
+/* Writes the model part of a checkpoint (every tensor but the "optim/..."
+ * state) to out_path atomically, as net_save would have written it, so that
+ * a model download holds weights only. Returns 0, or -1 with err set. */
+int ckpt_export_weights(const char *ckpt_path, const char *out_path, char *err, size_t errlen);
+
 #endif

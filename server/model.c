@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "engine/checkpoint.h" /* ckpt_export_weights */
 #include "engine/dataset.h"   /* ds_info_load */
 #include "jobs/jobspec.h"     /* jobspec_dir */
 
@@ -198,10 +200,13 @@ typedef struct model_parts {
     char weights[PATH_MAX + 64];
     int epoch;                 /* the weights' epoch */
     bool final;                /* model.safetensors, the end of training */
+    bool weights_tmp;          /* weights is a temporary export: unlink it */
 } model_parts;
 
 static void parts_clear(model_parts *p)
 {
+    if (p->weights_tmp)
+        unlink(p->weights);
     cJSON_Delete(p->config);
     cJSON_Delete(p->preprocess);
     cJSON_Delete(p->info);
@@ -306,6 +311,25 @@ static int build_info(server *srv, const store_job *j, model_parts *p, char *err
     return 0;
 }
 
+/* A snapshot is a training checkpoint, which also holds the optimizer's
+ * state: the download gets its weights only, exported to a temporary file in
+ * tmpdir that parts_clear removes. 0 or -1 with err. */
+static int export_snapshot(const char *tmpdir, model_parts *p, char *err, size_t errlen)
+{
+    static atomic_uint counter;
+    char out[sizeof p->weights];
+    if (snprintf(out, sizeof out, "%s/weights-%d-%u.safetensors", tmpdir, (int)getpid(),
+                 atomic_fetch_add(&counter, 1)) >= (int)sizeof out) {
+        snprintf(err, errlen, "temporary path too long");
+        return -1;
+    }
+    if (ckpt_export_weights(p->weights, out, err, errlen) != 0)
+        return -1;
+    memcpy(p->weights, out, sizeof out);
+    p->weights_tmp = true;
+    return 0;
+}
+
 /* Writes the tar to fd. 0 or -1 with err. */
 static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
 {
@@ -321,8 +345,8 @@ static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
         snprintf(err, errlen, "starting the tar: %s", archive_error_string(a));
         goto out;
     }
-    const cJSON *net = cJSON_GetObjectItemCaseSensitive(p->config, "network");
-    if (add_json(a, "network.json", net, err, errlen) != 0 ||
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(p->config, "network");
+    if (add_json(a, "network.json", spec, err, errlen) != 0 ||
         add_file(a, "weights.safetensors", p->weights, err, errlen) != 0 ||
         add_text(a, "labels.txt", p->labels, err, errlen) != 0 ||
         add_json(a, "preprocess.json", p->preprocess, err, errlen) != 0 ||
@@ -422,6 +446,10 @@ int model_handle(request *r)
 
     char tmpdir[PATH_MAX + 16];
     snprintf(tmpdir, sizeof tmpdir, "%s/uploads", srv->data_dir);
+    if (!p.final && export_snapshot(tmpdir, &p, err, sizeof err) != 0) {
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
+        goto out;
+    }
     int fd = temp_fd(tmpdir);
     if (fd < 0) {
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "storage_error",

@@ -163,6 +163,19 @@ test('the model downloads as a tar with network, weights, labels, preprocessing 
   assert.equal(typeof pre, 'object');
 });
 
+test('a snapshot downloads with its weights only, not the optimizer state', async () => {
+  assert.ok(stream && stream.finalStatus === 'done', 'needs the finished job');
+  const res = await fetch(`${base}/api/v1/jobs/${jobId}/model?format=tar&epoch=1`);
+  assert.equal(res.status, 200, `snapshot download -> ${res.status}`);
+  const entries = parseTar(Buffer.from(await res.arrayBuffer()));
+  const w = entries.find((e) => path.posix.basename(e.name) === 'weights.safetensors');
+  assert.ok(w, 'the tar holds weights.safetensors');
+  const names = Object.keys(parseSafetensors(w.data).header).filter((k) => k !== '__metadata__');
+  assert.ok(names.length >= 4, `weights hold the conv and dense tensors (${names})`);
+  assert.deepEqual(names.filter((k) => k.startsWith('optim/')), [], 'no optimizer state in a model download');
+  assert.deepEqual(readdirSync(path.join(server.dataDir, 'uploads')), [], 'the temporary export is removed');
+});
+
 test('the job folder has a TensorBoard event file with valid CRCs and every tag', async () => {
   assert.ok(stream && stream.finalStatus === 'done', 'needs the finished job');
   const dir = path.join(server.dataDir, 'jobs', String(jobId));
