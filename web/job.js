@@ -120,7 +120,12 @@ export function renderJob(root, id) {
     const frac = p.steps > 0 ? p.step / p.steps : 0;
     setProgress(bar, st.job && FINAL.has(st.job.status) && st.job.status === 'done' ? 1 : frac);
     fill(progressText, `${fmtPercent(frac, 0)}`);
-    if (p.epochs) fill(stats.epoch, `${Math.min(p.epoch ?? 0, p.epochs)} / ${p.epochs}`);
+    // p.epoch counts finished epochs; while one is under way, show that one (1-based).
+    if (p.epochs) {
+      const done = Math.min(p.epoch ?? 0, p.epochs);
+      const current = p.step > 0 && p.step < p.steps ? Math.min(done + 1, p.epochs) : done;
+      fill(stats.epoch, `${current} / ${p.epochs}`);
+    }
     if (p.steps) fill(stats.step, `${fmtCount(p.step)} / ${fmtCount(p.steps)}`);
     const eta = p.eta ?? p.eta_seconds;
     fill(stats.eta, st.job && FINAL.has(st.job.status) ? '—' : fmtDuration(eta));
