@@ -782,10 +782,10 @@ int runner_run(const char *dir, bool human_output)
     char sdesc[256];
     solver_desc(&r.cfg.solver, &r.lr, sdesc, sizeof sdesc);
     logf_("job %lld: %s (%zu parameters) on %s, %s: %zu train / %zu val images of %dx%dx%d, "
-          "%d classes; %d epochs x %lld steps, batch %d, %s, seed %llu; ready in %.1f s",
+          "%d classes; %d epoch%s x %lld steps, batch %d, %s, seed %llu; ready in %.1f s",
           (long long)r.cfg.id, r.cfg.network_name, net_param_count(r.net), r.cfg.backend,
           r.cfg.precision, ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
-          r.info.nclasses, r.cfg.epochs, (long long)r.steps_per_epoch, r.cfg.batch, sdesc,
+          r.info.nclasses, r.cfg.epochs, r.cfg.epochs == 1 ? "" : "s", (long long)r.steps_per_epoch, r.cfg.batch, sdesc,
           (unsigned long long)r.cfg.seed, mono_now() - t0);
     if (stop_requested) {
         stop_cancelled(&r);
@@ -806,7 +806,8 @@ int runner_run(const char *dir, bool human_output)
         emit_error(r.err);
         goto out;
     }
-    logf_("done: %d epochs in %.1f s; saved model.safetensors", r.cfg.epochs, mono_now() - t0);
+    logf_("done: %d epoch%s in %.1f s; saved model.safetensors", r.cfg.epochs,
+          r.cfg.epochs == 1 ? "" : "s", mono_now() - t0);
     emit("{\"t\":\"done\"}");
     status = 0;
 out:
