@@ -294,12 +294,13 @@ typedef struct backend {
     int (*xent_plan)(be_ctx *ctx, const be_xent_desc *d, be_plan **out,
                      char *err, size_t errlen);
     /* Softmax cross-entropy (engine/elementwise.h, ew_softmax_xent_row) of
-     * logits against int32 labels. labels may be NULL (no loss: *loss_sum and
-     * *correct are 0). Writes, where not NULL: dlogits = (p - onehot) *
-     * grad_scale, probs = softmax(logits), *loss_sum = the sum of the row
-     * losses added in row order (double), *correct = top-1 hits. */
+     * logits against int32 labels, with label smoothing eps in [0, 1) (0:
+     * none). labels may be NULL (no loss: *loss_sum and *correct are 0).
+     * Writes, where not NULL: dlogits = (p - q) * grad_scale with q the
+     * smoothed one-hot target, probs = softmax(logits), *loss_sum = the sum
+     * of the row losses added in row order (double), *correct = top-1 hits. */
     int (*xent)(be_ctx *ctx, be_plan *p, const be_buf *logits, const be_buf *labels,
-                float grad_scale, be_buf *dlogits, be_buf *probs,
+                float eps, float grad_scale, be_buf *dlogits, be_buf *probs,
                 double *loss_sum, int *correct, char *err, size_t errlen);
 
     /* ---- optimizer ---- */

@@ -127,14 +127,18 @@ static inline KILN_HD void ew_bn_running(float *run_mean, float *run_var, float 
 /* ---- loss ------------------------------------------------------------------ */
 
 /* Softmax cross-entropy of one row of `classes` logits z, numerically stable
- * (shifted by the row maximum). Returns -log(softmax(z)[label]), or 0 when
- * label < 0 (inference: no label). Writes, where the pointer is not NULL:
+ * (shifted by the row maximum), with label smoothing eps in [0, 1): the
+ * target is q[i] = (1 - eps) [i == label] + eps / classes. Returns
+ * -sum q[i] log softmax(z)[i] (with eps 0: -log softmax(z)[label]), or 0
+ * when label < 0 (inference: no label). Writes, where the pointer is not NULL:
  *   p[i]   softmax probabilities
- *   dz[i]  (p[i] - [i == label]) * scale   -- the gradient of scale * loss
+ *   dz[i]  (p[i] - q[i]) * scale   -- the gradient of scale * loss
  *   *top   the index of the largest logit (the first one on ties)
- * z may not alias p or dz. */
+ * z may not alias p or dz. With eps 0 every figure is the plain
+ * cross-entropy's, bit for bit. */
 static inline KILN_HD float ew_softmax_xent_row(const float *z, int classes, int label,
-                                                float scale, float *p, float *dz, int *top)
+                                                float eps, float scale, float *p, float *dz,
+                                                int *top)
 {
     float m = z[0];
     int am = 0;
@@ -144,22 +148,31 @@ static inline KILN_HD float ew_softmax_xent_row(const float *z, int classes, int
             am = i;
         }
     }
-    float s = 0.0f;
-    for (int i = 0; i < classes; i++)
+    float s = 0.0f, zsum = 0.0f;              /* zsum: sum of z - m, for smoothing */
+    for (int i = 0; i < classes; i++) {
         s += expf(z[i] - m);
+        zsum += z[i] - m;
+    }
     float lse = logf(s);                      /* log sum exp(z - m) */
+    const float on = eps > 0.0f ? 1.0f - eps : 1.0f, off = eps > 0.0f ? eps / (float)classes : 0.0f;
     if (p || dz) {
         for (int i = 0; i < classes; i++) {
             float pi = expf(z[i] - m - lse);
             if (p)
                 p[i] = pi;
-            if (dz)
-                dz[i] = (pi - (i == label ? 1.0f : 0.0f)) * scale;
+            if (dz) {
+                float q = i == label ? on : 0.0f;
+                dz[i] = (eps > 0.0f ? pi - q - off : pi - q) * scale;
+            }
         }
     }
     if (top)
         *top = am;
-    return label >= 0 ? lse - (z[label] - m) : 0.0f;
+    if (label < 0)
+        return 0.0f;
+    if (eps > 0.0f)                           /* sum_i q_i (lse - (z_i - m)) */
+        return lse - on * (z[label] - m) - off * zsum;
+    return lse - (z[label] - m);
 }
 
 #endif

@@ -978,8 +978,8 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
         return -1;
     n->steps++;
     if (n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], n->labels,
-                    1.0f / (float)count, n->grad[n->nlayers], NULL, &loss_sum, &correct,
-                    err, errlen) < 0)
+                    n->solver.label_smoothing, 1.0f / (float)count, n->grad[n->nlayers], NULL,
+                    &loss_sum, &correct, err, errlen) < 0)
         return -1;
     if (!isfinite(loss_sum))
         return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
@@ -1023,7 +1023,7 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
         plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, labels + done, bn,
                                         false, err, errlen);
         if (!ps || n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], n->labels,
-                               1.0f, NULL, NULL, &ls, &hits, err, errlen) < 0)
+                               0.0f, 1.0f, NULL, NULL, &ls, &hits, err, errlen) < 0)
             return -1;
         total += ls;
         correct += hits;
@@ -1048,7 +1048,7 @@ int net_predict(net *n, const float *x, int count, float *probs, char *err, size
         plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, NULL, bn, false,
                                         err, errlen);
         if (!ps ||
-            n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], NULL, 1.0f, NULL,
+            n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], NULL, 0.0f, 1.0f, NULL,
                         n->probs, NULL, NULL, err, errlen) < 0 ||
             n->be->buf_download(n->ctx, n->probs, 0, probs + (size_t)done * n->classes, pbytes,
                                 err, errlen) < 0)

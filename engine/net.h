@@ -49,6 +49,8 @@ typedef struct net_solver {
     float clip_norm;       /* > 0: clip gradients to this global L2 norm */
     char larc[8];          /* sgd: "" (none), "clip" or "scale" (seeds/000) */
     float larc_eta;        /* LARC's trust coefficient; 0: 0.001 */
+    float label_smoothing; /* the loss's: eps in [0, 1), targets (1 - eps) one-hot + eps / classes;
+                            * training steps only (evaluation reports the plain loss) */
 } net_solver;
 
 /* Builds a network for batches of up to max_batch images on the named backend

@@ -75,6 +75,8 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
         return eng_err(err, errlen, "solver weight_decay must be a finite number >= 0");
     if (!finite_in(r.clip_norm, 0, false, INFINITY, false))
         return eng_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
+    if (!finite_in(r.label_smoothing, 0, false, 1, true))
+        return eng_err(err, errlen, "label_smoothing must be in [0, 1) (0: off)");
     if (k == OPT_SGD) {
         if (r.nesterov && r.momentum <= 0)
             return eng_err(err, errlen, "solver nesterov needs a momentum above 0");

@@ -65,7 +65,7 @@ static const char *const job_fields[] = {
 };
 static const char *const solver_fields[] = {
     "type", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay", "decay_bias",
-    "clip_norm", "larc", NULL,
+    "clip_norm", "larc", "label_smoothing", NULL,
 };
 static const char *const larc_fields[] = { "policy", "eta", NULL };
 static const char *const larc_policies[] = { "clip", "scale", NULL };
@@ -247,7 +247,7 @@ typedef struct request {
     const char *solver_type;
     double lr, momentum, weight_decay;
     bool nesterov, decay_bias;
-    double beta1, beta2, eps, clip_norm;
+    double beta1, beta2, eps, clip_norm, label_smoothing;
     const char *larc_policy;    /* NULL: no LARC */
     double larc_eta;
     const cJSON *lr_policy;     /* NULL: fixed */
@@ -281,6 +281,8 @@ static int parse_solver(const cJSON *solver, request *r, job_error *e)
                 &r->weight_decay, e) ||
         get_bool(solver, "solver.", "decay_bias", false, &r->decay_bias, e) ||
         get_num(solver, "solver.", "clip_norm", 0, 0, false, CLIP_NORM_MAX, false, &r->clip_norm,
+                e) ||
+        get_num(solver, "solver.", "label_smoothing", 0, 0, false, 1, true, &r->label_smoothing,
                 e))
         return -1;
     const cJSON *ty = opt_field(solver, "type");
@@ -484,7 +486,8 @@ static bool add_solver(cJSON *solver, const request *r)
              cJSON_AddNumberToObject(solver, "eps", r->eps);
     ok = ok && cJSON_AddNumberToObject(solver, "weight_decay", r->weight_decay) &&
          cJSON_AddBoolToObject(solver, "decay_bias", r->decay_bias) &&
-         cJSON_AddNumberToObject(solver, "clip_norm", r->clip_norm);
+         cJSON_AddNumberToObject(solver, "clip_norm", r->clip_norm) &&
+         cJSON_AddNumberToObject(solver, "label_smoothing", r->label_smoothing);
     if (ok && r->larc_policy) {
         cJSON *larc = cJSON_AddObjectToObject(solver, "larc");
         ok = larc && cJSON_AddStringToObject(larc, "policy", r->larc_policy) &&

@@ -265,6 +265,7 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
         { "beta2", offsetof(net_solver, beta2) },
         { "eps", offsetof(net_solver, eps) },
         { "clip_norm", offsetof(net_solver, clip_norm) },
+        { "label_smoothing", offsetof(net_solver, label_smoothing) },
     };
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(sv, nums[i].key);

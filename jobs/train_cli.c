@@ -43,6 +43,7 @@ static const struct num_opt {
     { "--beta2", "solver", "beta2", false },
     { "--eps", "solver", "eps", false },
     { "--clip-norm", "solver", "clip_norm", false },
+    { "--label-smoothing", "solver", "label_smoothing", false },
 };
 
 static void usage(FILE *f)
@@ -69,6 +70,7 @@ static void usage(FILE *f)
             "  --weight-decay X         (0)        --decay-bias         decay biases and\n"
             "                                                           batch-norm parameters too\n"
             "  --clip-norm X            clip gradients to this global L2 norm (0: off)\n"
+            "  --label-smoothing X      targets (1 - X) one-hot + X / classes, X in [0, 1) (0)\n"
             "  --larc clip|scale        LARC (sgd)  --larc-eta X        (0.001)\n"
             "  --lr-policy JSON         e.g. '{\"type\": \"cosine\", \"warmup_epochs\": 1}'\n"
             "                           (types fixed, step, multistep, exponential,\n"

@@ -143,7 +143,7 @@ int cpu_act_plan(be_ctx *, const be_act_desc *, unsigned, be_plan **, char *, si
 int cpu_act_fwd(be_ctx *, be_plan *, const be_buf *, be_buf *, char *, size_t);
 int cpu_act_bwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *, char *, size_t);
 int cpu_xent_plan(be_ctx *, const be_xent_desc *, be_plan **, char *, size_t);
-int cpu_xent(be_ctx *, be_plan *, const be_buf *, const be_buf *, float, be_buf *, be_buf *,
+int cpu_xent(be_ctx *, be_plan *, const be_buf *, const be_buf *, float, float, be_buf *, be_buf *,
              double *, int *, char *, size_t);
 int cpu_bn_plan(be_ctx *, const be_bn_desc *, unsigned, be_plan **, char *, size_t);
 int cpu_bn_fwd(be_ctx *, be_plan *, bool, const be_buf *, const be_buf *, const be_buf *,

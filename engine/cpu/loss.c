@@ -31,7 +31,7 @@ int cpu_xent_plan(be_ctx *ctx, const be_xent_desc *d, be_plan **out, char *err, 
 }
 
 int cpu_xent(be_ctx *ctx, be_plan *p, const be_buf *logits, const be_buf *labels,
-             float grad_scale, be_buf *dlogits, be_buf *probs, double *loss_sum, int *correct,
+             float eps, float grad_scale, be_buf *dlogits, be_buf *probs, double *loss_sum, int *correct,
              char *err, size_t errlen)
 {
     const int n = p->n, classes = p->classes;
@@ -46,7 +46,7 @@ int cpu_xent(be_ctx *ctx, be_plan *p, const be_buf *logits, const be_buf *labels
     for (int i = 0; i < n; i++) {
         size_t off = (size_t)i * (size_t)classes;
         int label = lab ? lab[i] : -1, top = 0;
-        row_loss[i] = ew_softmax_xent_row(z + off, classes, label, grad_scale,
+        row_loss[i] = ew_softmax_xent_row(z + off, classes, label, eps, grad_scale,
                                           pr ? pr + off : NULL, dz ? dz + off : NULL, &top);
         row_hit[i] = label >= 0 && top == label;
     }

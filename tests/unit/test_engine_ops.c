@@ -1734,6 +1734,7 @@ typedef struct xent_case {
     be_plan *plan;
     be_buf *zb, *lb;
     int n, classes;
+    float eps;                                 /* label smoothing */
 } xent_case;
 
 static double xent_loss(xent_case *xc)
@@ -1741,8 +1742,8 @@ static double xent_loss(xent_case *xc)
     char err[256] = "";
     double loss = 0;
     int correct = 0;
-    assert_int_equal(be->xent(ctx, xc->plan, xc->zb, xc->lb, 1.0f, NULL, NULL, &loss, &correct,
-                              err, sizeof err), 0);
+    assert_int_equal(be->xent(ctx, xc->plan, xc->zb, xc->lb, xc->eps, 1.0f, NULL, NULL, &loss,
+                              &correct, err, sizeof err), 0);
     return loss;
 }
 
@@ -1753,11 +1754,15 @@ static double row_loss_bound(int classes, double lse, double zl_shift)
     return (classes + 4) * U * (1.0 + fabs(lse) + fabs(zl_shift));
 }
 
-static void run_xent_case(int n, int classes, double spread, uint64_t seed)
+/* n rows of `classes` logits in [-spread, spread], label smoothing eps: the
+ * loss, probabilities and gradient against a double-precision reference of
+ * -sum_c q_c log p_c with q = (1 - eps) onehot + eps / classes, and the
+ * gradient against finite differences of the loss. */
+static void run_xent_case(int n, int classes, double spread, float eps, uint64_t seed)
 {
     char err[256] = "";
     rng r;
-    xent_case xc = { .n = n, .classes = classes };
+    xent_case xc = { .n = n, .classes = classes, .eps = eps };
     size_t nz = (size_t)n * classes;
     rng_seed(&r, seed);
     float *z = rand_floats(&r, nz, -spread, spread);
@@ -1777,7 +1782,7 @@ static void run_xent_case(int n, int classes, double spread, uint64_t seed)
     double loss = 0;
     int correct = -1;
     const float scale = 0.25f;                 /* a grad_scale that is not 1 */
-    assert_int_equal(be->xent(ctx, xc.plan, xc.zb, xc.lb, scale, db, pb, &loss, &correct,
+    assert_int_equal(be->xent(ctx, xc.plan, xc.zb, xc.lb, eps, scale, db, pb, &loss, &correct,
                               err, sizeof err), 0);
     float *dz = malloc(nz * sizeof *dz), *p = malloc(nz * sizeof *p);
     download(db, dz, nz);
@@ -1796,16 +1801,21 @@ static void run_xent_case(int n, int classes, double spread, uint64_t seed)
             }
         for (int c = 0; c < classes; c++)
             s += exp(zi[c] - m);
-        double lse = log(s);
-        loss_ref += lse - (zi[lab[i]] - m);
-        loss_tol += row_loss_bound(classes, lse, zi[lab[i]] - m);
+        double lse = log(s), on = 1.0 - (double)eps, off = (double)eps / classes, far = 0;
+        for (int c = 0; c < classes; c++) {
+            loss_ref += ((c == lab[i] ? on : 0.0) + off) * (lse - (zi[c] - m));
+            far = fmax(far, fabs(zi[c] - m));
+        }
+        /* With smoothing the row's loss also sums every shifted logit. */
+        loss_tol += row_loss_bound(classes, lse, eps > 0 ? far : zi[lab[i]] - m) *
+                    (eps > 0 ? 2.0 : 1.0);
         correct_ref += top == lab[i];
         for (int c = 0; c < classes; c++) {
             size_t k = (size_t)i * classes + c;
             double pr = exp(zi[c] - m - lse);
             /* exp's argument carries the loss-sized error; exp turns it relative. */
             double ptol = pr * row_loss_bound(classes, lse, zi[c] - m) + U * pr + 1e-38;
-            double g = (pr - (c == lab[i])) * scale;
+            double g = (pr - ((c == lab[i] ? on : 0.0) + off)) * scale;
             if (!(fabs(p[k] - pr) <= ptol)) {
                 print_error("p[%d][%d] %.9g vs %.9g\n", i, c, (double)p[k], pr);
                 fail();
@@ -1828,7 +1838,7 @@ static void run_xent_case(int n, int classes, double spread, uint64_t seed)
 
     /* Without labels: probabilities only, no loss. */
     float *p2 = malloc(nz * sizeof *p2);
-    assert_int_equal(be->xent(ctx, xc.plan, xc.zb, NULL, 1.0f, NULL, pb, &loss, &correct,
+    assert_int_equal(be->xent(ctx, xc.plan, xc.zb, NULL, eps, 1.0f, NULL, pb, &loss, &correct,
                               err, sizeof err), 0);
     download(pb, p2, nz);
     assert_memory_equal(p, p2, nz * sizeof *p);
@@ -1850,7 +1860,8 @@ static void run_xent_case(int n, int classes, double spread, uint64_t seed)
         double step = (double)up - (double)dn, fd = (lp - lm) / step;
         /* At the probes: lse = log sum exp(z - max) <= log(classes), and the
          * label's logit is within 2 * spread + 1 + h of the row maximum. */
-        double tol = 2 * row_loss_bound(classes, log((double)classes), 2 * spread + 1 + h) / step +
+        double tol = 2 * row_loss_bound(classes, log((double)classes), 2 * spread + 1 + h) *
+                         (eps > 0 ? 2.0 : 1.0) / step +
                      trunc + (classes + 4) * U * 2 + 1e-15 * fabs(lp) / step;
         double g = dz[k] / scale;
         if (!(fabs(fd - g) <= tol)) {
@@ -1872,9 +1883,45 @@ static void run_xent_case(int n, int classes, double spread, uint64_t seed)
 
 static void test_softmax_xent(void **state)
 {
-    run_xent_case(4, 10, 3.0, 41);
-    run_xent_case(7, 3, 1.0, 42);
-    run_xent_case(33, 17, 8.0, 43);         /* large logits: the shift by the max matters */
+    run_xent_case(4, 10, 3.0, 0.0f, 41);
+    run_xent_case(7, 3, 1.0, 0.0f, 42);
+    run_xent_case(33, 17, 8.0, 0.0f, 43);   /* large logits: the shift by the max matters */
+}
+
+/* Label smoothing: the same checks against the smoothed target. */
+static void test_softmax_xent_smoothing(void **state)
+{
+    run_xent_case(4, 10, 3.0, 0.1f, 44);
+    run_xent_case(7, 3, 1.0, 0.3f, 45);
+    run_xent_case(33, 17, 8.0, 0.05f, 46);
+}
+
+/* Smoothing 0 is the plain loss bit for bit (runs stay reproducible), and
+ * with smoothing a confident right answer still costs something: with eps
+ * 0.1 over 3 classes a one-hot-like row has loss about eps / 3 * 2000. */
+static void test_softmax_xent_smoothing_values(void **state)
+{
+    float z[3] = { 2.5f, -1.0f, 0.25f }, p0[3], d0[3], p1[3], d1[3];
+    int top = -1;
+    float l0 = ew_softmax_xent_row(z, 3, 0, 0.0f, 1.0f, p0, d0, &top);
+    double s = exp(0.0) + exp(-3.5) + exp(-2.25), lse = log(s);
+    assert_true(fabs(l0 - lse) <= 8 * U);
+    float l1 = ew_softmax_xent_row(z, 3, 0, 0.3f, 1.0f, p1, d1, &top);
+    double ref = (0.7 + 0.1) * lse + 0.1 * (lse + 3.5) + 0.1 * (lse + 2.25);
+    assert_true(fabs(l1 - ref) <= 16 * U * ref);
+    assert_memory_equal(p0, p1, sizeof p0);
+    double sum = 0;
+    for (int c = 0; c < 3; c++) {
+        double q = (c == 0 ? 0.7 : 0.0) + 0.1;
+        assert_true(fabs(d1[c] - (p1[c] - q)) <= 4 * U);
+        sum += d1[c];
+    }
+    assert_true(fabs(sum) <= 8 * U);           /* p and q both sum to 1 */
+
+    float big[3] = { 1000.0f, 0.0f, -1000.0f };
+    float lb = ew_softmax_xent_row(big, 3, 0, 0.1f, 1.0f, NULL, NULL, &top);
+    double want = (0.1 / 3) * (1000.0 + 2000.0);  /* lse = 0 after the shift */
+    assert_true(isfinite(lb) && fabs(lb - want) <= 1e-4 * want);
 }
 
 /* Large logits must not overflow: a naive softmax gives NaN here. */
@@ -1882,7 +1929,7 @@ static void test_softmax_xent_stable(void **state)
 {
     float z[3] = { 1000.0f, 0.0f, -1000.0f }, p[3], dz[3];
     int top = -1;
-    float loss = ew_softmax_xent_row(z, 3, 1, 1.0f, p, dz, &top);
+    float loss = ew_softmax_xent_row(z, 3, 1, 0.0f, 1.0f, p, dz, &top);
     assert_true(isfinite(loss));
     assert_true(fabs(loss - 1000.0) <= 1000.0 * 4 * U);
     assert_int_equal(top, 0);
@@ -1987,6 +2034,8 @@ int main(void)
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_blocked_layouts),
         cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_softmax_xent_smoothing),
+        cmocka_unit_test(test_softmax_xent_smoothing_values),
         cmocka_unit_test(test_softmax_xent_stable),
         cmocka_unit_test(test_sgd_momentum),
     };

@@ -235,7 +235,7 @@ static void optimizer_options_are_resolved(void **state)
     snprintf(body, sizeof body,
              "{\"dataset_id\": %lld, \"network\": \"lenet\", \"epochs\": 3, \"batch_size\": 32, "
              "\"solver\": {\"type\": \"adamw\", \"lr\": 0.001, \"beta2\": 0.99, "
-             "\"weight_decay\": 0.01, \"clip_norm\": 5}, "
+             "\"weight_decay\": 0.01, \"clip_norm\": 5, \"label_smoothing\": 0.1}, "
              "\"lr_policy\": {\"type\": \"cosine\", \"warmup_epochs\": 1}}",
              (long long)f->ready);
     int64_t id = 0;
@@ -251,6 +251,7 @@ static void optimizer_options_are_resolved(void **state)
     assert_true(num(solver, "beta2") == 0.99);
     assert_true(num(solver, "eps") == 1e-8);
     assert_true(num(solver, "clip_norm") == 5);
+    assert_true(num(solver, "label_smoothing") == 0.1);
     assert_true(num(solver, "weight_decay") == 0.01);
     assert_null(cJSON_GetObjectItemCaseSensitive(solver, "momentum"));
     assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(solver, "decay_bias")));
@@ -353,6 +354,9 @@ static const bad_case bad_cases[] = {
     { "clip_norm negative",
       "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"clip_norm\": -1}}",
       400, "invalid_field", "solver.clip_norm" },
+    { "label_smoothing 1",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"label_smoothing\": 1}}",
+      400, "invalid_field", "solver.label_smoothing" },
     { "decay_bias not a boolean",
       "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"decay_bias\": 1}}",
       400, "invalid_field", "solver.decay_bias" },
