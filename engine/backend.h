@@ -52,12 +52,22 @@ enum {
 
 /* How an activation (and its gradient) is laid out in its buffer. BE_PLAIN is
  * dense NCHW. BE_BLOCKED16 keeps channels in blocks of 16 innermost (oneDNN's
- * nChw16c: [n][c/16][h][w][16]), the layout the CPU kernels run fastest on;
- * it is only used where c is a multiple of 16, so a blocked tensor has the
- * same size as a plain one and element-wise ops (acc, dropout) need not care.
- * Ops that take a layout field read their inputs and write their outputs in
- * it; a zeroed descriptor means plain everywhere. */
+ * nChw16c: [n][ceil(c/16)][h][w][16]), the layout the CPU kernels run fastest
+ * on. Where c is not a multiple of 16 the last block is padded with channels
+ * that hold zeros: every op keeps them zero (oneDNN's primitives zero the
+ * padding of what they write; relu, add, dropout and accumulation map zeros to
+ * zeros), so a blocked buffer holds be_act_elems() floats per image and the
+ * element-wise ops (acc, dropout_bwd) run over all of them. Ops that take a
+ * layout field read their inputs and write their outputs in it; a zeroed
+ * descriptor means plain everywhere. */
 typedef enum be_layout { BE_PLAIN = 0, BE_BLOCKED16 } be_layout;
+
+/* Floats one image of c channels of hw elements takes in a layout. */
+static inline size_t be_act_elems(int c, size_t hw, be_layout layout)
+{
+    size_t cc = (size_t)c;
+    return (layout == BE_BLOCKED16 ? (cc + 15) / 16 * 16 : cc) * hw;
+}
 
 /* 2-D convolution (cross-correlation, as every framework computes it). */
 typedef struct be_conv_desc {
@@ -141,7 +151,8 @@ typedef struct be_concat_desc {
     int c[BE_MAX_INPUTS];
 } be_concat_desc;
 
-/* Dropout over count elements, in a layout (engine/backend.h, be_layout). */
+/* Dropout over the count floats of a buffer, in a layout (be_layout above:
+ * blocked, count includes the padding channels, which stay zero). */
 typedef struct be_dropout_desc {
     size_t count;
     float rate;                     /* in [0, 1) */

@@ -301,9 +301,17 @@ static int make_params(net *n, uint64_t seed, char *err, size_t errlen)
     return 0;
 }
 
+/* Floats one image of activation a (and of its gradient) takes in its
+ * layout: blocked ones pad their channels to a multiple of 16. */
+static size_t act_elems(const net *n, int a)
+{
+    net_shape s = spec_act_shape(&n->spec, a);
+    return be_act_elems(s.c, (size_t)s.h * (size_t)s.w, n->layout[a]);
+}
+
 static size_t act_count(const net *n, int a)
 {
-    return (size_t)n->max_batch * (size_t)spec_shape_size(spec_act_shape(&n->spec, a));
+    return (size_t)n->max_batch * act_elems(n, a);
 }
 
 /* Which activations need gradients, which inputs each layer differentiates,
@@ -358,13 +366,16 @@ static int uf_find(int *parent, int a)
 
 /* Activations kept in the blocked layout (engine/backend.h, be_layout):
  * groups of activations joined by layout-preserving layers are blocked
- * together when every member has a multiple of 16 channels, is made by a
- * convolution, a pooling or a preserving layer, and is read only by such
- * layers; the images, the logits and whatever feeds flatten, dense or concat
- * stay plain. So the data is reordered only where a convolution's or
- * pooling's kernel wants another layout, not around every layer.
+ * together when every member has at least BLOCK_MIN_C channels (fewer would
+ * more than double in size when padded to 16; a sigmoid's, a multiple of 16),
+ * is made by a convolution, a pooling or a preserving layer, and is read only
+ * by such layers; the images, the logits and whatever feeds flatten, dense or concat stay plain.
+ * So the data is reordered only where a convolution's or pooling's kernel
+ * wants another layout, not around every layer.
  * KILN_CPU_PLAIN_LAYOUTS=1 in the environment keeps everything plain (for
  * comparisons). */
+#define BLOCK_MIN_C 8
+
 static int plan_layouts(net *n, char *err, size_t errlen)
 {
     int L = n->nlayers;
@@ -388,7 +399,10 @@ static int plan_layouts(net *n, char *err, size_t errlen)
     bad[uf_find(parent, 0)] = bad[uf_find(parent, L)] = true;
     for (int a = 1; a <= L; a++) {
         layer_kind made = n->spec.layers[a - 1].kind;
-        if (off || spec_act_shape(&n->spec, a).c % 16 ||
+        int c = spec_act_shape(&n->spec, a).c;
+        /* oneDNN runs the logistic function on padded blocks with its slow
+         * reference kernel (it maps the zero padding to 0.5) */
+        if (off || c < BLOCK_MIN_C || (c % 16 && made == LAYER_SIGMOID) ||
             !(layout_preserving(made) || layout_converting(made)))
             bad[uf_find(parent, a)] = true;
     }
@@ -784,7 +798,7 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
         const be_buf *x = n->act[s->inputs[0]];
         be_buf *y = n->act[i + 1];
         const be_buf *xs[SPEC_MAX_INPUTS];
-        size_t count = (size_t)bn * (size_t)spec_shape_size(s->out);
+        size_t count = (size_t)bn * act_elems(n, i + 1);
         int rc = 0;
         switch (s->kind) {
         case LAYER_CONV2D:
@@ -852,7 +866,7 @@ static int add_tmp(net *n, const layer *l, int k, int bn, char *err, size_t errl
     int a = l->s->inputs[k];
     if (l->first[k])
         return 0;
-    size_t count = (size_t)bn * (size_t)spec_shape_size(spec_act_shape(&n->spec, a));
+    size_t count = (size_t)bn * act_elems(n, a);
     return n->be->acc(n->ctx, n->grad[a], n->tmp, count, 1.0f, err, errlen);
 }
 
@@ -863,7 +877,7 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     const layer_spec *s = l->s;
     be_plan *p = ps->plans[i];
     const be_buf *x = n->act[s->inputs[0]], *y = n->act[i + 1], *dy = n->grad[i + 1];
-    size_t count = (size_t)bn * (size_t)spec_shape_size(s->out);
+    size_t count = (size_t)bn * act_elems(n, i + 1);
     int rc = 0;
     switch (s->kind) {
     case LAYER_CONV2D:

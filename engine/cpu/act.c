@@ -16,7 +16,7 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
     be_plan *p = NULL;
     const dnnl_dim_t dims[] = { d->n, (dnnl_dim_t)d->size };
     dnnl_alg_kind_t alg;
-    if (d->layout == BE_BLOCKED16 && (d->c < 16 || d->size % (size_t)d->c)) {
+    if (d->layout == BE_BLOCKED16 && (d->c < 1 || d->size % (size_t)d->c)) {
         eng_err(err, errlen, "cpu backend: a blocked activation needs its channel count");
         goto out;
     }

@@ -130,8 +130,6 @@ int cpu_act_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, be_layout lay
                char *err, size_t errlen)
 {
     const dnnl_dim_t dims[] = { n, c, h, w };
-    if (layout == BE_BLOCKED16 && c % 16)
-        return eng_err(err, errlen, "cpu backend: %d channels cannot be blocked by 16", c);
     return cpu_md(md, 4, dims, layout == BE_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw, err, errlen);
 }
 

@@ -34,21 +34,22 @@ int cpu_acc(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, float bet
     return 0;
 }
 
-/* The plain (NCHW) index of element i of an nChw16c tensor. */
-static inline size_t blocked_to_plain(size_t i, size_t c, size_t hw)
+/* The plain (NCHW) index of element i of an nChw16c tensor of c channels
+ * padded to c16, or SIZE_MAX for a padding channel. */
+static inline size_t blocked_to_plain(size_t i, size_t c, size_t c16, size_t hw)
 {
-    size_t img = i / (c * hw), r = i % (c * hw);
-    size_t cb = r / (hw * 16), r2 = r % (hw * 16);
-    return img * c * hw + (cb * 16 + r2 % 16) * hw + r2 / 16;
+    size_t img = i / (c16 * hw), r = i % (c16 * hw);
+    size_t cb = r / (hw * 16), r2 = r % (hw * 16), ch = cb * 16 + r2 % 16;
+    return ch < c ? img * c * hw + ch * hw + r2 / 16 : SIZE_MAX;
 }
 
 int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const be_buf *x,
                     be_buf *mask, be_buf *y, uint64_t seed, char *err, size_t errlen)
 {
-    const size_t count = d->count, c = (size_t)d->c, hw = d->hw;
+    const size_t count = d->count, c = (size_t)d->c, c16 = (c + 15) / 16 * 16, hw = d->hw;
     const float rate = d->rate;
     const bool blocked = d->layout == BE_BLOCKED16;
-    if (blocked && (c == 0 || c % 16 || hw == 0 || count % (c * hw)))
+    if (blocked && (c == 0 || hw == 0 || count % (c16 * hw)))
         return eng_err(err, errlen, "cpu backend: blocked dropout of %zu elements in images of "
                        "%zu x %zu", count, c, hw);
     if (!fits(x, count) || !fits(y, count) || (training && !fits(mask, count)))
@@ -67,8 +68,8 @@ int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const 
     const float keep = 1.0f / (1.0f - rate);
 #pragma omp parallel for simd schedule(static) if (count > EW_PAR)
     for (size_t i = 0; i < count; i++) {
-        size_t li = blocked ? blocked_to_plain(i, c, hw) : i;
-        float m = ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
+        size_t li = blocked ? blocked_to_plain(i, c, c16, hw) : i;
+        float m = li != SIZE_MAX && ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
         mp[i] = m;
         yp[i] = xp[i] * m;
     }

@@ -21,7 +21,7 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
         return eng_err(err, errlen, "cpu backend: add of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
-    if (d->layout == BE_BLOCKED16 && (d->c < 16 || d->size % (size_t)d->c))
+    if (d->layout == BE_BLOCKED16 && (d->c < 1 || d->size % (size_t)d->c))
         return eng_err(err, errlen, "cpu backend: a blocked add needs its channel count");
     if (d->layout == BE_BLOCKED16 ?
         cpu_act_md(&dst, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, err,

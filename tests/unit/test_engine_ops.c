@@ -1484,14 +1484,16 @@ static void test_concat(void **state)
 
 /* ---- blocked layouts ---------------------------------------------------------------------- */
 
-/* Plain NCHW <-> nChw16c on the host (c a multiple of 16). */
+/* Plain NCHW <-> nChw16c on the host, channels padded to a multiple of 16
+ * (the padding of dst is left alone). */
 static void to_blocked(const float *src, float *dst, int n, int c, size_t hw, bool back)
 {
+    const int cb = (c + 15) / 16;
     for (int b = 0; b < n; b++)
         for (int ch = 0; ch < c; ch++)
             for (size_t s = 0; s < hw; s++) {
                 size_t pi = ((size_t)b * c + ch) * hw + s;
-                size_t bi = (((size_t)b * (c / 16) + ch / 16) * hw + s) * 16 + ch % 16;
+                size_t bi = (((size_t)b * cb + ch / 16) * hw + s) * 16 + ch % 16;
                 if (back)
                     dst[pi] = src[bi];
                 else
@@ -1510,30 +1512,44 @@ typedef struct blk_io {
     be_buf *pb, *bb;                /* device buffers, plain and blocked */
 } blk_io;
 
+static size_t blk_count(const blk_io *io)    /* floats of the blocked buffer */
+{
+    return (size_t)io->n * be_act_elems(io->c, io->hw, BE_BLOCKED16);
+}
+
+/* Random values; the blocked copy's padding channels hold zeros. */
 static blk_io blk_in(rng *r, int n, int c, size_t hw)
 {
     size_t cnt = (size_t)n * c * hw;
-    blk_io io = { .n = n, .c = c, .hw = hw, .plain = rand_floats(r, cnt, -1, 1),
-                  .blk = malloc(cnt * sizeof(float)) };
+    blk_io io = { .n = n, .c = c, .hw = hw, .plain = rand_floats(r, cnt, -1, 1) };
+    io.blk = calloc(blk_count(&io), sizeof(float));
     assert_non_null(io.blk);
     to_blocked(io.plain, io.blk, n, c, hw, false);
     io.pb = upload(io.plain, cnt);
-    io.bb = upload(io.blk, cnt);
+    io.bb = upload(io.blk, blk_count(&io));
     return io;
 }
 
-/* Downloads both results and compares them in plain order. */
+/* Downloads both results and compares them in plain order; the blocked
+ * result's padding channels must still be zero (the layout's invariant). */
 static void blk_same(const char *what, blk_io *io)
 {
-    size_t cnt = (size_t)io->n * io->c * io->hw;
+    size_t cnt = (size_t)io->n * io->c * io->hw, bcnt = blk_count(io);
     float *back = malloc(cnt * sizeof *back);
     download(io->pb, io->plain, cnt);
-    download(io->bb, io->blk, cnt);
+    download(io->bb, io->blk, bcnt);
     to_blocked(io->blk, back, io->n, io->c, io->hw, true);
     for (size_t i = 0; i < cnt; i++)
         if (memcmp(&back[i], &io->plain[i], sizeof(float)) != 0) {
             print_error("%s[%zu]: blocked %.9g, plain %.9g\n", what, i, (double)back[i],
                         (double)io->plain[i]);
+            fail();
+        }
+    for (size_t i = 0; i < bcnt; i++)
+        if ((int)(i % 16) + (int)(i / (16 * io->hw) % ((size_t)(io->c + 15) / 16)) * 16 >= io->c &&
+            io->blk[i] != 0.0f) {
+            print_error("%s: padding element %zu of the blocked buffer is %.9g\n", what, i,
+                        (double)io->blk[i]);
             fail();
         }
     free(back);
@@ -1547,13 +1563,17 @@ static void blk_free(blk_io *io)
     be->buf_free(ctx, io->bb);
 }
 
-static void test_blocked_layouts(void **state)
+/* Every op with a layout field, plain against blocked, for C input and K
+ * output channels (not multiples of 16: padded blocks). */
+static void run_blocked_layouts(int C, int K, uint64_t seed)
 {
     char err[256] = "";
     rng r;
-    const int N = 2, C = 32, K = 16, H = 7, W = 5;
+    const int N = 2, H = 7, W = 5;
     const size_t HW = (size_t)H * W;
-    rng_seed(&r, 121);
+    assert_true(C <= 32 && K <= 32);
+    print_message("blocked layouts: %d channels in, %d out\n", C, K);
+    rng_seed(&r, seed);
     blk_io x = blk_in(&r, N, C, HW), y = blk_in(&r, N, K, HW), dy = blk_in(&r, N, K, HW),
            dx = blk_in(&r, N, C, HW);
     float *wh = rand_floats(&r, (size_t)K * C * 9, -1, 1), *bh = rand_floats(&r, K, -1, 1);
@@ -1642,6 +1662,8 @@ static void test_blocked_layouts(void **state)
     blk_io ay = blk_in(&r, N, C, HW), ady = blk_in(&r, N, C, HW), adx = blk_in(&r, N, C, HW);
     const be_act_alg algs[] = { BE_ACT_RELU, BE_ACT_SIGMOID, BE_ACT_TANH, BE_ACT_RELU };
     for (int a = 0; a < 4; a++) {
+        if (algs[a] == BE_ACT_SIGMOID && C % 16)
+            continue;       /* oneDNN's reference kernel on padded blocks; the net avoids it */
         for (int k = 0; k < 2; k++) {
             be_plan *p = NULL;
             be_act_desc d = { .alg = algs[a], .n = N, .size = C * HW, .alpha = a == 3 ? 0.1f : 0,
@@ -1681,8 +1703,8 @@ static void test_blocked_layouts(void **state)
         }
         blk_same("bn y", &ay);
         blk_same("bn dx", &adx);
-        assert_memory_equal(m1, m2, sizeof m1);
-        assert_memory_equal(s1, s2, sizeof s1);
+        assert_memory_equal(m1, m2, (size_t)C * sizeof *m1);
+        assert_memory_equal(s1, s2, (size_t)C * sizeof *s1);
         be_buf *bufs[] = { gb, hb, mb, vb, dgb, dhb };
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             be->buf_free(ctx, bufs[i]);
@@ -1699,18 +1721,21 @@ static void test_blocked_layouts(void **state)
     blk_same("add y", &ay);
     /* dropout draws by the plain index: the same elements drop in both layouts */
     for (int k = 0; k < 2; k++) {
-        be_dropout_desc d = { .count = (size_t)N * C * HW, .rate = 0.4f,
-                              .layout = k ? BE_BLOCKED16 : BE_PLAIN, .c = C, .hw = HW };
+        be_dropout_desc d = { .count = (size_t)N * be_act_elems(C, HW, k ? BE_BLOCKED16 : BE_PLAIN),
+                              .rate = 0.4f, .layout = k ? BE_BLOCKED16 : BE_PLAIN, .c = C,
+                              .hw = HW };
         assert_int_equal(be->dropout_fwd(ctx, &d, true, k ? x.bb : x.pb, k ? adx.bb : adx.pb,
                                          k ? ay.bb : ay.pb, 77, err, sizeof err), 0);
     }
     blk_same("dropout y", &ay);
     blk_same("dropout mask", &adx);
-    /* a channel count that does not block is refused */
-    be_plan *bad = NULL;
-    be_bn_desc odd = { .n = 1, .c = 17, .h = 2, .w = 2, .eps = 1e-5f, .layout = BE_BLOCKED16 };
-    assert_int_equal(be->bn_plan(ctx, &odd, BE_FWD, &bad, err, sizeof err), -1);
-    assert_null(bad);
+    /* the gradient of an add's inputs: accumulation over the whole padded buffer */
+    for (int k = 0; k < 2; k++) {
+        size_t cnt = (size_t)N * be_act_elems(C, HW, k ? BE_BLOCKED16 : BE_PLAIN);
+        assert_int_equal(be->acc(ctx, k ? adx.bb : adx.pb, k ? x.bb : x.pb, cnt, 0.5f, err,
+                                 sizeof err), 0);
+    }
+    blk_same("acc", &adx);
     blk_free(&ay);
     blk_free(&ady);
     blk_free(&adx);
@@ -1726,6 +1751,13 @@ static void test_blocked_layouts(void **state)
     free(bh);
     free(g1);
     free(g2);
+}
+
+static void test_blocked_layouts(void **state)
+{
+    run_blocked_layouts(32, 16, 121);       /* whole blocks */
+    run_blocked_layouts(20, 12, 122);       /* padded blocks, as lenet's 20 and 50 */
+    run_blocked_layouts(9, 30, 123);
 }
 
 /* ---- softmax cross-entropy ------------------------------------------------------------ */
