@@ -69,6 +69,16 @@ static inline size_t be_act_elems(int c, size_t hw, be_layout layout)
     return (layout == BE_BLOCKED16 ? (cc + 15) / 16 * 16 : cc) * hw;
 }
 
+/* Element types of activations and of their gradients (DESIGN.md, AMP).
+ * BE_F32; BE_BF16 (bfloat16); BE_F16 (IEEE binary16). A backend stores an
+ * element of each in dtype_bytes(dt) bytes: the CPU backend, which has no
+ * FP16 arithmetic, keeps BE_F16 tensors as FP32 values rounded through FP16
+ * (ew_round_f16) by every op that writes them, so that their numerics,
+ * overflow to infinity included, are FP16's. Parameters, their gradients,
+ * optimizer state, batch-norm statistics and the loss are FP32 always; a
+ * zeroed descriptor means FP32 everywhere. */
+typedef enum be_dtype { BE_F32 = 0, BE_BF16, BE_F16 } be_dtype;
+
 /* 2-D convolution (cross-correlation, as every framework computes it). */
 typedef struct be_conv_desc {
     int n;                          /* batch */
@@ -82,6 +92,11 @@ typedef struct be_conv_desc {
     bool bias;
     be_layout src_layout;           /* x and dx */
     be_layout dst_layout;           /* y and dy */
+    be_dtype src_dtype;             /* x and dx */
+    be_dtype dst_dtype;             /* y and dy */
+    be_dtype wdtype;                /* w as passed to fwd and bwd_data, and the precision the
+                                     * products are computed in (FP32 accumulation always);
+                                     * b, dw and db are FP32 */
 } be_conv_desc;
 
 typedef enum be_pool_alg {
@@ -99,12 +114,14 @@ typedef struct be_pool_desc {
     int pad_t, pad_l, pad_b, pad_r; /* padded positions never win a max */
     be_layout src_layout;           /* x and dx */
     be_layout dst_layout;           /* y and dy */
+    be_dtype dtype;                 /* x, y, dx, dy */
 } be_pool_desc;
 
 /* Dense (fully connected): y[n][out] = x[n][in] . W[out][in] + b[out]. */
 typedef struct be_dense_desc {
     int n, in, out;
     bool bias;
+    be_dtype src_dtype, dst_dtype, wdtype;  /* as in be_conv_desc */
 } be_dense_desc;
 
 typedef enum be_act_alg {
@@ -123,6 +140,7 @@ typedef struct be_act_desc {
     float alpha;                    /* BE_ACT_RELU: the negative slope (0 = plain ReLU) */
     be_layout layout;               /* x, y, dx, dy */
     int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
+    be_dtype dtype;                 /* x, y, dx, dy */
 } be_act_desc;
 
 /* Batch normalization over (n, c, h, w) per channel c, with a scale and a
@@ -133,6 +151,7 @@ typedef struct be_bn_desc {
     int n, c, h, w;
     float eps;
     be_layout layout;               /* x, y, dx, dy */
+    be_dtype dtype;                 /* x, y, dx, dy; the statistics, scale and shift are FP32 */
 } be_bn_desc;
 
 /* Element-wise sum of k >= 2 tensors of n images x `size` elements (add). */
@@ -142,6 +161,7 @@ typedef struct be_add_desc {
     size_t size;
     be_layout layout;               /* every input and the output */
     int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
+    be_dtype dtype;                 /* every input and the output */
 } be_add_desc;
 
 /* Concatenation of k >= 2 NCHW tensors along channels: input i has c[i]
@@ -149,6 +169,7 @@ typedef struct be_add_desc {
 typedef struct be_concat_desc {
     int n, k, h, w;
     int c[BE_MAX_INPUTS];
+    be_dtype dtype;                 /* every input and the output */
 } be_concat_desc;
 
 /* Dropout over the count floats of a buffer, in a layout (be_layout above:
@@ -159,6 +180,7 @@ typedef struct be_dropout_desc {
     be_layout layout;
     int c;                          /* BE_BLOCKED16: channels of one image ... */
     size_t hw;                      /* ... of hw elements each */
+    be_dtype dtype;                 /* x, y, dx, dy; the mask is count FP32 values */
 } be_dropout_desc;
 
 /* Softmax cross-entropy over n rows of `classes` FP32 logits. */
@@ -195,6 +217,8 @@ typedef struct backend {
     void (*ctx_free)(be_ctx *ctx);          /* NULL is a no-op */
 
     /* ---- memory ---- */
+    /* Bytes one element of that type takes in this backend's buffers. */
+    size_t (*dtype_bytes)(be_dtype dt);
     /* `bytes` of zeroed memory, or NULL with err set. */
     be_buf *(*buf_alloc)(be_ctx *ctx, size_t bytes, char *err, size_t errlen);
     void (*buf_free)(be_ctx *ctx, be_buf *b);          /* NULL is a no-op */
@@ -286,10 +310,17 @@ typedef struct backend {
                       float beta, char *err, size_t errlen);
 
     /* ---- element-wise helpers ---- */
-    /* dst = src + beta dst over count FP32 elements (beta 0: a copy; 1:
-     * gradient accumulation where an output feeds several layers). */
-    int (*acc)(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, float beta,
-               char *err, size_t errlen);
+    /* dst = src + beta dst over count elements of type dt, computed in FP32
+     * (beta 0: a copy; 1: gradient accumulation where an output feeds
+     * several layers). */
+    int (*acc)(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, be_dtype dt,
+               float beta, char *err, size_t errlen);
+    /* dst = src converted from sdt to ddt over count elements, rounding to
+     * nearest even (ew_f32_to_bf16, ew_f32_to_f16: FP16 overflows to
+     * infinity): the 16-bit copies of the weights under AMP, and the logits'
+     * crossing into FP32 for the loss. */
+    int (*cast)(be_ctx *ctx, const be_buf *src, be_dtype sdt, be_buf *dst, be_dtype ddt,
+                size_t count, char *err, size_t errlen);
     /* Inverted dropout over d->count elements (ew_dropout_keep): training,
      * each element is kept with probability 1 - rate from the stream `seed`,
      * drawn by its plain (NCHW) index whatever the layout, so that a layout
@@ -297,9 +328,9 @@ typedef struct backend {
      * in the data's layout, and y = x mask. Otherwise y = x. */
     int (*dropout_fwd)(be_ctx *ctx, const be_dropout_desc *d, bool training, const be_buf *x,
                        be_buf *mask, be_buf *y, uint64_t seed, char *err, size_t errlen);
-    /* dx = dy mask + beta dx (beta 0 or 1). */
-    int (*dropout_bwd)(be_ctx *ctx, const be_buf *mask, const be_buf *dy, be_buf *dx,
-                       size_t count, float beta, char *err, size_t errlen);
+    /* dx = dy mask + beta dx (beta 0 or 1) over d->count elements. */
+    int (*dropout_bwd)(be_ctx *ctx, const be_dropout_desc *d, const be_buf *mask,
+                       const be_buf *dy, be_buf *dx, float beta, char *err, size_t errlen);
 
     /* ---- loss ---- */
     int (*xent_plan)(be_ctx *ctx, const be_xent_desc *d, be_plan **out,
@@ -319,6 +350,12 @@ typedef struct backend {
      * check before an update; under AMP, the loss scaler's overflow test). */
     int (*nonfinite)(be_ctx *ctx, const be_buf *b, size_t count, bool *found,
                      char *err, size_t errlen);
+    /* The loss scaler's unscale-and-check (engine/amp.h): count FP32
+     * gradients multiplied in place by factor (1 / the loss scale,
+     * ew_unscale), and *found set when any result is NaN or infinite
+     * (left as it was otherwise, so calls can share one flag). */
+    int (*unscale)(be_ctx *ctx, be_buf *g, size_t count, float factor, bool *found,
+                   char *err, size_t errlen);
     /* count FP32 elements: w, v updated in place from g (ew_sgd_momentum). */
     int (*sgd_update)(be_ctx *ctx, be_buf *w, be_buf *v, const be_buf *g, size_t count,
                       const be_sgd *hp, char *err, size_t errlen);

@@ -128,9 +128,17 @@ int ckpt_save(net *n, const char *path, const ckpt_info *info, char *err, size_t
     snprintf(osteps, sizeof osteps, "%" PRIu64, optim_steps(net_optim(n)));
     snprintf(nsteps, sizeof nsteps, "%" PRIu64, net_get_step(n));
     snprintf(seed, sizeof seed, "%" PRIu64, info->seed);
+    net_amp_state amp;
+    net_amp_get(n, &amp);
+    char scale[32], clean[24], skipped[24];
+    snprintf(scale, sizeof scale, "%.17g", amp.scale);
+    snprintf(clean, sizeof clean, "%" PRId64, amp.clean);
+    snprintf(skipped, sizeof skipped, "%" PRId64, amp.skipped);
     const char *meta[] = {
         "kiln_checkpoint", CKPT_FORMAT, "solver", sv->type, "step", step, "epoch", epoch,
-        "epoch_step", estep, "optim_steps", osteps, "net_steps", nsteps, "seed", seed, NULL,
+        "epoch_step", estep, "optim_steps", osteps, "net_steps", nsteps, "seed", seed,
+        "precision", net_precision(n), "loss_scaling", amp.dynamic ? "dynamic" : "off",
+        "loss_scale", scale, "loss_scale_clean_steps", clean, "skipped_steps", skipped, NULL,
     };
     rc = st_write(path, t, (int)s.n, meta, err, errlen);
 out:
@@ -206,6 +214,32 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
         eng_err(err, errlen, "%s: the checkpoint's optim_steps or net_steps is missing", path);
         goto out;
     }
+    /* Mixed precision (issue 4): checkpoints from before it are fp32 runs. */
+    const char *precision = st_meta(f, "precision");
+    if (!precision)
+        precision = "fp32";
+    if (strcmp(precision, net_precision(n)) != 0) {
+        eng_err(err, errlen, "%s was written by a %s run; this run is %s", path, precision,
+                net_precision(n));
+        goto out;
+    }
+    net_amp_state amp;
+    net_amp_get(n, &amp);
+    const char *scaling = st_meta(f, "loss_scaling");
+    uint64_t clean = 0, skipped = 0;
+    if (scaling) {
+        char *end;
+        amp.dynamic = !strcmp(scaling, "dynamic");
+        amp.scale = strtod(st_meta(f, "loss_scale") ? st_meta(f, "loss_scale") : "", &end);
+        if (*end || !parse_u64(st_meta(f, "loss_scale_clean_steps"), &clean) ||
+            !parse_u64(st_meta(f, "skipped_steps"), &skipped) || clean > INT64_MAX ||
+            skipped > INT64_MAX) {
+            eng_err(err, errlen, "%s: the checkpoint's loss scale state is missing or bad", path);
+            goto out;
+        }
+        amp.clean = (int64_t)clean;
+        amp.skipped = (int64_t)skipped;
+    }
     for (size_t i = 0; i < s.n; i++) {
         const st_tensor *t = st_find(f, s.names[i]);
         int ndim;
@@ -224,11 +258,17 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
             goto out;
         }
     }
+    if (net_amp_set(n, &amp, err, errlen) < 0) {
+        eng_err_prefix(err, errlen, path);
+        goto out;
+    }
     for (size_t i = 0; i < s.n; i++) {
         const st_tensor *t = st_find(f, s.names[i]);
         if (be->buf_upload(ctx, s.bufs[i], 0, t->data, t->bytes, err, errlen) < 0)
             goto out;
     }
+    if (net_params_changed(n, err, errlen) < 0)
+        goto out;
     optim_set_steps(net_optim(n), osteps);
     net_set_step(n, nsteps);
     if (info)

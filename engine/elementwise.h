@@ -8,18 +8,107 @@
  * no designated initialisers, no compound literals, no `restrict`).
  *
  * Precision: FP32 in, FP32 out, FP32 arithmetic; the loss is FP32 too
- * (DESIGN.md, AMP: softmax and the loss stay FP32 under every policy).
+ * (DESIGN.md, AMP: softmax and the loss stay FP32 under every policy). The
+ * 16-bit types (bfloat16, IEEE half) are only storage: the casts below turn
+ * them into FP32 and back, rounding to nearest even.
  */
 #ifndef KILN_ENGINE_ELEMENTWISE_H
 #define KILN_ENGINE_ELEMENTWISE_H
 
 #include <math.h>
+#include <string.h>         /* memcpy: bit casts, which nvcc also compiles for the device */
 
 #ifdef __CUDACC__
 #define KILN_HD __host__ __device__
 #else
 #define KILN_HD
 #endif
+
+/* ---- casts ----------------------------------------------------------------- */
+
+static inline KILN_HD unsigned int ew_f32_bits(float f)
+{
+    unsigned int u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline KILN_HD float ew_bits_f32(unsigned int u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* FP32 -> bfloat16 (the top 16 bits), rounding to nearest even; NaN stays a
+ * (quiet) NaN, values beyond the largest bfloat16 become infinite. */
+static inline KILN_HD unsigned short ew_f32_to_bf16(float f)
+{
+    unsigned int u = ew_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+static inline KILN_HD float ew_bf16_to_f32(unsigned short h)
+{
+    return ew_bits_f32((unsigned int)h << 16);
+}
+
+/* FP32 -> IEEE half, rounding to nearest even: magnitudes from 65520 up
+ * become infinite (the largest half is 65504), those below 2^-14 subnormal,
+ * and those up to 2^-25 zero; NaN stays a (quiet) NaN. */
+static inline KILN_HD unsigned short ew_f32_to_f16(float f)
+{
+    unsigned int u = ew_f32_bits(f);
+    unsigned int sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (unsigned short)(sign | 0x7e00u);
+    if (a >= 0x477ff000u)                       /* 65520: halfway past 65504 */
+        return (unsigned short)(sign | 0x7c00u);
+    if (a >= 0x38800000u) {                     /* 2^-14: a normal half */
+        unsigned int m = a - 0x38000000u;       /* exponent bias 127 -> 15 */
+        m += 0x0fffu + ((m >> 13) & 1u);
+        return (unsigned short)(sign | (m >> 13));
+    }
+    if (a <= 0x33000000u)                       /* 2^-25: half the smallest subnormal */
+        return (unsigned short)sign;
+    unsigned int mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
+    unsigned int q = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return (unsigned short)(sign | q);
+}
+
+static inline KILN_HD float ew_f16_to_f32(unsigned short h)
+{
+    unsigned int sign = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu,
+                 m = (unsigned int)h & 0x3ffu;
+    if (e == 0x1fu)
+        return ew_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e)
+        return ew_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    float f = (float)m * 5.9604644775390625e-08f;       /* m * 2^-24, exact */
+    return sign ? -f : f;
+}
+
+/* f rounded through FP16 and back: how the CPU backend stores FP16 tensors. */
+static inline KILN_HD float ew_round_f16(float f)
+{
+    return ew_f16_to_f32(ew_f32_to_f16(f));
+}
+
+/* ---- loss scaling ---------------------------------------------------------- */
+
+/* One gradient element unscaled (factor = 1 / the loss scale); returns
+ * whether the result is NaN or infinite (an overflow: the step is skipped). */
+static inline KILN_HD int ew_unscale(float *g, float factor)
+{
+    float v = *g * factor;
+    *g = v;
+    return !isfinite(v);
+}
 
 /* ---- optimizers ------------------------------------------------------------ */
 

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/amp.h"
 #include "engine/backend.h"
 #include "engine/errors.h"
 #include "engine/init.h"
@@ -66,6 +67,8 @@ typedef struct param {
     size_t count;
     bool decay;                     /* weight decay applies (weights, not biases) */
     be_buf *w, *g, *v;              /* value, gradient, momentum */
+    be_buf *h;                      /* AMP: the 16-bit copy of a conv or dense weight, which
+                                     * the forward and backward passes read; else NULL */
 } param;
 
 typedef struct layer {
@@ -106,6 +109,11 @@ struct net {
     bool *act_own, *grad_own;
     bool *need_grad;                /* nlayers + 1: activation depends on a parameter */
     be_layout *layout;              /* nlayers + 1: how activation a and its gradient lie */
+    be_dtype *dtype;                /* nlayers + 1: activation a's type, and its gradient's */
+    be_dtype half;                  /* the 16-bit type of AMP (BE_BF16, BE_F16), or BE_F32 */
+    amp_scaler scaler;              /* the dynamic loss scaler (engine/amp.h) */
+    be_buf *logits32, *dlogits32;   /* the logits and their gradient in FP32 for the loss,
+                                     * when the last layer writes a 16-bit type */
     be_buf *tmp;                    /* one activation: gradient contributions to add */
     uint64_t seed, steps;           /* training steps run (dropout streams) */
     be_buf *labels;                 /* int32 x max_batch */
@@ -301,6 +309,35 @@ static int make_params(net *n, uint64_t seed, char *err, size_t errlen)
     return 0;
 }
 
+/* AMP: a 16-bit copy of every convolution and dense weight (biases and
+ * batch-norm parameters are used in FP32). */
+static int make_copies(net *n, char *err, size_t errlen)
+{
+    if (n->half == BE_F32)
+        return 0;
+    for (int i = 0; i < n->nlayers; i++) {
+        const layer *l = &n->layers[i];
+        if ((l->s->kind != LAYER_CONV2D && l->s->kind != LAYER_DENSE) || l->w < 0)
+            continue;
+        param *p = &n->params[l->w];
+        if (!(p->h = n->be->buf_alloc(n->ctx, p->count * n->be->dtype_bytes(n->half), err,
+                                      errlen)))
+            return layer_fail(l, err, errlen);
+    }
+    return 0;
+}
+
+/* The copies made from the FP32 weights again (after every update). */
+static int refresh_copies(net *n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n->nparams; i++) {
+        param *p = &n->params[i];
+        if (p->h && n->be->cast(n->ctx, p->w, BE_F32, p->h, n->half, p->count, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Floats one image of activation a (and of its gradient) takes in its
  * layout: blocked ones pad their channels to a multiple of 16. */
 static size_t act_elems(const net *n, int a)
@@ -312,6 +349,21 @@ static size_t act_elems(const net *n, int a)
 static size_t act_count(const net *n, int a)
 {
     return (size_t)n->max_batch * act_elems(n, a);
+}
+
+/* Bytes of activation a's buffer (and its gradient's) in its type. */
+static size_t act_bytes(const net *n, int a)
+{
+    return act_count(n, a) * n->be->dtype_bytes(n->dtype[a]);
+}
+
+static be_buf *alloc_act(net *n, int a, char *err, size_t errlen)
+{
+    if (act_count(n, a) > SIZE_MAX / 4) {
+        eng_err(err, errlen, "activation %d of %zu values is too large", a, act_count(n, a));
+        return NULL;
+    }
+    return n->be->buf_alloc(n->ctx, act_bytes(n, a), err, errlen);
 }
 
 /* Which activations need gradients, which inputs each layer differentiates,
@@ -419,6 +471,38 @@ static int plan_layouts(net *n, char *err, size_t errlen)
     return 0;
 }
 
+/* The type of every activation (and of its gradient) under the net's
+ * precision (DESIGN.md, AMP, the op lists): convolutions and dense layers
+ * write the 16-bit type, except the layer that writes the logits, which
+ * writes FP32 for the loss; every other layer writes the type of its input,
+ * so activation, pooling, dropout, batch norm (whose statistics are FP32
+ * regardless), add and concat run in the precision they are given. The
+ * images are FP32 and stay so until the first convolution or dense layer,
+ * which casts them on the way in. A cast of the logits into FP32 is added
+ * only where the last layer is not a convolution or dense layer. */
+static int plan_dtypes(net *n, char *err, size_t errlen)
+{
+    int L = n->nlayers;
+    n->dtype[0] = BE_F32;
+    for (int i = 0; i < L; i++) {
+        const layer_spec *s = &n->spec.layers[i];
+        be_dtype t = n->dtype[s->inputs[0]];
+        if (s->kind == LAYER_CONV2D || s->kind == LAYER_DENSE) {
+            t = i + 1 == L ? BE_F32 : n->half;
+        } else {
+            for (int k = 1; k < s->ninputs; k++)
+                if (n->dtype[s->inputs[k]] != t)
+                    return eng_err(err, errlen, "layer %d (%s \"%s\") joins a %s input with a "
+                                   "%s one: mixed precision keeps the images in FP32 until a "
+                                   "convolution or dense layer, so join them after one", s->number,
+                                   s->type, s->name, t == BE_F32 ? "32-bit" : "16-bit",
+                                   t == BE_F32 ? "16-bit" : "32-bit");
+        }
+        n->dtype[i + 1] = t;
+    }
+    return 0;
+}
+
 /* How many layer inputs read activation a. */
 static int consumers(const net *n, int a)
 {
@@ -440,9 +524,10 @@ static int make_buffers(net *n, char *err, size_t errlen)
         !(n->act_own = calloc((size_t)L + 1, sizeof *n->act_own)) ||
         !(n->grad_own = calloc((size_t)L + 1, sizeof *n->grad_own)) ||
         !(n->need_grad = calloc((size_t)L + 1, sizeof *n->need_grad)) ||
-        !(n->layout = calloc((size_t)L + 1, sizeof *n->layout)))
+        !(n->layout = calloc((size_t)L + 1, sizeof *n->layout)) ||
+        !(n->dtype = calloc((size_t)L + 1, sizeof *n->dtype)))
         return eng_err(err, errlen, "out of memory");
-    if (plan_layouts(n, err, errlen) < 0)
+    if (plan_layouts(n, err, errlen) < 0 || plan_dtypes(n, err, errlen) < 0)
         return -1;
     bool *seen = calloc((size_t)L + 1, sizeof *seen);
     if (!seen)
@@ -455,11 +540,11 @@ static int make_buffers(net *n, char *err, size_t errlen)
             n->act[a] = n->act[l->s->inputs[0]];
             continue;
         }
-        if (!(n->act[a] = alloc_floats(n, act_count(n, a), err, errlen)))
+        if (!(n->act[a] = alloc_act(n, a, err, errlen)))
             return -1;
         n->act_own[a] = true;
-        if (act_count(n, a) > most)
-            most = act_count(n, a);
+        if (act_bytes(n, a) > most)
+            most = act_bytes(n, a);
     }
     n->need_grad[L] = true;                 /* the loss writes it even with no parameters */
     for (int a = L; a >= 1; a--) {
@@ -479,7 +564,7 @@ static int make_buffers(net *n, char *err, size_t errlen)
         if (!n->need_grad[a])
             continue;
         if (!n->grad[a]) {
-            if (!(n->grad[a] = alloc_floats(n, act_count(n, a), err, errlen)))
+            if (!(n->grad[a] = alloc_act(n, a, err, errlen)))
                 return -1;
             n->grad_own[a] = true;
         }
@@ -494,8 +579,14 @@ static int make_buffers(net *n, char *err, size_t errlen)
             !(l->mask = alloc_floats(n, act_count(n, i + 1), err, errlen)))
             return layer_fail(l, err, errlen);
     }
-    if (want_tmp && !(n->tmp = alloc_floats(n, most, err, errlen)))
+    if (want_tmp && !(n->tmp = n->be->buf_alloc(n->ctx, most, err, errlen)))
         return -1;
+    if (n->dtype[L] != BE_F32) {
+        size_t logits = (size_t)n->max_batch * (size_t)n->classes;
+        if (!(n->logits32 = alloc_floats(n, logits, err, errlen)) ||
+            !(n->dlogits32 = alloc_floats(n, logits, err, errlen)))
+            return -1;
+    }
     if (!(n->labels = n->be->buf_alloc(n->ctx, (size_t)n->max_batch * sizeof(int32_t),
                                        err, errlen)) ||
         !(n->probs = alloc_floats(n, (size_t)n->max_batch * (size_t)n->classes, err, errlen)))
@@ -564,6 +655,8 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
                 .pad_t = c->pad_t, .pad_l = c->pad_l, .pad_b = c->pad_b, .pad_r = c->pad_r,
                 .dil_h = c->dil_h, .dil_w = c->dil_w, .groups = c->groups, .bias = c->bias,
                 .src_layout = n->layout[s->inputs[0]], .dst_layout = n->layout[i + 1],
+                .src_dtype = n->dtype[s->inputs[0]], .dst_dtype = n->dtype[i + 1],
+                .wdtype = n->half,
             };
             rc = be->conv_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
@@ -579,13 +672,16 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
                 .stride_h = p->stride_h, .stride_w = p->stride_w,
                 .pad_t = p->pad_h, .pad_l = p->pad_w, .pad_b = p->pad_h, .pad_r = p->pad_w,
                 .src_layout = n->layout[s->inputs[0]], .dst_layout = n->layout[i + 1],
+                .dtype = n->dtype[i + 1],
             };
             rc = be->pool_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
         case LAYER_DENSE: {
             be_dense_desc d = { .n = bn, .in = (int)spec_shape_size(s->in),
-                                .out = s->u.dense.units, .bias = s->u.dense.bias };
+                                .out = s->u.dense.units, .bias = s->u.dense.bias,
+                                .src_dtype = n->dtype[s->inputs[0]],
+                                .dst_dtype = n->dtype[i + 1], .wdtype = n->half };
             rc = be->dense_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
@@ -597,24 +693,28 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
                                      s->kind == LAYER_TANH ? BE_ACT_TANH : BE_ACT_RELU,
                               .n = bn, .size = (size_t)spec_shape_size(s->in),
                               .alpha = s->kind == LAYER_LEAKY_RELU ? s->u.slope : 0.0f,
-                              .layout = n->layout[i + 1], .c = s->in.c };
+                              .layout = n->layout[i + 1], .c = s->in.c,
+                              .dtype = n->dtype[i + 1] };
             rc = be->act_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
         case LAYER_BATCHNORM: {
             be_bn_desc d = { .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
-                             .eps = s->u.bn.eps, .layout = n->layout[i + 1] };
+                             .eps = s->u.bn.eps, .layout = n->layout[i + 1],
+                             .dtype = n->dtype[i + 1] };
             rc = be->bn_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }
         case LAYER_ADD: {
             be_add_desc d = { .n = bn, .k = s->ninputs, .size = (size_t)spec_shape_size(s->in),
-                              .layout = n->layout[i + 1], .c = s->in.c };
+                              .layout = n->layout[i + 1], .c = s->in.c,
+                              .dtype = n->dtype[i + 1] };
             rc = be->add_plan(n->ctx, &d, &ps->plans[i], err, errlen);
             break;
         }
         case LAYER_CONCAT: {
-            be_concat_desc d = { .n = bn, .k = s->ninputs, .h = s->in.h, .w = s->in.w };
+            be_concat_desc d = { .n = bn, .k = s->ninputs, .h = s->in.h, .w = s->in.w,
+                                 .dtype = n->dtype[i + 1] };
             for (int k = 0; k < s->ninputs; k++)
                 d.c[k] = spec_act_shape(&n->spec, s->inputs[k]).c;
             rc = be->concat_plan(n->ctx, &d, &ps->plans[i], err, errlen);
@@ -679,6 +779,10 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     }
     if (check_solver(solver, &n->solver, err, errlen) < 0)
         goto out;
+    n->half = !strcmp(n->solver.precision, "amp-bf16") ? BE_BF16 :
+              !strcmp(n->solver.precision, "amp-fp16") ? BE_F16 : BE_F32;
+    amp_scaler_init(&n->scaler, n->solver.loss_scaling == 1 ||
+                    (n->solver.loss_scaling == 0 && n->half == BE_F16));
     if (!(n->be = backend_find(backend_name ? backend_name : "cpu"))) {
         eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", backend_name);
         goto out;
@@ -710,6 +814,8 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     n->seed = seed;
     if (n->be->ctx_create(0, &n->ctx, err, errlen) < 0 ||
         make_params(n, seed, err, errlen) < 0 ||
+        make_copies(n, err, errlen) < 0 ||
+        refresh_copies(n, err, errlen) < 0 ||
         make_buffers(n, err, errlen) < 0 ||
         !plans_for(n, max_batch, err, errlen) ||
         !(n->opt = optim_create(n, &n->solver, err, errlen)))
@@ -733,6 +839,7 @@ void net_free(net *n)
             be->buf_free(n->ctx, n->params[i].w);
             be->buf_free(n->ctx, n->params[i].g);
             be->buf_free(n->ctx, n->params[i].v);
+            be->buf_free(n->ctx, n->params[i].h);
         }
         for (int i = 0; i < n->nstats; i++) {
             be->buf_free(n->ctx, n->stats[i].w);
@@ -745,6 +852,8 @@ void net_free(net *n)
             be->buf_free(n->ctx, n->layers[i].var);
         }
         be->buf_free(n->ctx, n->tmp);
+        be->buf_free(n->ctx, n->logits32);
+        be->buf_free(n->ctx, n->dlogits32);
         for (int i = 0; n->act_own && n->grad_own && i <= n->nlayers; i++) {
             if (n->act_own[i])
                 be->buf_free(n->ctx, n->act[i]);
@@ -762,6 +871,7 @@ void net_free(net *n)
     free(n->grad_own);
     free(n->need_grad);
     free(n->layout);
+    free(n->dtype);
     free(n->params);
     free(n->stats);
     free(n->layers);
@@ -774,6 +884,12 @@ void net_free(net *n)
 static const be_buf *param_w(const net *n, int i)
 {
     return i >= 0 ? n->params[i].w : NULL;
+}
+
+/* What a convolution or dense layer multiplies by: the 16-bit copy under AMP. */
+static const be_buf *param_mul(const net *n, int i)
+{
+    return i >= 0 && n->params[i].h ? n->params[i].h : param_w(n, i);
 }
 
 static be_buf *param_g(const net *n, int i)
@@ -802,10 +918,12 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
         int rc = 0;
         switch (s->kind) {
         case LAYER_CONV2D:
-            rc = be->conv_fwd(n->ctx, p, x, param_w(n, l->w), param_w(n, l->b), y, err, errlen);
+            rc = be->conv_fwd(n->ctx, p, x, param_mul(n, l->w), param_w(n, l->b), y, err,
+                              errlen);
             break;
         case LAYER_DENSE:
-            rc = be->dense_fwd(n->ctx, p, x, param_w(n, l->w), param_w(n, l->b), y, err, errlen);
+            rc = be->dense_fwd(n->ctx, p, x, param_mul(n, l->w), param_w(n, l->b), y, err,
+                               errlen);
             break;
         case LAYER_MAXPOOL:
         case LAYER_AVGPOOL:
@@ -821,8 +939,8 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
         case LAYER_DROPOUT:
             rc = be->dropout_fwd(n->ctx, &(be_dropout_desc){ .count = count, .rate = s->u.rate,
                                  .layout = n->layout[i + 1], .c = s->in.c,
-                                 .hw = (size_t)s->in.h * s->in.w }, training, x, l->mask, y,
-                                 dropout_seed(n, l), err, errlen);
+                                 .hw = (size_t)s->in.h * s->in.w, .dtype = n->dtype[i + 1] },
+                                 training, x, l->mask, y, dropout_seed(n, l), err, errlen);
             break;
         case LAYER_BATCHNORM:
             if (training) {
@@ -867,7 +985,7 @@ static int add_tmp(net *n, const layer *l, int k, int bn, char *err, size_t errl
     if (l->first[k])
         return 0;
     size_t count = (size_t)bn * act_elems(n, a);
-    return n->be->acc(n->ctx, n->grad[a], n->tmp, count, 1.0f, err, errlen);
+    return n->be->acc(n->ctx, n->grad[a], n->tmp, count, n->dtype[a], 1.0f, err, errlen);
 }
 
 static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t errlen)
@@ -884,14 +1002,14 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
         rc = be->conv_bwd_weights(n->ctx, p, x, dy, param_g(n, l->w), param_g(n, l->b),
                                   err, errlen);
         if (rc == 0 && l->dx[0])
-            rc = be->conv_bwd_data(n->ctx, p, dy, param_w(n, l->w), dx_target(n, l, 0),
+            rc = be->conv_bwd_data(n->ctx, p, dy, param_mul(n, l->w), dx_target(n, l, 0),
                                    err, errlen);
         break;
     case LAYER_DENSE:
         rc = be->dense_bwd_weights(n->ctx, p, x, dy, param_g(n, l->w), param_g(n, l->b),
                                    err, errlen);
         if (rc == 0 && l->dx[0])
-            rc = be->dense_bwd_data(n->ctx, p, dy, param_w(n, l->w), dx_target(n, l, 0),
+            rc = be->dense_bwd_data(n->ctx, p, dy, param_mul(n, l->w), dx_target(n, l, 0),
                                     err, errlen);
         break;
     case LAYER_MAXPOOL:
@@ -914,13 +1032,14 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
         break;
     case LAYER_DROPOUT:
         if (l->dx[0])
-            return be->dropout_bwd(n->ctx, l->mask, dy, n->grad[s->inputs[0]], count,
+            return be->dropout_bwd(n->ctx, &(be_dropout_desc){ .count = count,
+                                   .dtype = n->dtype[i + 1] }, l->mask, dy, n->grad[s->inputs[0]],
                                    l->first[0] ? 0.0f : 1.0f, err, errlen);
         return 0;
     case LAYER_ADD:
         for (int k = 0; k < s->ninputs && rc == 0; k++)
             if (l->dx[k])
-                rc = be->acc(n->ctx, n->grad[s->inputs[k]], dy, count,
+                rc = be->acc(n->ctx, n->grad[s->inputs[k]], dy, count, n->dtype[i + 1],
                              l->first[k] ? 0.0f : 1.0f, err, errlen);
         return rc;
     case LAYER_CONCAT:
@@ -931,7 +1050,8 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
         return rc;
     case LAYER_FLATTEN:
         if (l->dx[0] && !l->grad_alias)
-            return be->acc(n->ctx, n->grad[s->inputs[0]], dy, count, l->first[0] ? 0.0f : 1.0f,
+            return be->acc(n->ctx, n->grad[s->inputs[0]], dy, count, n->dtype[i + 1],
+                           l->first[0] ? 0.0f : 1.0f,
                            err, errlen);
         return 0;
     }
@@ -975,7 +1095,36 @@ static plan_set *load_and_forward(net *n, const float *x, const int32_t *labels,
                                      (size_t)count * sizeof *labels, err, errlen) < 0) ||
         forward(n, ps, count, training, err, errlen) < 0)
         return NULL;
+    if (n->logits32 && n->be->cast(n->ctx, n->act[n->nlayers], n->dtype[n->nlayers], n->logits32,
+                                   BE_F32, (size_t)count * (size_t)n->classes, err, errlen) < 0)
+        return NULL;
     return ps;
+}
+
+/* The FP32 logits the loss reads (engine/net.c, plan_dtypes). */
+static const be_buf *logits_f32(const net *n)
+{
+    return n->logits32 ? n->logits32 : n->act[n->nlayers];
+}
+
+/* Unscales every weight gradient by 1 / the loss scale (when scaling) and
+ * checks them for NaN and infinity; *bad names the first parameter found. */
+static int check_grads(net *n, const param **bad, char *err, size_t errlen)
+{
+    float factor = 1.0f / n->scaler.scale;
+    *bad = NULL;
+    for (int i = 0; i < n->nparams; i++) {
+        bool found = false;
+        if ((n->scaler.scale != 1.0f ?
+             n->be->unscale(n->ctx, n->params[i].g, n->params[i].count, factor, &found, err,
+                            errlen) :
+             n->be->nonfinite(n->ctx, n->params[i].g, n->params[i].count, &found, err,
+                              errlen)) < 0)
+            return -1;
+        if (found && !*bad)
+            *bad = &n->params[i];
+    }
+    return 0;
 }
 
 int net_train_step(net *n, const float *x, const int32_t *labels, int count,
@@ -983,6 +1132,8 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
 {
     double loss_sum = 0;
     int correct = 0;
+    const int L = n->nlayers;
+    const float scale = n->scaler.scale;
     if (check_batch(n, labels, count, false, err, errlen) < 0)
         return -1;
     if (!isfinite(lr) || lr < 0)
@@ -991,31 +1142,52 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
     if (!ps)
         return -1;
     n->steps++;
-    if (n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], n->labels,
-                    n->solver.label_smoothing, 1.0f / (float)count, n->grad[n->nlayers], NULL,
-                    &loss_sum, &correct, err, errlen) < 0)
+    /* The loss's gradient carries the loss scale (1 without scaling) and the
+     * mean over the batch. */
+    be_buf *dl = n->dlogits32 ? n->dlogits32 : n->grad[L];
+    if (n->be->xent(n->ctx, ps->plans[L], logits_f32(n), n->labels, n->solver.label_smoothing,
+                    scale / (float)count, dl, NULL, &loss_sum, &correct, err, errlen) < 0)
         return -1;
-    if (!isfinite(loss_sum))
+    /* Under dynamic scaling a non-finite loss is an overflow like any other
+     * (the gradients will show it); without, the run has diverged. */
+    if (!isfinite(loss_sum) && !n->scaler.dynamic)
         return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
                        "learning rate)", isnan(loss_sum) ? "NaN" : "infinite");
-    if (backward(n, ps, count, err, errlen) < 0)
+    if ((n->dlogits32 && n->be->cast(n->ctx, n->dlogits32, BE_F32, n->grad[L], n->dtype[L],
+                                     (size_t)count * (size_t)n->classes, err, errlen) < 0) ||
+        backward(n, ps, count, err, errlen) < 0)
         return -1;
     /* A NaN can hide from the loss (a ReLU maps it to 0) and still reach a
-     * gradient; refuse the step before any weight changes. */
-    for (int i = 0; i < n->nparams; i++) {
-        bool bad = false;
-        if (n->be->nonfinite(n->ctx, n->params[i].g, n->params[i].count, &bad, err, errlen) < 0)
-            return -1;
-        if (bad)
-            return eng_err(err, errlen, "training diverged: the gradient of %s is not finite "
-                           "(check the data, or try a smaller learning rate)", n->params[i].name);
-    }
-    if (optim_step(n->opt, lr, NULL, err, errlen) < 0)
+     * gradient; refuse the update before any weight changes. */
+    const param *bad;
+    if (check_grads(n, &bad, err, errlen) < 0)
         return -1;
+    bool overflow = bad || !isfinite(loss_sum);
+    switch (amp_scaler_update(&n->scaler, overflow)) {
+    case AMP_DIVERGED:
+        if (n->scaler.dynamic)
+            return eng_err(err, errlen, "training diverged: the gradients overflowed %s %lld "
+                           "times until the loss scale fell below %g (the loss is %g; try a "
+                           "smaller learning rate)", n->half == BE_F16 ? "FP16" : "bfloat16",
+                           (long long)n->scaler.skipped, (double)AMP_SCALE_FLOOR, loss_sum / count);
+        if (!isfinite(loss_sum))
+            return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
+                           "learning rate)", isnan(loss_sum) ? "NaN" : "infinite");
+        return eng_err(err, errlen, "training diverged: the gradient of %s is not finite "
+                       "(check the data, or try a smaller learning rate)", bad->name);
+    case AMP_SKIP:
+        break;
+    case AMP_APPLY:
+        if (optim_step(n->opt, lr, NULL, err, errlen) < 0 || refresh_copies(n, err, errlen) < 0)
+            return -1;
+        break;
+    }
     if (out) {
         out->loss = loss_sum / count;
         out->correct = correct;
         out->count = count;
+        out->loss_scale = scale;
+        out->skipped = overflow;
     }
     return 0;
 }
@@ -1036,7 +1208,7 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
         int hits = 0;
         plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, labels + done, bn,
                                         false, err, errlen);
-        if (!ps || n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], n->labels,
+        if (!ps || n->be->xent(n->ctx, ps->plans[n->nlayers], logits_f32(n), n->labels,
                                0.0f, 1.0f, NULL, NULL, &ls, &hits, err, errlen) < 0)
             return -1;
         total += ls;
@@ -1047,6 +1219,8 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
         out->loss = total / count;
         out->correct = correct;
         out->count = count;
+        out->loss_scale = 1.0f;
+        out->skipped = false;
     }
     return 0;
 }
@@ -1062,7 +1236,7 @@ int net_predict(net *n, const float *x, int count, float *probs, char *err, size
         plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, NULL, bn, false,
                                         err, errlen);
         if (!ps ||
-            n->be->xent(n->ctx, ps->plans[n->nlayers], n->act[n->nlayers], NULL, 0.0f, 1.0f, NULL,
+            n->be->xent(n->ctx, ps->plans[n->nlayers], logits_f32(n), NULL, 0.0f, 1.0f, NULL,
                         n->probs, NULL, NULL, err, errlen) < 0 ||
             n->be->buf_download(n->ctx, n->probs, 0, probs + (size_t)done * n->classes, pbytes,
                                 err, errlen) < 0)
@@ -1125,6 +1299,33 @@ uint64_t net_get_step(const net *n)
 void net_set_step(net *n, uint64_t steps)
 {
     n->steps = steps;
+}
+
+const char *net_precision(const net *n)
+{
+    return n->solver.precision;
+}
+
+void net_amp_get(const net *n, net_amp_state *out)
+{
+    *out = (net_amp_state){ .dynamic = n->scaler.dynamic, .scale = n->scaler.scale,
+                            .clean = n->scaler.clean, .skipped = n->scaler.skipped };
+}
+
+int net_amp_set(net *n, const net_amp_state *s, char *err, size_t errlen)
+{
+    if (s->dynamic != n->scaler.dynamic)
+        return eng_err(err, errlen, "the saved state %s loss scaling; this run %s",
+                       s->dynamic ? "uses" : "has no", n->scaler.dynamic ? "uses it" : "does not");
+    if (!amp_scaler_restore(&n->scaler, s->dynamic, s->scale, s->clean, s->skipped))
+        return eng_err(err, errlen, "loss scale %g (after %lld clean steps) is not a state the "
+                       "scaler can be in", s->scale, (long long)s->clean);
+    return 0;
+}
+
+int net_params_changed(net *n, char *err, size_t errlen)
+{
+    return refresh_copies(n, err, errlen);
 }
 
 /* What net_save writes and net_load reads: the parameters, then the state
@@ -1214,7 +1415,7 @@ int net_load(net *n, const char *path, char *err, size_t errlen)
         if (n->be->buf_upload(n->ctx, p->w, 0, t->data, t->bytes, err, errlen) < 0)
             goto out;
     }
-    rc = 0;
+    rc = refresh_copies(n, err, errlen);
 out:
     st_close(f);
     return rc;

@@ -51,6 +51,10 @@ typedef struct net_solver {
     float larc_eta;        /* LARC's trust coefficient; 0: 0.001 */
     float label_smoothing; /* the loss's: eps in [0, 1), targets (1 - eps) one-hot + eps / classes;
                             * training steps only (evaluation reports the plain loss) */
+    /* Added in issue 4: mixed precision (DESIGN.md, AMP; engine/amp.h). */
+    char precision[12];    /* "fp32" (or ""), "amp-bf16" or "amp-fp16" */
+    int loss_scaling;      /* dynamic loss scaling: 0 the precision's default (on for
+                            * amp-fp16 only), 1 on, -1 off */
 } net_solver;
 
 /* Builds a network for batches of up to max_batch images on the named backend
@@ -65,6 +69,9 @@ typedef struct net_stats {
     double loss;      /* mean softmax cross-entropy over the batch */
     int correct;      /* top-1 hits */
     int count;        /* images in the batch */
+    /* training steps under AMP (engine/amp.h); 1 and false otherwise */
+    float loss_scale; /* the scale this step's loss was multiplied by */
+    bool skipped;     /* the gradients overflowed: no update was made (the scale halved) */
 } net_stats;
 
 /* One training step on n <= max_batch images: x is n*C*H*W floats (NCHW,
@@ -136,6 +143,25 @@ struct optim *net_optim(net *n);
  * same masks. */
 uint64_t net_get_step(const net *n);
 void net_set_step(net *n, uint64_t steps);
+
+/* Mixed precision: the precision the net trains in ("fp32", "amp-bf16",
+ * "amp-fp16"), and the loss scaler's state (engine/amp.h) for checkpoints
+ * and metrics. net_amp_set refuses (-1, err set) a state the scaler cannot
+ * be in or one whose scaling differs from the net's. */
+const char *net_precision(const net *n);
+typedef struct net_amp_state {
+    bool dynamic;          /* dynamic loss scaling is on */
+    double scale;          /* the current loss scale (1 without scaling) */
+    int64_t clean;         /* clean steps since the scale last changed */
+    int64_t skipped;       /* steps skipped for overflow so far */
+} net_amp_state;
+void net_amp_get(const net *n, net_amp_state *out);
+int net_amp_set(net *n, const net_amp_state *s, char *err, size_t errlen);
+
+/* After a parameter's value buffer was written from outside (a checkpoint
+ * restored, a test's edit): refreshes the 16-bit copies AMP computes with.
+ * net_load and ckpt_load call it. Returns 0, or -1 with err set. */
+int net_params_changed(net *n, char *err, size_t errlen);
 
 /* ---- backends and devices ------------------------------------------------- */
 

@@ -4,6 +4,7 @@
 #include "engine/optim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,19 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
         return eng_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
     if (!finite_in(r.label_smoothing, 0, false, 1, true))
         return eng_err(err, errlen, "label_smoothing must be in [0, 1) (0: off)");
+    r.precision[sizeof r.precision - 1] = '\0';
+    if (!r.precision[0])
+        snprintf(r.precision, sizeof r.precision, "fp32");
+    if (strcmp(r.precision, "fp32") && strcmp(r.precision, "amp-bf16") &&
+        strcmp(r.precision, "amp-fp16"))
+        return eng_err(err, errlen, "precision \"%.12s\" is unknown (use fp32, amp-bf16 or "
+                       "amp-fp16)", r.precision);
+    if (r.loss_scaling < -1 || r.loss_scaling > 1)
+        return eng_err(err, errlen, "loss_scaling must be -1 (off), 0 (the precision's default) "
+                       "or 1 (on)");
+    if (r.loss_scaling == 1 && !strcmp(r.precision, "fp32"))
+        return eng_err(err, errlen, "loss scaling is for mixed precision (amp-bf16, amp-fp16), "
+                       "not fp32");
     if (k == OPT_SGD) {
         if (r.nesterov && r.momentum <= 0)
             return eng_err(err, errlen, "solver nesterov needs a momentum above 0");

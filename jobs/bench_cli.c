@@ -69,7 +69,8 @@ static void usage(FILE *f)
             "\n"
             "  --batch N             images per step (64)\n"
             "  --mode train|infer    a training step (SGD, momentum 0.9) or a forward pass (train)\n"
-            "  --precision fp32      the only one so far (fp32)\n"
+            "  --precision P         fp32, amp-bf16 or amp-fp16 (fp32); amp-fp16 on the CPU\n"
+            "                        emulates FP16 storage in FP32 arithmetic: no faster\n"
             "  --steps N             timed steps (50)\n"
             "  --warmup N            untimed steps first (5)\n"
             "  --threads N           OpenMP threads (default: OMP_NUM_THREADS, else every core)\n"
@@ -162,8 +163,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         fprintf(stderr, "kiln bench: which network? (a built-in name or a spec file)\n");
         return 2;
     }
-    if (strcmp(o->precision, "fp32") != 0) {
-        fprintf(stderr, "kiln bench: precision \"%s\" is not supported yet (fp32 only)\n",
+    if (strcmp(o->precision, "fp32") && strcmp(o->precision, "amp-bf16") &&
+        strcmp(o->precision, "amp-fp16")) {
+        fprintf(stderr, "kiln bench: precision \"%s\" is unknown (fp32, amp-bf16 or amp-fp16)\n",
                 o->precision);
         return 2;
     }
@@ -315,6 +317,7 @@ static int measure(const bench_opts *o, const cJSON *spec, bench_result *r)
     net *n = NULL;
     summary sum;
     net_solver solver = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
+    snprintf(solver.precision, sizeof solver.precision, "%s", o->precision);
 
     if (summary_build(spec, o->in, o->classes, o->batch, "sgd", true, &sum, err,
                       sizeof err) < 0) {

@@ -61,7 +61,7 @@
 
 static const char *const job_fields[] = {
     "dataset_id", "network", "epochs", "batch_size", "precision", "solver", "seed",
-    "snapshot_interval", "name", "lr_policy", NULL,
+    "snapshot_interval", "name", "lr_policy", "loss_scaling", NULL,
 };
 static const char *const solver_fields[] = {
     "type", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay", "decay_bias",
@@ -73,8 +73,9 @@ static const char *const no_choices[] = { NULL };
 
 /* Precisions and solvers: what this build runs, and what it knows of but
  * cannot run yet (422 not_supported rather than 400). */
-static const char *const precisions_ok[] = { "fp32", NULL };
-static const char *const precisions_later[] = { "amp-bf16", "amp-fp16", NULL };
+static const char *const precisions_ok[] = { "fp32", "amp-bf16", "amp-fp16", NULL };
+static const char *const precisions_later[] = { NULL };
+static const char *const loss_scalings[] = { "dynamic", "off", NULL };
 static const char *const solvers_ok[] = { "sgd", "adam", "adamw", NULL };
 static const char *const solvers_later[] = { NULL };
 
@@ -244,6 +245,7 @@ typedef struct request {
     const cJSON *network;       /* string or object, in the request */
     double epochs, batch_size, seed, snapshot_interval;
     const char *precision;
+    const char *loss_scaling;   /* "dynamic" or "off", resolved from the precision */
     const char *solver_type;
     double lr, momentum, weight_decay;
     bool nesterov, decay_bias;
@@ -390,8 +392,17 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
 
     /* What this build cannot run comes after every 400, before the dataset. */
     if (get_choice(body, "", "precision", "fp32", precisions_ok, precisions_later, &r->precision, e) ||
+        get_choice(body, "", "loss_scaling", NULL, loss_scalings, no_choices, &r->loss_scaling,
+                   e) ||
         get_choice(solver, "solver.", "type", "sgd", solvers_ok, solvers_later, &r->solver_type, e))
         return -1;
+    /* Dynamic loss scaling by default where FP16's range needs it (DESIGN.md, AMP). */
+    bool fp32 = !strcmp(r->precision, "fp32");
+    if (!r->loss_scaling)
+        r->loss_scaling = !strcmp(r->precision, "amp-fp16") ? "dynamic" : "off";
+    else if (fp32 && !strcmp(r->loss_scaling, "dynamic"))
+        return fail(e, 400, "invalid_field", "loss_scaling \"dynamic\" is for mixed precision "
+                    "(precision amp-bf16 or amp-fp16), not fp32");
     return 0;
 }
 
@@ -549,6 +560,7 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
     ok = cJSON_AddNumberToObject(cfg, "epochs", r->epochs) &&
          cJSON_AddNumberToObject(cfg, "batch_size", r->batch_size) &&
          cJSON_AddStringToObject(cfg, "precision", r->precision) &&
+         cJSON_AddStringToObject(cfg, "loss_scaling", r->loss_scaling) &&
          cJSON_AddStringToObject(cfg, "backend", "cpu") &&
          cJSON_AddNumberToObject(cfg, "seed", r->seed) &&
          cJSON_AddNumberToObject(cfg, "snapshot_interval", r->snapshot_interval) &&

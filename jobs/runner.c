@@ -167,7 +167,7 @@ typedef struct job_cfg {
     const cJSON *network;        /* the spec, inside root */
     int epochs, batch;
     char backend[16];
-    char precision[16];
+    char precision[12];
     uint64_t seed;
     int snapshot_interval;
     net_solver solver;
@@ -236,10 +236,7 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
     snprintf(c->backend, sizeof c->backend, "%s", cJSON_IsString(be) ? be->valuestring : "cpu");
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(r, "precision");
     snprintf(c->precision, sizeof c->precision, "%s", cJSON_IsString(pr) ? pr->valuestring : "fp32");
-    if (strcmp(c->precision, "fp32") != 0) {
-        set_err(err, errlen, "precision \"%s\" is not supported by this worker (fp32 only)", c->precision);
-        return -1;
-    }
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scaling");
 
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(r, "solver");
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(sv, "type");
@@ -257,6 +254,8 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
     c->solver.weight_decay = cJSON_IsNumber(wd) ? (float)wd->valuedouble : 0.0f;
     c->solver.nesterov = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sv, "nesterov"));
     c->solver.decay_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sv, "decay_bias"));
+    snprintf(c->solver.precision, sizeof c->solver.precision, "%s", c->precision);
+    c->solver.loss_scaling = !cJSON_IsString(ls) ? 0 : !strcmp(ls->valuestring, "dynamic") ? 1 : -1;
     static const struct {
         const char *key;
         size_t off;

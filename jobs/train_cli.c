@@ -63,6 +63,8 @@ static void usage(FILE *f)
             "  --resume                 go on from the latest checkpoint in --out\n"
             "  --epochs N               (10)       --batch N            (64)\n"
             "  --seed N                 (1)        --snapshot-interval N (1)\n"
+            "  --precision P            fp32, amp-bf16 or amp-fp16 (fp32): mixed precision\n"
+            "  --loss-scaling dynamic|off  (dynamic for amp-fp16, else off)\n"
             "  --solver sgd|adam|adamw  (sgd)\n"
             "  --lr X                   (0.01)     --momentum X         (0.9, sgd)\n"
             "  --nesterov                          Nesterov momentum (sgd)\n"
@@ -186,9 +188,10 @@ static int add_option(cJSON *req, int argc, char **argv, int i)
         cJSON_AddItemToObject(req, "lr_policy", p);
         return 2;
     }
-    if (!strcmp(a, "--name")) {
-        cJSON_DeleteItemFromObjectCaseSensitive(req, "name");
-        return cJSON_AddStringToObject(req, "name", v) ? 2 : -1;
+    if (!strcmp(a, "--name") || !strcmp(a, "--precision") || !strcmp(a, "--loss-scaling")) {
+        const char *key = a[2] == 'n' ? "name" : a[2] == 'p' ? "precision" : "loss_scaling";
+        cJSON_DeleteItemFromObjectCaseSensitive(req, key);
+        return cJSON_AddStringToObject(req, key, v) ? 2 : -1;
     }
     fprintf(stderr, "kiln train: unknown option %s\n", a);
     return -1;

@@ -41,12 +41,13 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
         goto out;
     }
     if (d->layout == BE_BLOCKED16 ?
-        cpu_act_md(&data, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, err,
-                   errlen) < 0 :
-        cpu_md(&data, 2, dims, dnnl_nc, err, errlen) < 0)
+        cpu_act_md(&data, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, d->dtype,
+                   err, errlen) < 0 :
+        cpu_md_dt(&data, 2, dims, dnnl_nc, cpu_dt(d->dtype), err, errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_ACT, err, errlen)))
         goto out;
+    p->round_y = p->round_dx = cpu_round_count(&data, d->dtype);
     DNNL_TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, alg, &data, d->alpha,
                                             0.0f),
              "eltwise_forward_desc_init");
@@ -80,12 +81,18 @@ out:
 int cpu_act_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, be_buf *y, char *err, size_t errlen)
 {
     void *data[] = { cpu_ptr(x), cpu_ptr(y) };
-    return cpu_prim_run(ctx, &p->fwd, data, err, errlen);
+    if (cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0)
+        return -1;
+    cpu_round_f16(cpu_ptr(y), p->round_y);
+    return 0;
 }
 
 int cpu_act_bwd(be_ctx *ctx, be_plan *p, const be_buf *y, const be_buf *dy, be_buf *dx,
                 char *err, size_t errlen)
 {
     void *data[] = { cpu_ptr(y), cpu_ptr(dy), cpu_ptr(dx) };
-    return cpu_prim_run(ctx, &p->bwd_data, data, err, errlen);
+    if (cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
+        return -1;
+    cpu_round_f16(cpu_ptr(dx), p->round_dx);
+    return 0;
 }

@@ -36,11 +36,13 @@ int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out
     *out = NULL;
     if (!(d->eps > 0.0f))
         return eng_err(err, errlen, "cpu backend: batch norm eps %g must be positive", d->eps);
-    if (cpu_act_md(&plain, d->n, d->c, d->h, d->w, d->layout, err, errlen) < 0 ||
-        cpu_md(&data, 4, dims, d->c >= 16 ? dnnl_nChw16c : dnnl_nchw, err, errlen) < 0)
+    if (cpu_act_md(&plain, d->n, d->c, d->h, d->w, d->layout, d->dtype, err, errlen) < 0 ||
+        cpu_md_dt(&data, 4, dims, d->c >= 16 ? dnnl_nChw16c : dnnl_nchw, cpu_dt(d->dtype), err,
+                  errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_BN, err, errlen)))
         goto out;
+    p->round_y = p->round_dx = cpu_round_count(&plain, d->dtype);
     if (cpu_reorder_make(ctx, &plain, &data, CPU_TMP_SRC, &p->re[RE_X], err, errlen) < 0 ||
         cpu_reorder_make(ctx, &data, &plain, CPU_TMP_DST, &p->re[RE_Y], err, errlen) < 0)
         goto out;
@@ -112,9 +114,10 @@ int cpu_bn_fwd(be_ctx *ctx, be_plan *p, bool training, const be_buf *x, const be
         void *data[] = { xs, cpu_ptr(mean), cpu_ptr(var), cpu_ptr(scale), cpu_ptr(shift), ys };
         rc = cpu_prim_run(ctx, &p->infer, data, err, errlen);
     }
-    if (rc < 0)
+    if (rc < 0 || cpu_stage_done(ctx, &p->re[RE_Y], CPU_TMP_DST, cpu_ptr(y), err, errlen) < 0)
         return -1;
-    return cpu_stage_done(ctx, &p->re[RE_Y], CPU_TMP_DST, cpu_ptr(y), err, errlen);
+    cpu_round_f16(cpu_ptr(y), p->round_y);
+    return 0;
 }
 
 int cpu_bn_bwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy, const be_buf *scale,
@@ -132,7 +135,12 @@ int cpu_bn_bwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy, const
                      cpu_ptr(dscale), cpu_ptr(dshift) };
     if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
         return -1;
-    return dx ? cpu_stage_done(ctx, &p->re[RE_DX], CPU_TMP_WEI, cpu_ptr(dx), err, errlen) : 0;
+    if (!dx)
+        return 0;
+    if (cpu_stage_done(ctx, &p->re[RE_DX], CPU_TMP_WEI, cpu_ptr(dx), err, errlen) < 0)
+        return -1;
+    cpu_round_f16(cpu_ptr(dx), p->round_dx);
+    return 0;
 }
 
 int cpu_bn_running(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_buf *mean,

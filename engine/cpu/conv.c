@@ -1,16 +1,25 @@
 /* engine/cpu/conv.c: 2-D convolution on oneDNN (direct algorithm). The
- * backend's operands are plain (NCHW activations, OIHW / GOIHW weights); each
- * primitive is made with layouts left to oneDNN ("any"), which picks its
- * blocked ones and its fast kernels (the plain-layout kernels are gemm-based
- * and their backward-weights pass is tens of times slower), and the plan
- * reorders operands into those layouts and results back, through the
- * context's staging buffers. */
+ * backend's operands are activations in their layouts and types
+ * (engine/backend.h) and OIHW / GOIHW weights; each primitive is made with
+ * layouts left to oneDNN ("any"), which picks its blocked ones and its fast
+ * kernels (the plain-layout kernels are gemm-based and their backward-weights
+ * pass is tens of times slower), and the plan reorders operands into those
+ * layouts and types and results back, through the context's staging buffers:
+ * so a cast happens exactly where a tensor's type differs from the one the
+ * products are computed in.
+ *
+ * Types: with a bfloat16 wdtype the primitives multiply bfloat16 operands
+ * (AVX-512 BF16) with FP32 accumulation; the forward output and the input
+ * gradient are written in their tensors' types, and the weight and bias
+ * gradients in FP32. With BE_F16 the arithmetic is FP32 on values that are
+ * FP16 already, and the outputs that are BE_F16 tensors are rounded through
+ * FP16 afterwards. */
 #include "engine/cpu/cpu.h"
 
 #include "engine/errors.h"
 
 typedef struct conv_mds {
-    dnnl_memory_desc_t src, wei, bias, dst;
+    dnnl_memory_desc_t src, wei, dwei, bias, dst;   /* as the caller's buffers hold them */
     dnnl_dims_t strides, dil, pad_l, pad_r;
 } conv_mds;
 
@@ -21,18 +30,22 @@ static int conv_mds_init(const be_conv_desc *d, conv_mds *m, char *err, size_t e
     if (g < 1 || d->c % g || d->k % g)
         return eng_err(err, errlen, "cpu backend: conv groups %d do not divide %d and %d",
                        g, d->c, d->k);
-    if (cpu_act_md(&m->src, d->n, d->c, d->h, d->w, d->src_layout, err, errlen) < 0 ||
-        cpu_act_md(&m->dst, d->n, d->k, d->oh, d->ow, d->dst_layout, err, errlen) < 0 ||
+    if (cpu_act_md(&m->src, d->n, d->c, d->h, d->w, d->src_layout, d->src_dtype, err,
+                   errlen) < 0 ||
+        cpu_act_md(&m->dst, d->n, d->k, d->oh, d->ow, d->dst_layout, d->dst_dtype, err,
+                   errlen) < 0 ||
         cpu_md(&m->bias, 1, bias, dnnl_x, err, errlen) < 0)
         return -1;
     if (g == 1) {
         const dnnl_dim_t wei[] = { d->k, d->c, d->kh, d->kw };
-        if (cpu_md(&m->wei, 4, wei, dnnl_oihw, err, errlen) < 0)
+        if (cpu_md_dt(&m->wei, 4, wei, dnnl_oihw, cpu_dt(d->wdtype), err, errlen) < 0 ||
+            cpu_md(&m->dwei, 4, wei, dnnl_oihw, err, errlen) < 0)
             return -1;
     } else {
         /* (G, K/G, C/G, KH, KW) is the same memory as (K, C/G, KH, KW). */
         const dnnl_dim_t wei[] = { g, d->k / g, d->c / g, d->kh, d->kw };
-        if (cpu_md(&m->wei, 5, wei, dnnl_goihw, err, errlen) < 0)
+        if (cpu_md_dt(&m->wei, 5, wei, dnnl_goihw, cpu_dt(d->wdtype), err, errlen) < 0 ||
+            cpu_md(&m->dwei, 5, wei, dnnl_goihw, err, errlen) < 0)
             return -1;
     }
     m->strides[0] = d->stride_h;
@@ -49,10 +62,12 @@ static int conv_mds_init(const be_conv_desc *d, conv_mds *m, char *err, size_t e
 /* The reorders of a plan, by pass and operand (be_plan.re[]). */
 enum { RE_FX, RE_FW, RE_FY, RE_BDY, RE_BW, RE_BDX, RE_WX, RE_WDY, RE_WDW };
 
-/* A copy of md with every dimension's layout left to the primitive. */
-static int any_md(const dnnl_memory_desc_t *md, dnnl_memory_desc_t *out, char *err, size_t errlen)
+/* md's dimensions in type dt, with every dimension's layout left to the
+ * primitive. */
+static int any_md(const dnnl_memory_desc_t *md, dnnl_data_type_t dt, dnnl_memory_desc_t *out,
+                  char *err, size_t errlen)
 {
-    dnnl_status_t s = dnnl_memory_desc_init_by_tag(out, md->ndims, md->dims, md->data_type,
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(out, md->ndims, md->dims, dt,
                                                    dnnl_format_tag_any);
     return s == dnnl_success ? 0 : cpu_dnnl_err(s, "memory_desc_init_by_tag", err, errlen);
 }
@@ -67,23 +82,31 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
 {
     int rc = -1;
     conv_mds m;
-    dnnl_memory_desc_t asrc, awei, adst;
+    /* the primitives' operands: computed in ct; the forward output, the
+     * input gradient and the weight gradient in the tensors' own types */
+    dnnl_memory_desc_t asrc, awei, adst, ydst, dxsrc, dwwei;
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
     be_plan *p = NULL;
+    const dnnl_data_type_t ct = cpu_dt(d->wdtype);
 
     *out = NULL;
     if (conv_mds_init(d, &m, err, errlen) < 0 ||
-        any_md(&m.src, &asrc, err, errlen) < 0 || any_md(&m.wei, &awei, err, errlen) < 0 ||
-        any_md(&m.dst, &adst, err, errlen) < 0)
+        any_md(&m.src, ct, &asrc, err, errlen) < 0 || any_md(&m.wei, ct, &awei, err, errlen) < 0 ||
+        any_md(&m.dst, ct, &adst, err, errlen) < 0 ||
+        any_md(&m.dst, cpu_dt(d->dst_dtype), &ydst, err, errlen) < 0 ||
+        any_md(&m.src, cpu_dt(d->src_dtype), &dxsrc, err, errlen) < 0 ||
+        any_md(&m.dwei, dnnl_f32, &dwwei, err, errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_CONV, err, errlen)))
         goto out;
+    p->round_y = cpu_round_count(&m.dst, d->dst_dtype);
+    p->round_dx = cpu_round_count(&m.src, d->src_dtype);
 
     /* The forward descriptor is needed as the hint of the backward ones even
      * when the forward pass itself is not asked for. */
     DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
-             dnnl_convolution_direct, &asrc, &awei, d->bias ? &m.bias : NULL, &adst,
+             dnnl_convolution_direct, &asrc, &awei, d->bias ? &m.bias : NULL, &ydst,
              m.strides, m.dil, m.pad_l, m.pad_r), "convolution_forward_desc_init");
     if (cpu_pd(ctx, &cd, NULL, &fwd_pd, err, errlen) < 0)
         goto out;
@@ -101,7 +124,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
     if (passes & BE_BWD_DATA) {
         const int args[] = { DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC };
         DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                 &asrc, &awei, &adst, m.strides, m.dil, m.pad_l, m.pad_r),
+                 &dxsrc, &awei, &adst, m.strides, m.dil, m.pad_l, m.pad_r),
                  "convolution_backward_data_desc_init");
         if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0 ||
             cpu_prim_make(ctx, pd, 3, args, &p->bwd_data, err, errlen) < 0 ||
@@ -119,7 +142,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                              DNNL_ARG_DIFF_BIAS };
         DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(&cd,
-                 dnnl_convolution_direct, &asrc, &awei, d->bias ? &m.bias : NULL, &adst,
+                 dnnl_convolution_direct, &asrc, &dwwei, d->bias ? &m.bias : NULL, &adst,
                  m.strides, m.dil, m.pad_l, m.pad_r), "convolution_backward_weights_desc_init");
         if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0 ||
             cpu_prim_make(ctx, pd, d->bias ? 4 : 3, args, &p->bwd_weights, err, errlen) < 0 ||
@@ -127,7 +150,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
                              &p->re[RE_WX], err, errlen) < 0 ||
             cpu_reorder_make(ctx, &m.dst, pd_md(pd, DNNL_ARG_DIFF_DST), CPU_TMP_DST,
                              &p->re[RE_WDY], err, errlen) < 0 ||
-            cpu_reorder_make(ctx, pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &m.wei, CPU_TMP_WEI,
+            cpu_reorder_make(ctx, pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &m.dwei, CPU_TMP_WEI,
                              &p->re[RE_WDW], err, errlen) < 0)
             goto out;
     }
@@ -154,9 +177,11 @@ int cpu_conv_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w, cons
     void *data[] = { cpu_stage_in(ctx, &p->re[RE_FX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
                      cpu_stage_in(ctx, &p->re[RE_FW], CPU_TMP_WEI, cpu_ptr(w), &fail, err, errlen),
                      cpu_stage_out(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y)), cpu_ptr(b) };
-    if (fail || cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0)
+    if (fail || cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0 ||
+        cpu_stage_done(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y), err, errlen) < 0)
         return -1;
-    return cpu_stage_done(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y), err, errlen);
+    cpu_round_f16(cpu_ptr(y), p->round_y);
+    return 0;
 }
 
 int cpu_conv_bwd_data(be_ctx *ctx, be_plan *p, const be_buf *dy, const be_buf *w, be_buf *dx,
@@ -169,9 +194,11 @@ int cpu_conv_bwd_data(be_ctx *ctx, be_plan *p, const be_buf *dy, const be_buf *w
                                   errlen),
                      cpu_stage_in(ctx, &p->re[RE_BW], CPU_TMP_WEI, cpu_ptr(w), &fail, err, errlen),
                      cpu_stage_out(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx)) };
-    if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
+    if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0 ||
+        cpu_stage_done(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx), err, errlen) < 0)
         return -1;
-    return cpu_stage_done(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx), err, errlen);
+    cpu_round_f16(cpu_ptr(dx), p->round_dx);
+    return 0;
 }
 
 int cpu_conv_bwd_weights(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/elementwise.h"
 #include "engine/errors.h"
 
 #define CPU_ALIGN 64
@@ -117,20 +118,45 @@ static int buf_download(be_ctx *ctx, const be_buf *src, size_t offset, void *dst
 
 /* ---- primitives ------------------------------------------------------------ */
 
-int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
-           char *err, size_t errlen)
+int cpu_md_dt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
+              dnnl_data_type_t dt, char *err, size_t errlen)
 {
     dnnl_dims_t d;
     memcpy(d, dims, (size_t)nd * sizeof *dims);
-    dnnl_status_t s = dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag);
     return s == dnnl_success ? 0 : cpu_dnnl_err(s, "memory_desc_init_by_tag", err, errlen);
 }
 
+int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
+           char *err, size_t errlen)
+{
+    return cpu_md_dt(md, nd, dims, tag, dnnl_f32, err, errlen);
+}
+
 int cpu_act_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, be_layout layout,
-               char *err, size_t errlen)
+               be_dtype dt, char *err, size_t errlen)
 {
     const dnnl_dim_t dims[] = { n, c, h, w };
-    return cpu_md(md, 4, dims, layout == BE_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw, err, errlen);
+    return cpu_md_dt(md, 4, dims, layout == BE_BLOCKED16 ? dnnl_nChw16c : dnnl_nchw,
+                     cpu_dt(dt), err, errlen);
+}
+
+size_t cpu_round_count(const dnnl_memory_desc_t *md, be_dtype dt)
+{
+    return dt == BE_F16 ? dnnl_memory_desc_get_size(md) / sizeof(float) : 0;
+}
+
+void cpu_round_f16(void *p, size_t count)
+{
+    float *f = p;
+#pragma omp parallel for schedule(static) if (count > 65536)
+    for (size_t i = 0; i < count; i++)
+        f[i] = ew_round_f16(f[i]);
+}
+
+static size_t dtype_bytes(be_dtype dt)
+{
+    return dt == BE_BF16 ? 2 : 4;
 }
 
 int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
@@ -313,6 +339,7 @@ const backend cpu_backend = {
     .name = "cpu",
     .ctx_create = ctx_create,
     .ctx_free = ctx_free,
+    .dtype_bytes = dtype_bytes,
     .buf_alloc = buf_alloc,
     .buf_free = buf_free,
     .buf_upload = buf_upload,
@@ -342,11 +369,13 @@ const backend cpu_backend = {
     .concat_fwd = cpu_concat_fwd,
     .concat_bwd = cpu_concat_bwd,
     .acc = cpu_acc,
+    .cast = cpu_cast,
     .dropout_fwd = cpu_dropout_fwd,
     .dropout_bwd = cpu_dropout_bwd,
     .xent_plan = cpu_xent_plan,
     .xent = cpu_xent,
     .nonfinite = cpu_nonfinite,
+    .unscale = cpu_unscale,
     .sgd_update = cpu_sgd_update,
     .optim_update = cpu_optim_update,
     .sumsq = cpu_sumsq,

@@ -67,6 +67,13 @@ struct be_plan {
     int k;
     int coff[BE_MAX_INPUTS + 1];
     size_t hw;
+    /* BE_F16 outputs (engine/backend.h, be_dtype): floats of y after a
+     * forward pass and of dx after a backward pass to round through FP16
+     * (0: the output is not BE_F16) */
+    size_t round_y, round_dx;
+    /* concat: the element type and its size in bytes */
+    be_dtype dtype;
+    size_t esize;
     /* softmax cross-entropy */
     int n, classes;
     float *row_loss;
@@ -79,14 +86,28 @@ int cpu_dnnl_err(dnnl_status_t s, const char *what, char *err, size_t errlen);
 #define DNNL_TRY(call, what) do { dnnl_status_t s_ = (call); \
     if (s_ != dnnl_success) { cpu_dnnl_err(s_, (what), err, errlen); goto out; } } while (0)
 
-/* Plain memory descriptor: dims[0..nd) with format tag. */
+/* Plain memory descriptor: dims[0..nd) with format tag, FP32 (cpu_md) or
+ * of a data type. */
 int cpu_md(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
            char *err, size_t errlen);
+int cpu_md_dt(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag,
+              dnnl_data_type_t dt, char *err, size_t errlen);
 
-/* An activation of n x c x h x w in that layout (engine/backend.h); blocked
- * needs c to be a multiple of 16. */
+/* oneDNN's type for a be_dtype: BE_F16 is stored as FP32 here. */
+static inline dnnl_data_type_t cpu_dt(be_dtype dt)
+{
+    return dt == BE_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
+/* An activation of n x c x h x w in that layout (engine/backend.h; blocked
+ * pads c to a multiple of 16) and type. */
 int cpu_act_md(dnnl_memory_desc_t *md, int n, int c, int h, int w, be_layout layout,
-               char *err, size_t errlen);
+               be_dtype dt, char *err, size_t errlen);
+
+/* The floats of md when dt is BE_F16 (what to round), else 0. */
+size_t cpu_round_count(const dnnl_memory_desc_t *md, be_dtype dt);
+/* Rounds count floats at p through FP16 (ew_round_f16); a no-op for 0. */
+void cpu_round_f16(void *p, size_t count);
 
 /* Creates the primitive descriptor for op_desc (hint: the forward one for a
  * backward pass, or NULL) with the context's attributes. */
@@ -158,12 +179,17 @@ int cpu_add_fwd(be_ctx *, be_plan *, const be_buf *const *, be_buf *, char *, si
 int cpu_concat_plan(be_ctx *, const be_concat_desc *, be_plan **, char *, size_t);
 int cpu_concat_fwd(be_ctx *, be_plan *, const be_buf *const *, be_buf *, char *, size_t);
 int cpu_concat_bwd(be_ctx *, be_plan *, const be_buf *, int, be_buf *, float, char *, size_t);
-int cpu_acc(be_ctx *, be_buf *, const be_buf *, size_t, float, char *, size_t);
+int cpu_acc(be_ctx *, be_buf *, const be_buf *, size_t, be_dtype, float, char *, size_t);
+/* d = s + beta d over count elements of type dt at those addresses, on the
+ * calling thread (cpu_acc's arithmetic, for ops that accumulate slices). */
+void cpu_acc_span(void *d, const void *s, size_t count, be_dtype dt, float beta);
+int cpu_cast(be_ctx *, const be_buf *, be_dtype, be_buf *, be_dtype, size_t, char *, size_t);
 int cpu_dropout_fwd(be_ctx *, const be_dropout_desc *, bool, const be_buf *, be_buf *, be_buf *,
                     uint64_t, char *, size_t);
-int cpu_dropout_bwd(be_ctx *, const be_buf *, const be_buf *, be_buf *, size_t, float,
-                    char *, size_t);
+int cpu_dropout_bwd(be_ctx *, const be_dropout_desc *, const be_buf *, const be_buf *, be_buf *,
+                    float, char *, size_t);
 int cpu_nonfinite(be_ctx *, const be_buf *, size_t, bool *, char *, size_t);
+int cpu_unscale(be_ctx *, be_buf *, size_t, float, bool *, char *, size_t);
 int cpu_sgd_update(be_ctx *, be_buf *, be_buf *, const be_buf *, size_t, const be_sgd *,
                    char *, size_t);
 int cpu_optim_update(be_ctx *, const be_optim *, be_buf *, be_buf *, be_buf *, const be_buf *,

@@ -24,9 +24,9 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
     if (d->layout == BE_BLOCKED16 && (d->c < 1 || d->size % (size_t)d->c))
         return eng_err(err, errlen, "cpu backend: a blocked add needs its channel count");
     if (d->layout == BE_BLOCKED16 ?
-        cpu_act_md(&dst, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, err,
-                   errlen) < 0 :
-        cpu_md(&dst, 2, dims, dnnl_nc, err, errlen) < 0)
+        cpu_act_md(&dst, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, d->dtype,
+                   err, errlen) < 0 :
+        cpu_md_dt(&dst, 2, dims, dnnl_nc, cpu_dt(d->dtype), err, errlen) < 0)
         goto out;
     for (int i = 0; i < d->k; i++) {
         src[i] = dst;
@@ -37,6 +37,7 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
     if (!(p = cpu_plan_new(CPU_PLAN_ADD, err, errlen)))
         goto out;
     p->k = d->k;
+    p->round_y = cpu_round_count(&dst, d->dtype);
     DNNL_TRY(dnnl_sum_primitive_desc_create(&pd, &dst, d->k, scales, src, ctx->attr, ctx->eng),
              "sum_primitive_desc_create");
     if (cpu_prim_make(ctx, pd, d->k + 1, args, &p->fwd, err, errlen) < 0)
@@ -65,7 +66,10 @@ static int run_multi(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y
 int cpu_add_fwd(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,
                 char *err, size_t errlen)
 {
-    return run_multi(ctx, p, xs, y, err, errlen);
+    if (run_multi(ctx, p, xs, y, err, errlen) < 0)
+        return -1;
+    cpu_round_f16(cpu_ptr(y), p->round_y);
+    return 0;
 }
 
 int cpu_concat_plan(be_ctx *ctx, const be_concat_desc *d, be_plan **out,
@@ -92,15 +96,17 @@ int cpu_concat_plan(be_ctx *ctx, const be_concat_desc *d, be_plan **out,
             eng_err(err, errlen, "cpu backend: concat input %d has %d channels", i, d->c[i]);
             goto out;
         }
-        if (cpu_md(&src[i], 4, dims, dnnl_nchw, err, errlen) < 0)
+        if (cpu_md_dt(&src[i], 4, dims, dnnl_nchw, cpu_dt(d->dtype), err, errlen) < 0)
             goto out;
         p->coff[i + 1] = p->coff[i] + d->c[i];
         args[i] = DNNL_ARG_MULTIPLE_SRC + i;
     }
     args[d->k] = DNNL_ARG_DST;
     const dnnl_dim_t ddims[] = { d->n, p->coff[d->k], d->h, d->w };
-    if (cpu_md(&dst, 4, ddims, dnnl_nchw, err, errlen) < 0)
+    if (cpu_md_dt(&dst, 4, ddims, dnnl_nchw, cpu_dt(d->dtype), err, errlen) < 0)
         goto out;
+    p->esize = d->dtype == BE_BF16 ? 2 : sizeof(float);
+    p->dtype = d->dtype;
     DNNL_TRY(dnnl_concat_primitive_desc_create(&pd, &dst, d->k, 1, src, ctx->attr, ctx->eng),
              "concat_primitive_desc_create");
     if (cpu_prim_make(ctx, pd, d->k + 1, args, &p->fwd, err, errlen) < 0)
@@ -128,20 +134,14 @@ int cpu_concat_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, int i, be_buf *dx,
         return eng_err(err, errlen, "cpu backend: concat has no input %d", i);
     size_t chunk = (size_t)(p->coff[i + 1] - p->coff[i]) * p->hw;
     size_t stride = (size_t)p->coff[p->k] * p->hw, off = (size_t)p->coff[i] * p->hw;
-    const float *s = dy->p;
-    float *d = dx->p;
-    if ((size_t)p->n * stride * sizeof(float) > dy->bytes ||
-        (size_t)p->n * chunk * sizeof(float) > dx->bytes)
+    const size_t es = p->esize;
+    const char *s = dy->p;
+    char *d = dx->p;
+    if ((size_t)p->n * stride * es > dy->bytes || (size_t)p->n * chunk * es > dx->bytes)
         return eng_err(err, errlen, "cpu backend: concat backward overruns its buffers");
 #pragma omp parallel for schedule(static) if ((size_t)p->n * chunk > 65536)
-    for (int n = 0; n < p->n; n++) {
-        const float *a = s + (size_t)n * stride + off;
-        float *b = d + (size_t)n * chunk;
-        if (beta == 0.0f)
-            memcpy(b, a, chunk * sizeof *b);
-        else
-            for (size_t j = 0; j < chunk; j++)
-                b[j] = a[j] + beta * b[j];
-    }
+    for (int n = 0; n < p->n; n++)
+        cpu_acc_span(d + (size_t)n * chunk * es, s + ((size_t)n * stride + off) * es, chunk,
+                     p->dtype, beta);
     return 0;
 }

@@ -39,6 +39,22 @@ int cpu_nonfinite(be_ctx *ctx, const be_buf *b, size_t count, bool *found,
     return 0;
 }
 
+int cpu_unscale(be_ctx *ctx, be_buf *g, size_t count, float factor, bool *found,
+                char *err, size_t errlen)
+{
+    if (count * sizeof(float) > g->bytes)
+        return eng_err(err, errlen, "cpu backend: unscale of %zu elements overruns its buffer",
+                       count);
+    float *p = g->p;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(|:bad) if (count > 65536)
+    for (size_t i = 0; i < count; i++)
+        bad |= ew_unscale(&p[i], factor);
+    if (bad)
+        *found = true;
+    return 0;
+}
+
 int cpu_optim_update(be_ctx *ctx, const be_optim *hp, be_buf *w, be_buf *s1, be_buf *s2,
                      const be_buf *g, size_t count, char *err, size_t errlen)
 {

@@ -40,12 +40,14 @@ int cpu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan *
         eng_err(err, errlen, "cpu backend: pooling algorithm %d is not supported", (int)d->alg);
         goto out;
     }
-    if (cpu_act_md(&src, d->n, d->c, d->h, d->w, d->src_layout, err, errlen) < 0 ||
-        cpu_act_md(&dst, d->n, d->c, d->oh, d->ow, d->src_layout, err, errlen) < 0 ||
-        cpu_act_md(&udst, d->n, d->c, d->oh, d->ow, d->dst_layout, err, errlen) < 0)
+    if (cpu_act_md(&src, d->n, d->c, d->h, d->w, d->src_layout, d->dtype, err, errlen) < 0 ||
+        cpu_act_md(&dst, d->n, d->c, d->oh, d->ow, d->src_layout, d->dtype, err, errlen) < 0 ||
+        cpu_act_md(&udst, d->n, d->c, d->oh, d->ow, d->dst_layout, d->dtype, err, errlen) < 0)
         goto out;
     if (!(p = cpu_plan_new(CPU_PLAN_POOL, err, errlen)))
         goto out;
+    p->round_y = cpu_round_count(&udst, d->dtype);      /* averages of FP16 values */
+    p->round_dx = cpu_round_count(&src, d->dtype);
     if (cpu_reorder_make(ctx, &dst, &udst, CPU_TMP_DST, &p->re[0], err, errlen) < 0 ||
         (train && cpu_reorder_make(ctx, &udst, &dst, CPU_TMP_DST, &p->re[1], err, errlen) < 0))
         goto out;
@@ -93,9 +95,11 @@ int cpu_pool_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, be_buf *y, char *err,
 {
     void *data[] = { cpu_ptr(x), cpu_stage_out(ctx, &p->re[0], CPU_TMP_DST, cpu_ptr(y)),
                      p->workspace };
-    if (cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0)
+    if (cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0 ||
+        cpu_stage_done(ctx, &p->re[0], CPU_TMP_DST, cpu_ptr(y), err, errlen) < 0)
         return -1;
-    return cpu_stage_done(ctx, &p->re[0], CPU_TMP_DST, cpu_ptr(y), err, errlen);
+    cpu_round_f16(cpu_ptr(y), p->round_y);
+    return 0;
 }
 
 int cpu_pool_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, be_buf *dx, char *err, size_t errlen)
@@ -103,7 +107,8 @@ int cpu_pool_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, be_buf *dx, char *er
     int fail = 0;
     void *data[] = { cpu_stage_in(ctx, &p->re[1], CPU_TMP_DST, cpu_ptr(dy), &fail, err, errlen),
                      cpu_ptr(dx), p->workspace };
-    if (fail)
+    if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
         return -1;
-    return cpu_prim_run(ctx, &p->bwd_data, data, err, errlen);
+    cpu_round_f16(cpu_ptr(dx), p->round_dx);
+    return 0;
 }

@@ -105,7 +105,8 @@ test('POST /api/v1/jobs with bad input: 4xx with an error body each time', async
     ['batch_size too large', { ...ok, batch_size: 5000 }, 400, null],
     ['negative lr', { ...ok, solver: { type: 'sgd', lr: -1 } }, 400, null],
     ['solver type not sgd', { ...ok, solver: { type: 'rmsprop' } }, null, null],
-    ['amp precision not yet supported', { ...ok, precision: 'amp-bf16' }, 422, 'not_supported'],
+    ['loss scaling without mixed precision', { ...ok, loss_scaling: 'dynamic' }, 400, 'invalid_field'],
+    ['precision unknown', { ...ok, precision: 'fp8' }, 400, 'invalid_field'],
   ];
   for (const [what, body, status, code] of cases) {
     const r = await api(base, 'POST', '/api/v1/jobs', body);

@@ -1006,12 +1006,12 @@ static void test_dropout(void **state)
     assert_memory_equal(y, x, n * sizeof *x);
     drop_fwd_op(&dc, y);                          /* back to the first mask */
     /* backward: overwrite, then accumulate */
-    assert_int_equal(be->dropout_bwd(ctx, dc.mb, rb, dxb, n, 0.0f, err, sizeof err), 0);
+    assert_int_equal(be->dropout_bwd(ctx, &(be_dropout_desc){ .count = n }, dc.mb, rb, dxb, 0.0f, err, sizeof err), 0);
     download(dxb, dx, n);
     for (size_t i = 0; i < n; i++)
         assert_true(dx[i] == rr[i] * m[i]);
     reupload(dxb, d0, n);
-    assert_int_equal(be->dropout_bwd(ctx, dc.mb, rb, dxb, n, 1.0f, err, sizeof err), 0);
+    assert_int_equal(be->dropout_bwd(ctx, &(be_dropout_desc){ .count = n }, dc.mb, rb, dxb, 1.0f, err, sizeof err), 0);
     download(dxb, dx, n);
     refv acc = refv_new(n), yr = refv_new(n), g = refv_new(n);
     for (size_t i = 0; i < n; i++) {
@@ -1021,7 +1021,7 @@ static void test_dropout(void **state)
         refv_add(&g, i, (double)rr[i] * m[i]);
     }
     check_against("dropout dx (accumulated)", dx, &acc, n);
-    assert_int_equal(be->dropout_bwd(ctx, dc.mb, rb, dxb, n, 0.0f, err, sizeof err), 0);
+    assert_int_equal(be->dropout_bwd(ctx, &(be_dropout_desc){ .count = n }, dc.mb, rb, dxb, 0.0f, err, sizeof err), 0);
     download(dxb, dx, n);
     fd_check f = { "dropout x", &dc, drop_fwd_op, x, dc.xb, n, dx, &g, rr, n, 0.25, &yr,
                    0.25 * keep, 0 };
@@ -1392,14 +1392,14 @@ static void test_add_acc(void **state)
             refv_add(&ref, j, x[i][j]);
     check_against("add y", y, &ref, cnt);
     /* acc, beta 0 then 1 */
-    assert_int_equal(be->acc(ctx, yb, xb[0], cnt, 0.0f, err, sizeof err), 0);
+    assert_int_equal(be->acc(ctx, yb, xb[0], cnt, BE_F32, 0.0f, err, sizeof err), 0);
     download(yb, y, cnt);
     assert_memory_equal(y, x[0], cnt * sizeof *y);
-    assert_int_equal(be->acc(ctx, yb, xb[1], cnt, 1.0f, err, sizeof err), 0);
+    assert_int_equal(be->acc(ctx, yb, xb[1], cnt, BE_F32, 1.0f, err, sizeof err), 0);
     download(yb, y, cnt);
     for (size_t j = 0; j < cnt; j++)
         assert_true(y[j] == x[1][j] + x[0][j]);         /* one correctly rounded addition */
-    assert_int_equal(be->acc(ctx, yb, xb[1], cnt + 2, 1.0f, err, sizeof err), -1);
+    assert_int_equal(be->acc(ctx, yb, xb[1], cnt + 2, BE_F32, 1.0f, err, sizeof err), -1);
     assert_non_null(strstr(err, "overruns"));
     /* one input is not an add */
     be_plan *bad = NULL;
@@ -1732,7 +1732,7 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
     /* the gradient of an add's inputs: accumulation over the whole padded buffer */
     for (int k = 0; k < 2; k++) {
         size_t cnt = (size_t)N * be_act_elems(C, HW, k ? BE_BLOCKED16 : BE_PLAIN);
-        assert_int_equal(be->acc(ctx, k ? adx.bb : adx.pb, k ? x.bb : x.pb, cnt, 0.5f, err,
+        assert_int_equal(be->acc(ctx, k ? adx.bb : adx.pb, k ? x.bb : x.pb, cnt, BE_F32, 0.5f, err,
                                  sizeof err), 0);
     }
     blk_same("acc", &adx);

@@ -228,6 +228,36 @@ static void given_values_are_kept(void **state)
 
 /* Adam, LARC and a learning-rate policy are written resolved into job.json:
  * defaults filled, warm-up epochs turned into steps. */
+/* Mixed precision: the precision is kept, and dynamic loss scaling is on by
+ * default for amp-fp16 only (DESIGN.md, AMP), unless the request says. */
+static void precision_and_loss_scaling(void **state)
+{
+    fixture *f = *state;
+    const struct { const char *extra, *precision, *scaling; } cases[] = {
+        { "\"precision\": \"amp-fp16\"", "amp-fp16", "dynamic" },
+        { "\"precision\": \"amp-bf16\"", "amp-bf16", "off" },
+        { "\"precision\": \"amp-bf16\", \"loss_scaling\": \"dynamic\"", "amp-bf16", "dynamic" },
+        { "\"precision\": \"amp-fp16\", \"loss_scaling\": \"off\"", "amp-fp16", "off" },
+        { "\"precision\": \"fp32\"", "fp32", "off" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", %s}",
+                 (long long)f->ready, cases[i].extra);
+        int64_t id = 0;
+        job_error e;
+        if (create_from(f, body, &id, &e) != 0)
+            fail_msg("%s: %d %s: %s", body, e.http_status, e.code, e.message);
+        store_job j;
+        assert_int_equal(store_job_get(f->st, id, &j), 0);
+        cJSON *c = cJSON_Parse(j.config_json);
+        assert_string_equal(str(c, "precision"), cases[i].precision);
+        assert_string_equal(str(c, "loss_scaling"), cases[i].scaling);
+        cJSON_Delete(c);
+        store_job_clear(&j);
+    }
+}
+
 static void optimizer_options_are_resolved(void **state)
 {
     fixture *f = *state;
@@ -387,8 +417,11 @@ static const bad_case bad_cases[] = {
       "invalid_field", "seed" },
     { "precision unknown", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"precision\": \"fp64\"}",
       400, "invalid_field", "precision" },
-    { "amp not yet", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"precision\": \"amp-bf16\"}", 422,
-      "not_supported", "amp-bf16" },
+    { "loss scaling for fp32", "{\"dataset_id\": {R}, \"network\": \"lenet\", "
+      "\"loss_scaling\": \"dynamic\"}", 400, "invalid_field", "loss_scaling" },
+    { "loss scaling unknown", "{\"dataset_id\": {R}, \"network\": \"lenet\", "
+      "\"precision\": \"amp-fp16\", \"loss_scaling\": \"static\"}", 400, "invalid_field",
+      "loss_scaling" },
     { "solver unknown", "{\"dataset_id\": {R}, \"network\": \"lenet\", \"solver\": {\"type\": \"rmsprop\"}}",
       400, "invalid_field", "solver.type" },
     { "dataset missing", "{\"dataset_id\": 98765, \"network\": \"lenet\"}", 422, "dataset_not_found",
@@ -461,6 +494,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(defaults_are_filled_and_job_json_written, setup, teardown),
         cmocka_unit_test_setup_teardown(given_values_are_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(optimizer_options_are_resolved, setup, teardown),
+        cmocka_unit_test_setup_teardown(precision_and_loss_scaling, setup, teardown),
         cmocka_unit_test_setup_teardown(a_spec_object_is_validated_and_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_requests_are_refused_by_name, setup, teardown),
     };

@@ -1,0 +1,46 @@
+/* engine/amp.c: the dynamic loss scaler (engine/amp.h). */
+#include "engine/amp.h"
+
+#include <math.h>
+
+void amp_scaler_init(amp_scaler *s, bool dynamic)
+{
+    s->dynamic = dynamic;
+    s->scale = dynamic ? AMP_SCALE_INIT : 1.0f;
+    s->clean = 0;
+    s->skipped = 0;
+}
+
+amp_verdict amp_scaler_update(amp_scaler *s, bool overflow)
+{
+    if (!s->dynamic)
+        return overflow ? AMP_DIVERGED : AMP_APPLY;
+    if (overflow) {
+        s->skipped++;
+        s->clean = 0;
+        s->scale *= 0.5f;
+        return s->scale < AMP_SCALE_FLOOR ? AMP_DIVERGED : AMP_SKIP;
+    }
+    if (++s->clean >= AMP_GROWTH_INTERVAL) {
+        s->clean = 0;
+        if (s->scale * 2.0f <= AMP_SCALE_MAX)
+            s->scale *= 2.0f;
+    }
+    return AMP_APPLY;
+}
+
+bool amp_scaler_restore(amp_scaler *s, bool dynamic, double scale, int64_t clean,
+                        int64_t skipped)
+{
+    /* reachable scales are powers of two in [floor / 2, max] (1 without scaling) */
+    int e;
+    if (!isfinite(scale) || frexp(scale, &e) != 0.5 || clean < 0 || skipped < 0 ||
+        clean >= AMP_GROWTH_INTERVAL ||
+        (dynamic ? scale < AMP_SCALE_FLOOR / 2 || scale > AMP_SCALE_MAX : scale != 1.0))
+        return false;
+    s->dynamic = dynamic;
+    s->scale = (float)scale;
+    s->clean = clean;
+    s->skipped = skipped;
+    return true;
+}
