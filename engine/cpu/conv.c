@@ -13,8 +13,13 @@
  * gradient are written in their tensors' types, and the weight and bias
  * gradients in FP32. With BE_F16 the arithmetic is FP32 on values that are
  * FP16 already, and the outputs that are BE_F16 tensors are rounded through
- * FP16 afterwards. */
+ * FP16 afterwards. Where oneDNN has no bfloat16 kernel for a weight-gradient
+ * pass (a first layer's few input channels: it falls back to a gemm about
+ * eight times slower than its FP32 kernel) that pass runs in FP32 on the
+ * operands cast up, which is also the more exact. */
 #include "engine/cpu/cpu.h"
+
+#include <string.h>
 
 #include "engine/errors.h"
 
@@ -75,6 +80,15 @@ static int any_md(const dnnl_memory_desc_t *md, dnnl_data_type_t dt, dnnl_memory
 static const dnnl_memory_desc_t *pd_md(const_dnnl_primitive_desc_t pd, int arg)
 {
     return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+}
+
+/* Whether oneDNN chose one of its direct-convolution kernels (its names
+ * start "jit") rather than a gemm or reference fallback. */
+static bool is_jit(const_dnnl_primitive_desc_t pd)
+{
+    const char *name = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success &&
+           name && strncmp(name, "jit", 3) == 0;
 }
 
 int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **out,
@@ -144,7 +158,23 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(&cd,
                  dnnl_convolution_direct, &asrc, &dwwei, d->bias ? &m.bias : NULL, &adst,
                  m.strides, m.dil, m.pad_l, m.pad_r), "convolution_backward_weights_desc_init");
-        if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0 ||
+        if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0)
+            goto out;
+        if (ct != dnnl_f32 && !is_jit(pd)) {
+            dnnl_memory_desc_t fsrc, fdst;
+            dnnl_primitive_desc_destroy(pd);
+            pd = NULL;
+            if (any_md(&m.src, dnnl_f32, &fsrc, err, errlen) < 0 ||
+                any_md(&m.dst, dnnl_f32, &fdst, err, errlen) < 0)
+                goto out;
+            DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(&cd,
+                     dnnl_convolution_direct, &fsrc, &dwwei, d->bias ? &m.bias : NULL, &fdst,
+                     m.strides, m.dil, m.pad_l, m.pad_r),
+                     "convolution_backward_weights_desc_init");
+            if (cpu_pd(ctx, &cd, NULL, &pd, err, errlen) < 0)
+                goto out;
+        }
+        if (
             cpu_prim_make(ctx, pd, d->bias ? 4 : 3, args, &p->bwd_weights, err, errlen) < 0 ||
             cpu_reorder_make(ctx, &m.src, pd_md(pd, DNNL_ARG_SRC), CPU_TMP_SRC,
                              &p->re[RE_WX], err, errlen) < 0 ||

@@ -77,19 +77,58 @@ int cpu_cast(be_ctx *ctx, const be_buf *src, be_dtype sdt, be_buf *dst, be_dtype
                        count);
     const void *s = src->p;
     void *d = dst->p;
+    if (sdt == BE_F32 && ddt == BE_BF16) {        /* the weight copies: every step */
+        const float *sf = s;
+        unsigned short *dh = d;
+#pragma omp parallel for simd schedule(static) if (count > EW_PAR)
+        for (size_t i = 0; i < count; i++)
+            dh[i] = ew_f32_to_bf16(sf[i]);
+        return 0;
+    }
 #pragma omp parallel for schedule(static) if (count > EW_PAR)
     for (size_t i = 0; i < count; i++)
         store(d, i, ddt, load(s, i, sdt));
     return 0;
 }
 
-/* The plain (NCHW) index of element i of an nChw16c tensor of c channels
- * padded to c16, or SIZE_MAX for a padding channel. */
-static inline size_t blocked_to_plain(size_t i, size_t c, size_t c16, size_t hw)
+/* One element of dropout: its mask from its plain (NCHW) index li (whatever
+ * the layout, so that the layout does not change which elements drop). */
+static inline float drop_mask(uint64_t seed, size_t li, float rate, float keep)
 {
-    size_t img = i / (c16 * hw), r = i % (c16 * hw);
-    size_t cb = r / (hw * 16), r2 = r % (hw * 16), ch = cb * 16 + r2 % 16;
-    return ch < c ? img * c * hw + ch * hw + r2 / 16 : SIZE_MAX;
+    return ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
+}
+
+/* y = x m over one run of n elements whose plain indices are li0 + k * step,
+ * in type dt; mask m written. */
+static inline void drop_run(const void *x, void *y, float *mask, size_t at, size_t n,
+                            size_t li0, size_t step, be_dtype dt, uint64_t seed, float rate,
+                            float keep)
+{
+    if (dt == BE_F32) {
+        const float *xp = (const float *)x + at;
+        float *yp = (float *)y + at;
+        float *mp = mask + at;
+        for (size_t k = 0; k < n; k++) {
+            float m = drop_mask(seed, li0 + k * step, rate, keep);
+            mp[k] = m;
+            yp[k] = xp[k] * m;
+        }
+    } else if (dt == BE_BF16) {
+        const unsigned short *xp = (const unsigned short *)x + at;
+        unsigned short *yp = (unsigned short *)y + at;
+        float *mp = mask + at;
+        for (size_t k = 0; k < n; k++) {
+            float m = drop_mask(seed, li0 + k * step, rate, keep);
+            mp[k] = m;
+            yp[k] = ew_f32_to_bf16(ew_bf16_to_f32(xp[k]) * m);
+        }
+    } else {
+        for (size_t k = 0; k < n; k++) {
+            float m = drop_mask(seed, li0 + k * step, rate, keep);
+            mask[at + k] = m;
+            store(y, at + k, dt, load(x, at + k, dt) * m);
+        }
+    }
 }
 
 int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const be_buf *x,
@@ -114,26 +153,38 @@ int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const 
     }
     float *mp = mask->p;
     const float keep = 1.0f / (1.0f - rate);
-    if (dt == BE_F32) {
-        const float *xp = x->p;
-        float *yp = y->p;
-#pragma omp parallel for simd schedule(static) if (count > EW_PAR)
-        for (size_t i = 0; i < count; i++) {
-            size_t li = blocked ? blocked_to_plain(i, c, c16, hw) : i;
-            float m = li != SIZE_MAX && ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
-            mp[i] = m;
-            yp[i] = xp[i] * m;
-        }
+    if (!blocked) {
+        const size_t chunk = 4096;
+#pragma omp parallel for schedule(static) if (count > EW_PAR)
+        for (size_t at = 0; at < count; at += chunk)
+            drop_run(x->p, y->p, mp, at, count - at < chunk ? count - at : chunk, at, 1, dt, seed,
+                     rate, keep);
         return 0;
     }
-    const void *xp = x->p;
-    void *yp = y->p;
+    /* nChw16c: per image and block of 16 channels, hw positions of 16
+     * channels each; a padding channel's mask is 0 (its values stay 0). */
+    const size_t blocks = count / (16 * hw), cb = c16 / 16;
 #pragma omp parallel for schedule(static) if (count > EW_PAR)
-    for (size_t i = 0; i < count; i++) {
-        size_t li = blocked ? blocked_to_plain(i, c, c16, hw) : i;
-        float m = li != SIZE_MAX && ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
-        mp[i] = m;
-        store(yp, i, dt, load(xp, i, dt) * m);
+    for (size_t b = 0; b < blocks; b++) {
+        size_t img = b / cb, ch0 = (b % cb) * 16;
+        for (size_t j = 0; j < 16; j++) {
+            size_t ch = ch0 + j;
+            if (ch >= c) {
+                for (size_t s = 0; s < hw; s++) {
+                    size_t at = (b * hw + s) * 16 + j;
+                    mp[at] = 0.0f;
+                    store(y->p, at, dt, 0.0f);
+                }
+                continue;
+            }
+            size_t li0 = (img * c + ch) * hw;
+            for (size_t s = 0; s < hw; s++) {
+                size_t at = (b * hw + s) * 16 + j;
+                float m = drop_mask(seed, li0 + s, rate, keep);
+                mp[at] = m;
+                store(y->p, at, dt, load(x->p, at, dt) * m);
+            }
+        }
     }
     return 0;
 }
@@ -158,6 +209,20 @@ int cpu_dropout_bwd(be_ctx *ctx, const be_dropout_desc *d, const be_buf *mask, c
 #pragma omp parallel for simd schedule(static) if (count > EW_PAR)
             for (size_t i = 0; i < count; i++)
                 o[i] = g[i] * mp[i] + beta * o[i];
+        }
+        return 0;
+    }
+    if (dt == BE_BF16) {
+        const unsigned short *g = dy->p;
+        unsigned short *o = dx->p;
+        if (beta == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (count > EW_PAR)
+            for (size_t i = 0; i < count; i++)
+                o[i] = ew_f32_to_bf16(ew_bf16_to_f32(g[i]) * mp[i]);
+        } else {
+#pragma omp parallel for simd schedule(static) if (count > EW_PAR)
+            for (size_t i = 0; i < count; i++)
+                o[i] = ew_f32_to_bf16(ew_bf16_to_f32(g[i]) * mp[i] + beta * ew_bf16_to_f32(o[i]));
         }
         return 0;
     }
