@@ -3,6 +3,29 @@
 
 #include <math.h>
 
+/* The op lists of engine/amp.h, one line per layer kind. A switch with no
+ * default: a new layer kind does not compile (-Wswitch) until it is listed. */
+amp_class amp_layer_class(layer_kind k)
+{
+    switch (k) {
+    case LAYER_CONV2D:          return AMP_LOW;
+    case LAYER_DENSE:           return AMP_LOW;
+    case LAYER_MAXPOOL:         return AMP_INPUT;
+    case LAYER_AVGPOOL:         return AMP_INPUT;
+    case LAYER_GLOBAL_AVGPOOL:  return AMP_INPUT;
+    case LAYER_RELU:            return AMP_INPUT;
+    case LAYER_LEAKY_RELU:      return AMP_INPUT;
+    case LAYER_SIGMOID:         return AMP_INPUT;
+    case LAYER_TANH:            return AMP_INPUT;
+    case LAYER_DROPOUT:         return AMP_INPUT;
+    case LAYER_BATCHNORM:       return AMP_INPUT;      /* statistics in FP32 inside */
+    case LAYER_ADD:             return AMP_INPUT;
+    case LAYER_CONCAT:          return AMP_INPUT;
+    case LAYER_FLATTEN:         return AMP_INPUT;
+    }
+    return AMP_INPUT;
+}
+
 void amp_scaler_init(amp_scaler *s, bool dynamic)
 {
     s->dynamic = dynamic;

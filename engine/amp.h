@@ -19,6 +19,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/spec.h"            /* layer_kind */
+
+/* The op lists (seeds/004's whitelist, blacklist and graylist): the
+ * precision each layer computes and writes in under mixed precision.
+ *   AMP_LOW    in the 16-bit type, with FP32 accumulation: convolution and
+ *              dense (the one that writes the logits writes FP32)
+ *   AMP_INPUT  in the type of its input: activations, pooling, dropout,
+ *              add, concat, flatten, and batch norm (whose statistics,
+ *              scale and shift are FP32 inside)
+ * Softmax and the loss are not layers: they are FP32 always. A tensor is
+ * cast only where it crosses from one type to another (engine/net.c,
+ * plan_dtypes). */
+typedef enum amp_class { AMP_LOW, AMP_INPUT } amp_class;
+amp_class amp_layer_class(layer_kind k);
+
 #define AMP_SCALE_INIT 65536.0f         /* 2^16 */
 #define AMP_GROWTH_INTERVAL 2000
 #define AMP_SCALE_FLOOR 1.0f            /* below: every overflow is the model's, not underflow's */

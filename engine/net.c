@@ -472,14 +472,12 @@ static int plan_layouts(net *n, char *err, size_t errlen)
 }
 
 /* The type of every activation (and of its gradient) under the net's
- * precision (DESIGN.md, AMP, the op lists): convolutions and dense layers
- * write the 16-bit type, except the layer that writes the logits, which
- * writes FP32 for the loss; every other layer writes the type of its input,
- * so activation, pooling, dropout, batch norm (whose statistics are FP32
- * regardless), add and concat run in the precision they are given. The
- * images are FP32 and stay so until the first convolution or dense layer,
+ * precision, from the op lists (engine/amp.h, amp_layer_class): AMP_LOW
+ * layers write the 16-bit type, except the layer that writes the logits,
+ * which writes FP32 for the loss; AMP_INPUT layers write the type of their
+ * input. The images are FP32 and stay so until the first AMP_LOW layer,
  * which casts them on the way in. A cast of the logits into FP32 is added
- * only where the last layer is not a convolution or dense layer. */
+ * only where the last layer is not AMP_LOW. */
 static int plan_dtypes(net *n, char *err, size_t errlen)
 {
     int L = n->nlayers;
@@ -487,7 +485,7 @@ static int plan_dtypes(net *n, char *err, size_t errlen)
     for (int i = 0; i < L; i++) {
         const layer_spec *s = &n->spec.layers[i];
         be_dtype t = n->dtype[s->inputs[0]];
-        if (s->kind == LAYER_CONV2D || s->kind == LAYER_DENSE) {
+        if (amp_layer_class(s->kind) == AMP_LOW) {
             t = i + 1 == L ? BE_F32 : n->half;
         } else {
             for (int k = 1; k < s->ninputs; k++)

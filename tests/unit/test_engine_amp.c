@@ -240,6 +240,16 @@ static void test_scaler_restore(void **state)
     assert_memory_equal(&s, &keep, sizeof s);
 }
 
+/* The op lists name every layer kind, matrix products in 16 bits. */
+static void test_op_lists(void **state)
+{
+    assert_int_equal(amp_layer_class(LAYER_CONV2D), AMP_LOW);
+    assert_int_equal(amp_layer_class(LAYER_DENSE), AMP_LOW);
+    for (int k = 0; k <= LAYER_CONCAT; k++)
+        if (k != LAYER_CONV2D && k != LAYER_DENSE)
+            assert_int_equal(amp_layer_class((layer_kind)k), AMP_INPUT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_scaler_floor_diverges),
         cmocka_unit_test(test_scaler_disabled),
         cmocka_unit_test(test_scaler_restore),
+        cmocka_unit_test(test_op_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
