@@ -219,6 +219,10 @@ typedef struct backend {
     /* ---- memory ---- */
     /* Bytes one element of that type takes in this backend's buffers. */
     size_t (*dtype_bytes)(be_dtype dt);
+    /* Whether this device computes in type dt: 0, or -1 with err saying why
+     * not (before any plan is made, so that the error is about the machine,
+     * not a layer). */
+    int (*dtype_check)(be_ctx *ctx, be_dtype dt, char *err, size_t errlen);
     /* `bytes` of zeroed memory, or NULL with err set. */
     be_buf *(*buf_alloc)(be_ctx *ctx, size_t bytes, char *err, size_t errlen);
     void (*buf_free)(be_ctx *ctx, be_buf *b);          /* NULL is a no-op */

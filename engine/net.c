@@ -811,6 +811,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     }
     n->seed = seed;
     if (n->be->ctx_create(0, &n->ctx, err, errlen) < 0 ||
+        n->be->dtype_check(n->ctx, n->half, err, errlen) < 0 ||
         make_params(n, seed, err, errlen) < 0 ||
         make_copies(n, err, errlen) < 0 ||
         refresh_copies(n, err, errlen) < 0 ||

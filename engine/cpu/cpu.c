@@ -159,6 +159,21 @@ static size_t dtype_bytes(be_dtype dt)
     return dt == BE_BF16 ? 2 : 4;
 }
 
+/* bfloat16 needs oneDNN's AVX-512 kernels: native with AVX-512 BF16,
+ * converted in registers on plain AVX-512; without AVX-512 oneDNN has none.
+ * FP16 is emulated (FP32 arithmetic on FP16-rounded values) anywhere. */
+static int dtype_check(be_ctx *ctx, be_dtype dt, char *err, size_t errlen)
+{
+    if (dt != BE_BF16)
+        return 0;
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core)
+        return eng_err(err, errlen, "amp-bf16 needs a CPU with AVX-512 (oneDNN's bfloat16 "
+                       "kernels); this one has none: use fp32, or amp-fp16 to try FP16's "
+                       "numerics");
+    return 0;
+}
+
 int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
            dnnl_primitive_desc_t *pd, char *err, size_t errlen)
 {
@@ -340,6 +355,7 @@ const backend cpu_backend = {
     .ctx_create = ctx_create,
     .ctx_free = ctx_free,
     .dtype_bytes = dtype_bytes,
+    .dtype_check = dtype_check,
     .buf_alloc = buf_alloc,
     .buf_free = buf_free,
     .buf_upload = buf_upload,
