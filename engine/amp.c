@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "engine/errors.h"
+
 /* The op lists of engine/amp.h, one line per layer kind. A switch with no
  * default: a new layer kind does not compile (-Wswitch) until it is listed. */
 amp_class amp_layer_class(layer_kind k)
@@ -24,6 +26,29 @@ amp_class amp_layer_class(layer_kind k)
     case LAYER_FLATTEN:         return AMP_INPUT;
     }
     return AMP_INPUT;
+}
+
+int amp_plan(const net_spec *s, bool amp, bool *low, char *err, size_t errlen)
+{
+    const int L = s->nlayers;
+    low[0] = false;
+    for (int i = 0; i < L; i++) {
+        const layer_spec *l = &s->layers[i];
+        bool t = low[l->inputs[0]];
+        if (amp_layer_class(l->kind) == AMP_LOW) {
+            t = amp && i + 1 < L;           /* the logits are FP32 for the loss */
+        } else {
+            for (int k = 1; k < l->ninputs; k++)
+                if (low[l->inputs[k]] != t)
+                    return eng_err(err, errlen, "layer %d (%s \"%s\") joins a %s input with a "
+                                   "%s one: mixed precision keeps the images in FP32 until a "
+                                   "convolution or dense layer, so join them after one",
+                                   l->number, l->type, l->name, t ? "16-bit" : "32-bit",
+                                   t ? "32-bit" : "16-bit");
+        }
+        low[i + 1] = t;
+    }
+    return 0;
 }
 
 void amp_scaler_init(amp_scaler *s, bool dynamic)

@@ -34,6 +34,13 @@
 typedef enum amp_class { AMP_LOW, AMP_INPUT } amp_class;
 amp_class amp_layer_class(layer_kind k);
 
+/* Which activations of s are 16-bit under mixed precision: low[a] for a in
+ * 0..s->nlayers (0 the images, a = i + 1 layer i's output), by the op lists;
+ * all false for fp32 (amp false). Returns 0, or -1 with err naming a layer
+ * that joins a 16-bit input with an FP32 one (the images before any
+ * AMP_LOW layer), which mixed precision does not run. */
+int amp_plan(const net_spec *s, bool amp, bool *low, char *err, size_t errlen);
+
 #define AMP_SCALE_INIT 65536.0f         /* 2^16 */
 #define AMP_GROWTH_INTERVAL 2000
 #define AMP_SCALE_FLOOR 1.0f            /* below: every overflow is the model's, not underflow's */

@@ -49,6 +49,7 @@
 #include "engine/rng.h"       /* rng_derive, rng_splitmix64: dropout streams */
 #include "engine/safetensors.h"   /* st_write, st_open, st_find */
 #include "engine/spec.h"
+#include "engine/summary.h"     /* summary_memory: the check before allocating */
 #include "engine/optim.h"       /* optim_check, optim_create, optim_step */
 
 #define NET_PLAN_SETS 4
@@ -480,25 +481,14 @@ static int plan_layouts(net *n, char *err, size_t errlen)
  * only where the last layer is not AMP_LOW. */
 static int plan_dtypes(net *n, char *err, size_t errlen)
 {
-    int L = n->nlayers;
-    n->dtype[0] = BE_F32;
-    for (int i = 0; i < L; i++) {
-        const layer_spec *s = &n->spec.layers[i];
-        be_dtype t = n->dtype[s->inputs[0]];
-        if (amp_layer_class(s->kind) == AMP_LOW) {
-            t = i + 1 == L ? BE_F32 : n->half;
-        } else {
-            for (int k = 1; k < s->ninputs; k++)
-                if (n->dtype[s->inputs[k]] != t)
-                    return eng_err(err, errlen, "layer %d (%s \"%s\") joins a %s input with a "
-                                   "%s one: mixed precision keeps the images in FP32 until a "
-                                   "convolution or dense layer, so join them after one", s->number,
-                                   s->type, s->name, t == BE_F32 ? "32-bit" : "16-bit",
-                                   t == BE_F32 ? "16-bit" : "32-bit");
-        }
-        n->dtype[i + 1] = t;
-    }
-    return 0;
+    bool *low = calloc((size_t)n->nlayers + 1, sizeof *low);
+    if (!low)
+        return eng_err(err, errlen, "out of memory");
+    int rc = amp_plan(&n->spec, n->half != BE_F32, low, err, errlen);
+    for (int a = 0; rc == 0 && a <= n->nlayers; a++)
+        n->dtype[a] = low[a] ? n->half : BE_F32;
+    free(low);
+    return rc;
 }
 
 /* How many layer inputs read activation a. */
@@ -592,24 +582,33 @@ static int make_buffers(net *n, char *err, size_t errlen)
     return 0;
 }
 
-/* Bytes a net of this spec needs for batch max_batch: parameters with their
- * gradient and momentum, activations and gradients. */
-static double memory_estimate(const net_spec *s, int max_batch)
+/* Refuses, before allocating anything, a net whose training memory
+ * (engine/summary.h's estimate, a lower bound) is beyond this machine's
+ * memory, naming the layer whose outputs take the most. */
+static int check_memory(const net *n, int max_batch, char *err, size_t errlen)
 {
-    double params = 0, acts = (double)spec_shape_size(s->in), most = acts;
-    for (int i = 0; i < s->nlayers; i++) {
-        double out = (double)spec_shape_size(s->layers[i].out);
-        params += (double)spec_layer_params(&s->layers[i]);
-        if (s->layers[i].kind != LAYER_FLATTEN)
-            acts += 2.0 * out;
-        if (s->layers[i].kind == LAYER_DROPOUT)
-            acts += out;                                    /* the mask */
-        most = out > most ? out : most;
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    int64_t fixed, per_image, largest_bytes;
+    int largest;
+    int states = summary_opt_states(n->solver.type, n->solver.momentum > 0);
+    if (summary_memory(&n->spec, states < 0 ? 2 : states, n->solver.precision, &fixed,
+                       &per_image, &largest, &largest_bytes, err, errlen) < 0)
+        return -1;
+    double need = (double)fixed + (double)max_batch * (double)per_image;
+    if (have <= 0 || need <= have)
+        return 0;
+    char what[SPEC_NAME_MAX + 96] = "";
+    if (largest >= 0) {
+        const layer_spec *l = &n->spec.layers[largest];
+        snprintf(what, sizeof what, " (the largest is layer %d (%s \"%s\"): %.0f MiB for the "
+                 "batch)", l->number, l->type, l->name,
+                 (double)largest_bytes * max_batch / 1048576.0);
     }
-    /* plus the backend's staging of operands in blocked layouts (engine/cpu/
-     * conv.c: three activations at most) and the gradient scratch */
-    acts += 4.0 * most;
-    return 4.0 * (3.0 * params + (double)max_batch * acts);
+    double fit = have > (double)fixed ? (have - (double)fixed) / (double)per_image : 0;
+    return eng_err(err, errlen, "the network needs at least %.0f MiB at batch size %d, more than "
+                   "this machine's %.0f MiB%s; use a smaller batch (at most %.0f fits)",
+                   need / 1048576.0, max_batch, have / 1048576.0, what, floor(fit));
 }
 
 static int check_solver(const net_solver *sv, net_solver *out, char *err, size_t errlen)
@@ -785,17 +784,8 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", backend_name);
         goto out;
     }
-    if (strcmp(n->be->name, "cpu") == 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
-        double need = memory_estimate(&n->spec, max_batch);
-        double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
-        if (have > 0 && need > have) {
-            eng_err(err, errlen, "the network needs about %.0f MiB at batch size %d, more than "
-                    "this machine's %.0f MiB; use a smaller batch", need / 1048576.0, max_batch,
-                    have / 1048576.0);
-            goto out;
-        }
-    }
+    if (strcmp(n->be->name, "cpu") == 0 && check_memory(n, max_batch, err, errlen) < 0)
+        goto out;
     n->max_batch = max_batch;
     n->classes = classes;
     n->nlayers = n->spec.nlayers;

@@ -9,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/amp.h"             /* amp_plan: which outputs are 16-bit */
 #include "engine/errors.h"          /* eng_err */
 
 #define BYTES_PER_NUMBER 4          /* fp32 */
+#define BYTES_LOW 2                 /* bfloat16, fp16 */
+#define MAX_DEVICES 16
 
 int summary_opt_states(const char *solver, bool momentum)
 {
@@ -122,17 +125,83 @@ static int layer_warnings(summary *s, const layer_spec *l)
     return 0;
 }
 
-static void estimate_memory(summary *s)
+static bool precision_ok(const char *p)
 {
-    s->weight_bytes = BYTES_PER_NUMBER * s->params;
-    s->grad_bytes = BYTES_PER_NUMBER * s->params;
-    s->opt_bytes = (int64_t)s->opt_states * BYTES_PER_NUMBER * s->params;
-    s->batch_act_bytes = (int64_t)s->batch * s->kept_bytes;
-    s->train_bytes = s->weight_bytes + s->grad_bytes + s->opt_bytes + s->batch_act_bytes;
+    return !strcmp(p, "fp32") || !strcmp(p, "amp-bf16") || !strcmp(p, "amp-fp16");
+}
+
+/* Weights of convolutions and dense layers: what AMP keeps 16-bit copies of. */
+static int64_t copied_weights(const layer_spec *l)
+{
+    if (l->kind == LAYER_CONV2D)
+        return spec_layer_params(l) - (l->u.conv.bias ? l->u.conv.filters : 0);
+    if (l->kind == LAYER_DENSE)
+        return spec_layer_params(l) - (l->u.dense.bias ? l->u.dense.units : 0);
+    return 0;
+}
+
+int summary_memory(const net_spec *s, int opt_states, const char *precision, int64_t *fixed,
+                   int64_t *per_image, int *largest, int64_t *largest_bytes,
+                   char *err, size_t errlen)
+{
+    bool amp = precision && strcmp(precision, "fp32") != 0;
+    bool *low = calloc((size_t)s->nlayers + 1, sizeof *low);
+    if (!low)
+        return eng_err(err, errlen, "out of memory");
+    if (amp_plan(s, amp, low, err, errlen) < 0) {
+        free(low);
+        return -1;
+    }
+    int64_t params = 0, copies = 0, image = BYTES_PER_NUMBER * spec_shape_size(s->in);
+    *largest = -1;
+    *largest_bytes = 0;
+    for (int i = 0; i < s->nlayers; i++) {
+        const layer_spec *l = &s->layers[i];
+        int64_t out = spec_shape_size(l->out);
+        params += spec_layer_params(l);
+        copies += copied_weights(l);
+        if (l->kind == LAYER_FLATTEN)
+            continue;
+        int64_t b = 2 * out * (low[i + 1] ? BYTES_LOW : BYTES_PER_NUMBER);
+        if (l->kind == LAYER_DROPOUT)
+            b += BYTES_PER_NUMBER * out;
+        image += b;
+        if (b > *largest_bytes) {
+            *largest_bytes = b;
+            *largest = i;
+        }
+    }
+    free(low);
+    *fixed = BYTES_PER_NUMBER * params * (2 + opt_states) + (amp ? BYTES_LOW * copies : 0);
+    *per_image = image;
+    return 0;
+}
+
+/* Each device's memory against the estimate. */
+static int estimate_devices(summary *s)
+{
+    engine_device d[MAX_DEVICES];
+    int n = engine_devices(d, MAX_DEVICES);
+    if (n > MAX_DEVICES)
+        n = MAX_DEVICES;
+    if (!(s->devices = calloc((size_t)n, sizeof *s->devices)))
+        return -1;
+    s->ndevices = n;
+    for (int i = 0; i < n; i++) {
+        summary_device *sd = &s->devices[i];
+        snprintf(sd->kind, sizeof sd->kind, "%.7s", d[i].kind);
+        snprintf(sd->name, sizeof sd->name, "%.127s", d[i].name);
+        sd->index = d[i].index;
+        sd->memory_bytes = (int64_t)d[i].memory_bytes;
+        sd->fits = s->train_bytes <= sd->memory_bytes;
+        sd->max_batch = sd->memory_bytes > s->fixed_bytes && s->image_bytes > 0 ?
+                        (sd->memory_bytes - s->fixed_bytes) / s->image_bytes : 0;
+    }
+    return 0;
 }
 
 int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
-                  const char *solver, bool momentum, summary *out,
+                  const char *solver, bool momentum, const char *precision, summary *out,
                   char *err, size_t errlen)
 {
     net_spec ns = { 0 };
@@ -145,9 +214,26 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     if (s.opt_states < 0)
         return eng_err(err, errlen, "unknown solver \"%s\" (sgd, adam or adamw)",
                        solver ? solver : "");
+    if (!precision)
+        precision = "fp32";
+    if (!precision_ok(precision))
+        return eng_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
+                       precision);
     if (spec_parse(spec, in, classes, &ns, err, errlen) < 0)
         return -1;
     snprintf(s.name, sizeof s.name, "%s", ns.name);
+    snprintf(s.precision, sizeof s.precision, "%s", precision);
+    bool *low = calloc((size_t)ns.nlayers + 1, sizeof *low);
+    int largest;
+    int64_t largest_bytes;
+    if (!low) {
+        eng_err(err, errlen, "out of memory");
+        goto out;
+    }
+    if (amp_plan(&ns, strcmp(precision, "fp32") != 0, low, err, errlen) < 0 ||
+        summary_memory(&ns, s.opt_states, precision, &s.fixed_bytes, &s.image_bytes, &largest,
+                       &largest_bytes, err, errlen) < 0)
+        goto out;
     snprintf(s.solver, sizeof s.solver, "%s", solver);
     s.momentum = momentum && !strcmp(solver, "sgd");
     s.in = ns.in;
@@ -167,7 +253,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
         sl->type = l->type;
         sl->out = l->out;
         sl->params = spec_layer_params(l);
-        sl->act_bytes = BYTES_PER_NUMBER * spec_shape_size(l->out);
+        sl->act_bytes = (low[i + 1] ? BYTES_LOW : BYTES_PER_NUMBER) * spec_shape_size(l->out);
         sl->macs = layer_macs(l);
         sl->flops = layer_flops(l);
         s.params += sl->params;
@@ -181,7 +267,14 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     }
     if (batch % 8 && add_warning(&s, "batch size %d is not a multiple of 8", batch) < 0)
         goto oom;
-    estimate_memory(&s);
+    s.weight_bytes = BYTES_PER_NUMBER * s.params;
+    s.grad_bytes = BYTES_PER_NUMBER * s.params;
+    s.opt_bytes = (int64_t)s.opt_states * BYTES_PER_NUMBER * s.params;
+    s.copy_bytes = s.fixed_bytes - s.weight_bytes - s.grad_bytes - s.opt_bytes;
+    s.batch_act_bytes = (int64_t)s.batch * s.image_bytes;
+    s.train_bytes = s.fixed_bytes + s.batch_act_bytes;
+    if (estimate_devices(&s) < 0)
+        goto oom;
     *out = s;
     memset(&s, 0, sizeof s);
     rc = 0;
@@ -189,6 +282,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
 oom:
     eng_err(err, errlen, "out of memory for a summary's warnings");
 out:
+    free(low);
     summary_free(&s);
     spec_free(&ns);
     return rc;
@@ -200,6 +294,7 @@ void summary_free(summary *s)
         return;
     free(s->layers);
     free(s->warnings);
+    free(s->devices);
     memset(s, 0, sizeof *s);
 }
 
@@ -246,8 +341,25 @@ static cJSON *memory_json(const summary *s)
         !add_num(m, "weights_bytes", s->weight_bytes) ||
         !add_num(m, "gradients_bytes", s->grad_bytes) ||
         !add_num(m, "optimizer_bytes", s->opt_bytes) ||
+        !add_num(m, "weight_copies_bytes", s->copy_bytes) ||
+        !add_num(m, "per_image_bytes", s->image_bytes) ||
         !add_num(m, "activations_bytes", s->batch_act_bytes) ||
-        !add_num(m, "total_bytes", s->train_bytes)) {
+        !add_num(m, "total_bytes", s->train_bytes) ||
+        !cJSON_AddStringToObject(m, "precision", s->precision)) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    cJSON *devs = cJSON_AddArrayToObject(m, "devices");
+    for (int i = 0; devs && i < s->ndevices; i++) {
+        const summary_device *d = &s->devices[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(devs, o) || !cJSON_AddStringToObject(o, "kind", d->kind) ||
+            !add_num(o, "index", d->index) || !cJSON_AddStringToObject(o, "name", d->name) ||
+            !add_num(o, "memory_bytes", d->memory_bytes) ||
+            !cJSON_AddBoolToObject(o, "fits", d->fits) || !add_num(o, "max_batch", d->max_batch))
+            devs = NULL;
+    }
+    if (!devs) {
         cJSON_Delete(m);
         return NULL;
     }
@@ -366,15 +478,24 @@ int summary_print(FILE *f, const summary *s)
             si(b, sizeof b, s->flops));
     fprintf(f, "activations     %s per image, %s kept for backward\n",
             human_bytes(a, sizeof a, s->act_bytes), human_bytes(b, sizeof b, s->kept_bytes));
-    fprintf(f, "\ntraining memory, batch %d, %s%s (%d state%s per parameter), fp32:\n",
+    fprintf(f, "\ntraining memory, batch %d, %s%s (%d state%s per parameter), %s:\n",
             s->batch, s->solver, s->momentum ? " with momentum" : "", s->opt_states,
-            s->opt_states == 1 ? "" : "s");
+            s->opt_states == 1 ? "" : "s", s->precision);
     fprintf(f, "  weights       %s\n", human_bytes(a, sizeof a, s->weight_bytes));
     fprintf(f, "  gradients     %s\n", human_bytes(a, sizeof a, s->grad_bytes));
     fprintf(f, "  optimizer     %s\n", human_bytes(a, sizeof a, s->opt_bytes));
-    fprintf(f, "  activations   %s\n", human_bytes(a, sizeof a, s->batch_act_bytes));
-    fprintf(f, "  total         %s (%s bytes)\n", human_bytes(a, sizeof a, s->train_bytes),
-            grouped(b, sizeof b, s->train_bytes));
+    if (s->copy_bytes)
+        fprintf(f, "  16-bit copies %s\n", human_bytes(a, sizeof a, s->copy_bytes));
+    fprintf(f, "  activations   %s (%s per image: outputs and their gradients)\n",
+            human_bytes(a, sizeof a, s->batch_act_bytes), human_bytes(b, sizeof b, s->image_bytes));
+    fprintf(f, "  total         %s (%s bytes; a lower bound: no workspaces)\n",
+            human_bytes(a, sizeof a, s->train_bytes), grouped(b, sizeof b, s->train_bytes));
+    for (int i = 0; i < s->ndevices; i++) {
+        const summary_device *d = &s->devices[i];
+        fprintf(f, "  %-4s %d      %s of %s: %s (up to batch %s)\n", d->kind, d->index,
+                human_bytes(a, sizeof a, d->memory_bytes), d->name, d->fits ? "fits" : "DOES NOT FIT",
+                grouped(b, sizeof b, d->max_batch));
+    }
     if (s->nwarnings)
         fprintf(f, "\nwarnings:\n");
     for (int i = 0; i < s->nwarnings; i++)

@@ -319,7 +319,7 @@ static int measure(const bench_opts *o, const cJSON *spec, bench_result *r)
     net_solver solver = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
     snprintf(solver.precision, sizeof solver.precision, "%s", o->precision);
 
-    if (summary_build(spec, o->in, o->classes, o->batch, "sgd", true, &sum, err,
+    if (summary_build(spec, o->in, o->classes, o->batch, "sgd", true, o->precision, &sum, err,
                       sizeof err) < 0) {
         fprintf(stderr, "kiln bench: %s: %s\n", o->network, err);
         return 1;

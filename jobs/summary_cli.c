@@ -26,8 +26,9 @@ static void usage(FILE *f)
             "\n"
             "Prints a network's model summary: per layer the output shape, parameters,\n"
             "activation bytes and forward FLOPs per image; the totals; and the memory that\n"
-            "training takes (fp32 weights, gradients, optimizer states, and the activations\n"
-            "kept for backward times the batch size). Nothing is allocated or trained.\n"
+            "training takes (weights, gradients and optimizer states in FP32, 16-bit weight\n"
+            "copies under mixed precision, and every layer's output and its gradient times\n"
+            "the batch size) against each device's memory. Nothing is allocated or trained.\n"
             "\n"
             "  NAME|SPEC.json       a built-in network (lenet, cifar10-cnn, alexnet, resnet20,\n"
             "                       resnet18, resnet50) or a spec file\n"
@@ -37,6 +38,8 @@ static void usage(FILE *f)
             "  --batch N            (64)\n"
             "  --solver sgd|adam|adamw  (sgd)\n"
             "  --momentum X         sgd's momentum (0.9); 0 means no momentum buffer\n"
+            "  --precision P        fp32, amp-bf16 or amp-fp16 (fp32): 16-bit activations and\n"
+            "                       weight copies under mixed precision\n"
             "  --json               print one JSON object instead of the table\n"
             "  --help               this text\n");
 }
@@ -93,6 +96,7 @@ typedef struct opts {
     int batch;
     const char *solver;
     double momentum;
+    const char *precision;
     bool json;
 } opts;
 
@@ -117,6 +121,9 @@ static int parse_args(int argc, char **argv, opts *o)
         } else if (!strcmp(a, "--solver")) {
             ok = v && summary_opt_states(v, false) >= 0;
             o->solver = v;
+        } else if (!strcmp(a, "--precision")) {
+            ok = v && (!strcmp(v, "fp32") || !strcmp(v, "amp-bf16") || !strcmp(v, "amp-fp16"));
+            o->precision = v;
         } else if (!strcmp(a, "--momentum")) {
             char *end;
             o->momentum = v ? strtod(v, &end) : -1;
@@ -164,7 +171,7 @@ int summary_main(int argc, char **argv)
     if (o.classes)
         classes = o.classes;
     char err[512];
-    if (summary_build(spec, in, classes, o.batch, o.solver, o.momentum > 0, &s, err,
+    if (summary_build(spec, in, classes, o.batch, o.solver, o.momentum > 0, o.precision, &s, err,
                       sizeof err) < 0) {
         fprintf(stderr, "kiln summary: %s: %s\n", o.network, err);
         goto out;

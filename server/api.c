@@ -163,12 +163,14 @@ typedef struct summary_req {
     int classes, batch;
     const char *solver;
     double momentum;
+    const char *precision;
 } summary_req;
 
 /* Fills *q from body; returns 0, or queues the error and returns -1. */
 static int summary_request(request *r, const cJSON *body, summary_req *q, enum MHD_Result *answered)
 {
-    static const char *const fields[] = { "network", "input", "classes", "batch_size", "solver", NULL };
+    static const char *const fields[] = { "network", "input", "classes", "batch_size", "solver",
+                                          "precision", NULL };
     const cJSON *f;
     cJSON_ArrayForEach(f, body) {
         bool known = false;
@@ -235,15 +237,24 @@ static int summary_request(request *r, const cJSON *body, summary_req *q, enum M
         q->solver = t->valuestring;
         q->momentum = m ? m->valuedouble : q->momentum;
     }
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "precision"))) {
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "fp32") &&
+                                   strcmp(f->valuestring, "amp-bf16") &&
+                                   strcmp(f->valuestring, "amp-fp16")))
+            goto invalid;
+        q->precision = f->valuestring;
+    }
     return 0;
 unknown:
     *answered = http_error(r, 400, "unknown_field", "unknown field \"%.64s\": the summary takes network, "
-                           "input, classes, batch_size and solver (type, momentum)", f->string);
+                           "input, classes, batch_size, solver (type, momentum) and precision",
+                           f->string);
     return -1;
 invalid:
     *answered = http_error(r, 400, "invalid_field", "field \"%s\" is not valid: network is a name or a "
                            "spec, input [C,H,W], classes and batch_size (1..4096) positive integers, "
-                           "solver \"sgd\", \"adam\" or \"adamw\"", f ? f->string : "network");
+                           "solver \"sgd\", \"adam\" or \"adamw\", precision \"fp32\", "
+                           "\"amp-bf16\" or \"amp-fp16\"", f ? f->string : "network");
     return -1;
 }
 
@@ -259,7 +270,7 @@ static int h_network_summary(request *r)
     if (summary_request(r, doc, &q, &answered) < 0)
         goto out;
     if (summary_build(q.spec ? q.spec : q.network, q.in, q.classes, q.batch, q.solver, q.momentum > 0,
-                      &s, err, sizeof err) < 0)
+                      q.precision, &s, err, sizeof err) < 0)
         answered = http_error(r, 422, "invalid_network", "%s", err);
     else
         answered = http_json(r, MHD_HTTP_OK, summary_to_json(&s));

@@ -53,7 +53,12 @@ test('lenet with the defaults: 1x28x28, 10 classes, batch 64, sgd with momentum'
   const m = s.training_memory;
   assert.equal(m.batch_size, 64);
   assert.equal(m.optimizer_states_per_param, 1);
-  assert.equal(m.total_bytes, 431080 * 12 + 64 * 80776);
+  // per image: the input (3,136 bytes) and 19,410 outputs with their gradients (8 bytes each)
+  assert.equal(m.per_image_bytes, 3136 + 19410 * 8);
+  assert.equal(m.total_bytes, 431080 * 12 + 64 * (3136 + 19410 * 8));
+  assert.equal(m.precision, 'fp32');
+  assert.equal(m.devices[0].kind, 'cpu');
+  assert.ok(m.devices[0].fits && m.devices[0].max_batch > 64, JSON.stringify(m.devices));
   assert.equal(s.warnings.length, 4);
   assert.ok(s.warnings.some((w) => w.includes('"conv1"): 20 filters')), JSON.stringify(s.warnings));
 });
@@ -68,9 +73,26 @@ test('vgg16 as a spec: 138,357,544 parameters and 15.47 G multiply-adds', async 
   assert.equal(m.optimizer_states_per_param, 2);
   assert.equal(m.weights_bytes, 4 * 138357544);
   assert.equal(m.optimizer_bytes, 2 * 4 * 138357544);
-  assert.equal(m.activations_bytes, 128 * s.kept_activation_bytes);
-  assert.equal(m.total_bytes, 4 * 4 * 138357544 + 128 * s.kept_activation_bytes);
+  // outputs and their gradients: twice what is kept, less the input counted once
+  const input = 4 * 3 * 224 * 224;
+  assert.equal(m.per_image_bytes, 2 * s.kept_activation_bytes - input +
+    4 * s.layers.filter((l) => l.type === 'dropout').reduce((a, l) => a + l.activation_bytes / 4, 0));
+  assert.equal(m.activations_bytes, 128 * m.per_image_bytes);
+  assert.equal(m.total_bytes, 4 * 4 * 138357544 + 128 * m.per_image_bytes);
   assert.deepEqual(s.warnings, []);
+});
+
+test('mixed precision: 16-bit activations and weight copies', async () => {
+  const f = await summarize({ network: 'cifar10-cnn' });
+  const h = await summarize({ network: 'cifar10-cnn', precision: 'amp-bf16' });
+  assert.equal(h.training_memory.precision, 'amp-bf16');
+  const conv1 = (s) => s.layers.find((l) => l.name === 'conv1').activation_bytes;
+  assert.equal(conv1(h) * 2, conv1(f));
+  const fc2 = (s) => s.layers.find((l) => l.name === 'fc2').activation_bytes;
+  assert.equal(fc2(h), fc2(f), 'the logits stay FP32');
+  assert.ok(h.training_memory.weight_copies_bytes > 0 && f.training_memory.weight_copies_bytes === 0);
+  assert.ok(h.training_memory.per_image_bytes < f.training_memory.per_image_bytes);
+  await refused({ network: 'lenet', precision: 'fp8' }, 400, 'invalid_field');
 });
 
 test('resnet18 for 1000 classes; a batch that is not a multiple of 8 warns', async () => {

@@ -24,7 +24,7 @@ static void build(const char *json, net_shape in, int classes, int batch, const 
     char err[512] = "";
     cJSON *j = cJSON_Parse(json);
     assert_non_null(j);
-    int rc = summary_build(j, in, classes, batch, solver, momentum, s, err, sizeof err);
+    int rc = summary_build(j, in, classes, batch, solver, momentum, NULL, s, err, sizeof err);
     cJSON_Delete(j);
     if (rc != 0) {
         print_error("summary_build: %s\n", err);
@@ -62,7 +62,9 @@ static bool has_warning(const summary *s, const char *part)
  *   4,616,450.
  * Kept for backward (elements): input 784 + conv1 11,520 + pool1 2,880 +
  *   conv2 3,200 + pool2 800 + fc1 500 + relu1 500 + fc2 10 = 20,194
- *   (flatten is a view), 80,776 bytes. */
+ *   (flatten is a view), 80,776 bytes.
+ * Training memory per image (seeds/002: outputs x 2 for their gradients):
+ *   input 784 * 4 = 3,136 + 19,410 outputs * 4 * 2 = 155,280: 158,416 bytes. */
 static void test_lenet(void **state)
 {
     (void)state;
@@ -81,9 +83,10 @@ static void test_lenet(void **state)
     assert_int_equal(c2->flops, 3203200);
     assert_int_equal(c2->act_bytes, 12800);
     assert_int_equal(layer_named(&s, "pool1")->flops, 11520);
-    /* sgd with momentum: one state; 431,080 * 4 * 3 + 64 * 80,776 */
+    /* sgd with momentum: one state; 431,080 * 4 * 3 + 64 * 158,416 */
     assert_int_equal(s.opt_states, 1);
-    assert_int_equal(s.train_bytes, 431080LL * 12 + 64LL * 80776);
+    assert_int_equal(s.image_bytes, 158416);
+    assert_int_equal(s.train_bytes, 431080LL * 12 + 64LL * 158416);
     /* 20 and 50 filters, 500 and 10 units; batch 64 is fine */
     assert_int_equal(s.nwarnings, 4);
     assert_true(has_warning(&s, "layer 1 (conv2d \"conv1\"): 20 filters"));
@@ -159,7 +162,8 @@ static void test_resnet18(void **state)
 /* A tiny net worked by hand: input 1x4x4; conv 8 filters 3x3 -> 8x2x2
  * (8*9 + 8 = 80 parameters); flatten (a view, 32); dense 2 classes
  * (32*2 + 2 = 66). 146 parameters, 584 bytes. Kept for backward per image:
- * input 16 + conv 32 + dense 2 = 50 numbers, 200 bytes. */
+ * input 16 + conv 32 + dense 2 = 50 numbers, 200 bytes. Training memory per
+ * image: the input 64 bytes + (32 + 2) outputs * 4 bytes * 2 = 336 bytes. */
 static const char *TINY =
     "{\"layers\": [{\"type\": \"conv2d\", \"name\": \"c\", \"filters\": 8, \"kernel\": 3},"
     " {\"type\": \"flatten\"}, {\"type\": \"dense\", \"name\": \"d\", \"units\": \"classes\"}]}";
@@ -176,24 +180,90 @@ static void test_memory_by_hand(void **state)
     assert_int_equal(s.weight_bytes, 584);
     assert_int_equal(s.grad_bytes, 584);
     assert_int_equal(s.opt_bytes, 1168);            /* adam: m and v */
-    assert_int_equal(s.batch_act_bytes, 3200);      /* 16 * 200 */
-    assert_int_equal(s.train_bytes, 584 + 584 + 1168 + 3200);
+    assert_int_equal(s.image_bytes, 336);
+    assert_int_equal(s.batch_act_bytes, 5376);      /* 16 * 336 */
+    assert_int_equal(s.train_bytes, 584 + 584 + 1168 + 5376);
+    assert_int_equal(s.copy_bytes, 0);
     assert_int_equal(s.nwarnings, 1);               /* dense of 2 units; not the conv of 8 */
     assert_true(has_warning(&s, "layer 3 (dense \"d\"): 2 units"));
     summary_free(&s);
 
     build(TINY, in, 2, 16, "adamw", false, &s);
-    assert_int_equal(s.train_bytes, 5536);
+    assert_int_equal(s.train_bytes, 7712);
     summary_free(&s);
     build(TINY, in, 2, 16, "sgd", true, &s);        /* one momentum buffer */
-    assert_int_equal(s.train_bytes, 584 * 3 + 3200);
+    assert_int_equal(s.train_bytes, 584 * 3 + 5376);
     summary_free(&s);
     build(TINY, in, 2, 12, "sgd", false, &s);       /* no state; batch 12 warns */
     assert_int_equal(s.opt_bytes, 0);
-    assert_int_equal(s.train_bytes, 584 * 2 + 12 * 200);
+    assert_int_equal(s.train_bytes, 584 * 2 + 12 * 336);
     assert_int_equal(s.nwarnings, 2);
     assert_true(has_warning(&s, "batch size 12 is not a multiple of 8"));
     summary_free(&s);
+}
+
+/* Mixed precision, by hand on TINY: the conv's output is 16-bit (2 bytes),
+ * the dense layer writes the logits in FP32; the 16-bit copies are of the
+ * conv's 72 and the dense layer's 64 weights (not the biases): 272 bytes.
+ * Per image: input 64 + conv 32 * 2 * 2 + dense 2 * 4 * 2 = 208 bytes. */
+static void test_memory_amp(void **state)
+{
+    (void)state;
+    char err[256];
+    summary s;
+    cJSON *j = cJSON_Parse(TINY);
+    assert_int_equal(summary_build(j, (net_shape){ 1, 4, 4 }, 2, 16, "adam", false, "amp-bf16",
+                                   &s, err, sizeof err), 0);
+    assert_string_equal(s.precision, "amp-bf16");
+    assert_int_equal(s.copy_bytes, 272);
+    assert_int_equal(s.image_bytes, 208);
+    assert_int_equal(s.layers[0].act_bytes, 32 * 2);
+    assert_int_equal(s.layers[2].act_bytes, 2 * 4);
+    assert_int_equal(s.train_bytes, 584 + 584 + 1168 + 272 + 16 * 208);
+    summary_free(&s);
+    assert_int_equal(summary_build(j, (net_shape){ 1, 4, 4 }, 2, 16, "adam", false, "fp64",
+                                   &s, err, sizeof err), -1);
+    assert_non_null(strstr(err, "precision"));
+    cJSON_Delete(j);
+}
+
+/* Each device: whether the estimate fits and the largest batch that does,
+ * (memory - fixed) / per image, which must itself fit while one more must
+ * not. */
+static void test_devices(void **state)
+{
+    (void)state;
+    summary s;
+    build(net_builtin("resnet50"), NONE, 1000, 256, "sgd", true, &s);
+    assert_true(s.ndevices >= 1);
+    assert_string_equal(s.devices[0].kind, "cpu");
+    for (int i = 0; i < s.ndevices; i++) {
+        const summary_device *d = &s.devices[i];
+        assert_true(d->memory_bytes > 0);
+        assert_int_equal(d->fits, s.train_bytes <= d->memory_bytes);
+        assert_true(s.fixed_bytes + d->max_batch * s.image_bytes <= d->memory_bytes);
+        assert_true(s.fixed_bytes + (d->max_batch + 1) * s.image_bytes > d->memory_bytes);
+    }
+    summary_free(&s);
+}
+
+/* net_create refuses a net beyond the machine before allocating it, naming
+ * the layer whose outputs take the most (a dense layer of 2^20 units on a
+ * batch of 2^20 images needs terabytes). */
+static void test_net_refuses_too_big(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    cJSON *j = cJSON_Parse("{\"layers\": [{\"type\": \"dense\", \"name\": \"huge\", "
+                           "\"units\": 1048576}, {\"type\": \"dense\", \"name\": \"out\", "
+                           "\"units\": \"classes\"}]}");
+    net_solver sv = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
+    net *n = net_create(j, (net_shape){ 1, 2, 2 }, 2, 1 << 20, "cpu", &sv, 1, err, sizeof err);
+    assert_null(n);
+    assert_non_null(strstr(err, "more than this machine's"));
+    assert_non_null(strstr(err, "layer 1 (dense \"huge\")"));
+    assert_non_null(strstr(err, "use a smaller batch"));
+    cJSON_Delete(j);
 }
 
 static void test_refusals(void **state)
@@ -203,13 +273,13 @@ static void test_refusals(void **state)
     summary s;
     cJSON *j = cJSON_Parse(TINY);
     const net_shape in = { 1, 4, 4 };
-    assert_int_equal(summary_build(j, in, 2, 0, "sgd", false, &s, err, sizeof err), -1);
+    assert_int_equal(summary_build(j, in, 2, 0, "sgd", false, NULL, &s, err, sizeof err), -1);
     assert_non_null(strstr(err, "batch size"));
-    assert_int_equal(summary_build(j, in, 2, 8, "rmsprop", false, &s, err, sizeof err), -1);
+    assert_int_equal(summary_build(j, in, 2, 8, "rmsprop", false, NULL, &s, err, sizeof err), -1);
     assert_non_null(strstr(err, "unknown solver \"rmsprop\""));
     /* a 3x3 kernel on a 2x2 input: the parser's message names the layer */
     const net_shape small = { 1, 2, 2 };
-    assert_int_equal(summary_build(j, small, 2, 8, "sgd", false, &s, err, sizeof err), -1);
+    assert_int_equal(summary_build(j, small, 2, 8, "sgd", false, NULL, &s, err, sizeof err), -1);
     assert_non_null(strstr(err, "layer 1 (conv2d \"c\")"));
     assert_null(s.layers);
     cJSON_Delete(j);
@@ -257,7 +327,12 @@ static void test_json(void **state)
     assert_int_equal(cJSON_GetObjectItem(c, "flops")->valuedouble, 2 * 32 * 9 + 32);
     assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "output_shape"), 0)->valueint, 8);
     cJSON *m = cJSON_GetObjectItem(o, "training_memory");
-    assert_int_equal(cJSON_GetObjectItem(m, "total_bytes")->valuedouble, 5536);
+    assert_int_equal(cJSON_GetObjectItem(m, "total_bytes")->valuedouble, 7712);
+    assert_string_equal(cJSON_GetObjectItem(m, "precision")->valuestring, "fp32");
+    cJSON *d0 = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "devices"), 0);
+    assert_non_null(d0);
+    assert_string_equal(cJSON_GetObjectItem(d0, "kind")->valuestring, "cpu");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(d0, "fits")));
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "warnings")), 1);
     cJSON_Delete(o);
     summary_free(&s);
@@ -270,6 +345,9 @@ int main(void)
         cmocka_unit_test(test_vgg16),
         cmocka_unit_test(test_resnet18),
         cmocka_unit_test(test_memory_by_hand),
+        cmocka_unit_test(test_memory_amp),
+        cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_net_refuses_too_big),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_builtin_defaults),
         cmocka_unit_test(test_json),
