@@ -1,7 +1,8 @@
 // The home view (#/): datasets with an upload form, jobs with a "new job" form.
 // Lists refresh every few seconds while the page is open.
 
-import { get, post, uploadDataset, ApiError } from './api.js';
+import { get, uploadDataset, ApiError } from './api.js';
+import { buildJobForm } from './jobform.js';
 import {
   h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes,
 } from './ui.js';
@@ -212,77 +213,4 @@ function buildUploadForm(state, refresh) {
     fill(error, msg);
   }
   return form;
-}
-
-function buildJobForm(state) {
-  const dataset = h('select', { id: 'job-dataset', name: 'dataset_id', required: true });
-  const network = h('select', { id: 'job-network', name: 'network', required: true });
-  const num = (id, label, value, attrs) => {
-    const input = h('input', { id, name: id.replace('job-', ''), type: 'number', value, required: true, ...attrs });
-    return { input, field: h('div', { class: 'field' }, h('label', { for: id }, label), input) };
-  };
-  const epochs = num('job-epochs', 'Epochs', '2', { min: 1, max: 10000, step: 1 });
-  const batch = num('job-batch', 'Batch size', '64', { min: 1, max: 4096, step: 1 });
-  const lr = num('job-lr', 'Learning rate', '0.01', { min: 0, step: 'any' });
-  const momentum = num('job-momentum', 'Momentum', '0.9', { min: 0, max: 1, step: 'any' });
-  const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
-  const button = h('button', { type: 'submit', class: 'btn btn-primary', id: 'job-submit' }, 'Start training');
-
-  const el = h('form', { class: 'form', id: 'job-form', novalidate: true },
-    h('div', { class: 'field' }, h('label', { for: 'job-dataset' }, 'Dataset'), dataset),
-    h('div', { class: 'field' }, h('label', { for: 'job-network' }, 'Network'), network),
-    h('div', { class: 'field-row' }, epochs.field, batch.field),
-    h('fieldset', { class: 'fieldset' }, h('legend', {}, 'Solver: SGD'),
-      h('div', { class: 'field-row' }, lr.field, momentum.field)),
-    error,
-    h('div', { class: 'actions' }, button));
-
-  let lastKey = '';
-  function setDatasets(items) {
-    const ready = items.filter((d) => d.status === 'ready');
-    const key = ready.map((d) => `${d.id}:${d.name}`).join('|');
-    if (key === lastKey) return;
-    lastKey = key;
-    const keep = dataset.value;
-    fill(dataset, ready.length
-      ? ready.map((d) => h('option', { value: String(d.id) },
-        `${d.name} (${fmtCount(d.counts && d.counts.train)} train · ${(d.classes || []).length} classes)`))
-      : h('option', { value: '' }, 'No ready dataset'));
-    if (keep && ready.some((d) => String(d.id) === keep)) dataset.value = keep;
-    button.disabled = !ready.length;
-  }
-  function setNetworks(items) {
-    const keep = network.value;
-    fill(network, items.map((n) => h('option', { value: n.name }, n.name)));
-    if (keep && items.some((n) => n.name === keep)) network.value = keep;
-  }
-  setNetworks(BUILTIN_NETWORKS);
-  setDatasets([]);
-
-  el.addEventListener('submit', async (ev) => {
-    ev.preventDefault();
-    error.hidden = true;
-    const body = {
-      dataset_id: Number(dataset.value),
-      network: network.value,
-      epochs: Number(epochs.input.value),
-      batch_size: Number(batch.input.value),
-      solver: { type: 'sgd', lr: Number(lr.input.value), momentum: Number(momentum.input.value) },
-    };
-    if (!dataset.value) { showError(error, new Error('Choose a dataset (one that is ready).')); return; }
-    for (const [k, v] of [['Epochs', body.epochs], ['Batch size', body.batch_size], ['Learning rate', body.solver.lr], ['Momentum', body.solver.momentum]]) {
-      if (!Number.isFinite(v)) { showError(error, new Error(`${k} must be a number.`)); return; }
-    }
-    button.disabled = true;
-    try {
-      const job = await post('/jobs', body);
-      location.hash = `#/jobs/${job.id}`;
-    } catch (e) {
-      showError(error, e);
-    } finally {
-      button.disabled = false;
-    }
-  });
-
-  return { el, setDatasets, setNetworks };
 }

@@ -95,6 +95,79 @@ test('an error from the API shows next to the form', async () => {
   await shot('form-error');
 });
 
+test('the model summary of the chosen network shows under the form', async () => {
+  await page.selectOption('#job-network', 'lenet');
+  await page.click('#job-summary-button');
+  await page.waitForSelector('#job-summary-params', { timeout: 15_000 });
+  assert.equal(await page.textContent('#job-summary-params'), '431,080');
+  const text = await page.textContent('#job-summary');
+  assert.match(text, /1×28×28, 10 classes/, 'summarised for the chosen dataset');
+  assert.match(text, /20 filters is not a multiple of 8/);
+  assert.match(text, /cpu 0 .*fits/);
+});
+
+test('a custom spec that is not JSON is refused in the page, nothing sent', async () => {
+  await page.selectOption('#job-network', '__custom__');
+  assert.ok(await page.isVisible('#job-spec'));
+  await page.fill('#job-spec', '{"layers": [');
+  await page.click('#job-submit');
+  const err = page.locator('#job-spec-error');
+  await err.waitFor({ state: 'visible', timeout: 5_000 });
+  assert.match(await err.textContent(), /not valid JSON/);
+  assert.equal(new URL(page.url()).hash, '', 'no navigation');
+  // a valid spec summarises, and a bad layer comes back from the API naming it
+  await page.fill('#job-spec', JSON.stringify({ layers: [
+    { type: 'conv2d', name: 'c1', filters: 8, kernel: 3 }, { type: 'flatten' },
+    { type: 'dense', name: 'out', units: 'classes' }] }));
+  await page.click('#job-summary-button');
+  await page.waitForSelector('#job-summary-params', { timeout: 15_000 });
+  assert.equal(await page.textContent('#job-summary-params'), String(8 * 9 + 8 + 8 * 26 * 26 * 10 + 10).replace(/\B(?=(\d{3})+$)/g, ','));
+  await page.fill('#job-spec', JSON.stringify({ layers: [{ type: 'conv2d', name: 'big', filters: 8, kernel: 40 }] }));
+  await page.click('#job-summary-button');
+  await page.waitForSelector('#job-summary-error', { timeout: 15_000 });
+  assert.match(await page.textContent('#job-summary-error'), /"big"/);
+  await shot('form-custom');
+  await page.selectOption('#job-network', 'lenet');
+});
+
+test('an Adam job with a cosine policy and warm-up from the advanced settings', { timeout: 120_000 }, async () => {
+  await page.selectOption('#job-dataset', String(datasetId));
+  await page.fill('#job-epochs', '1');
+  await page.selectOption('#job-solver', 'adam');
+  assert.equal(await page.inputValue('#job-lr'), '0.001', 'Adam\'s usual rate replaces SGD\'s');
+  assert.ok(!(await page.isVisible('#job-momentum')), 'no momentum for Adam');
+  await page.fill('#job-weight-decay', '0.0001');
+  await page.click('#job-advanced summary');
+  await page.selectOption('#job-policy', 'cosine');
+  await page.fill('#job-policy-min_lr', '0.00001');
+  await page.fill('#job-warmup', '1');
+  await page.fill('#job-label-smoothing', '0.1');
+  await page.fill('#job-seed', '7');
+  await page.fill('#job-name', 'adam from the form');
+  await shot('form-advanced');
+  await page.click('#job-submit');
+  await page.waitForFunction(() => /^#\/jobs\/\d+$/.test(location.hash), null, { timeout: 15_000 });
+  const id = Number(new URL(page.url()).hash.split('/').pop());
+  try {
+    const job = await (await fetch(`${base}/api/v1/jobs/${id}`)).json();
+    const cfg = job.config;
+    assert.equal(cfg.solver.type, 'adam', JSON.stringify(job));
+    assert.equal(cfg.solver.lr, 0.001);
+    assert.equal(cfg.solver.weight_decay, 0.0001);
+    assert.equal(cfg.solver.label_smoothing, 0.1);
+    assert.equal(cfg.lr_policy.type, 'cosine');
+    assert.equal(cfg.lr_policy.min_lr, 0.00001);
+    assert.ok(cfg.lr_policy.warmup_steps > 0, 'warm-up epochs became steps');
+    assert.equal(cfg.seed, 7);
+    assert.equal(cfg.name, 'adam from the form');
+  } finally {
+    // the home view again, and the job out of the way of the next test
+    await fetch(`${base}/api/v1/jobs/${id}/cancel`, { method: 'POST' });
+    await page.goto(`${base}/`);
+    await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
+  }
+});
+
 test('start LeNet from the form; the job page draws curves live and reaches done', { timeout: 1_100_000 }, async () => {
   await page.selectOption('#job-dataset', String(datasetId));
   await page.selectOption('#job-network', 'lenet');
