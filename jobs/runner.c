@@ -53,6 +53,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/amp.h"          /* AMP_GROWTH_INTERVAL */
 #include "engine/checkpoint.h"   /* ckpt_save, ckpt_load, ckpt_latest */
 #include "engine/dataset.h"   /* ds_info_load, ds_split_open, loader_open, loader_next */
 #include "engine/fileio.h"    /* fio_read_file, fio_mkdir_p */
@@ -334,6 +335,18 @@ static int metric(run *r, const char *tag, double value, int64_t step, double ep
     return 0;
 }
 
+/* Mixed precision: the loss scale in use and the steps skipped so far
+ * (engine/amp.h), with the other training metrics; nothing in fp32. */
+static int amp_metrics(run *r, int64_t step, double epoch)
+{
+    if (!strcmp(r->cfg.precision, "fp32"))
+        return 0;
+    net_amp_state a;
+    net_amp_get(r->net, &a);
+    return metric(r, "amp/loss_scale", a.scale, step, epoch) ||
+           metric(r, "amp/skipped_steps", (double)a.skipped, step, epoch) ? -1 : 0;
+}
+
 static void progress(run *r, int epochs_done, double ips, double eta)
 {
     char a[32], b[32], line[256];
@@ -570,7 +583,7 @@ static int train(run *r, bool *cancelled)
     for (int epoch = r->start_epoch; epoch < c->epochs; epoch++) {
         double t_epoch = mono_now(), t_int = t_epoch;
         double int_loss = 0, ep_loss = 0;
-        long int_correct = 0, int_count = 0, ep_correct = 0, ep_count = 0;
+        long int_correct = 0, int_count = 0, ep_correct = 0, ep_count = 0, int_images = 0;
         int64_t int_steps = 0, i = 0;
         double ips = 0, secs_per_step = 0;
         int n;
@@ -597,32 +610,39 @@ static int train(run *r, bool *cancelled)
             if (stop_after > 0 && r->step == stop_after)
                 stop_requested = 1;
             int_steps++;
-            int_loss += st.loss * st.count;
-            int_correct += st.correct;
-            int_count += st.count;
-            ep_loss += st.loss * st.count;
-            ep_correct += st.correct;
-            ep_count += st.count;
+            /* A step skipped for overflow (mixed precision's loss scaler) may
+             * have a non-finite loss; it does not count in the means. */
+            if (!st.skipped || isfinite(st.loss)) {
+                int_loss += st.loss * st.count;
+                int_correct += st.correct;
+                int_count += st.count;
+                ep_loss += st.loss * st.count;
+                ep_correct += st.correct;
+                ep_count += st.count;
+            }
+            int_images += st.count;
 
             if (i % interval == 0 || i == r->steps_per_epoch) {
                 double now = mono_now(), dt = now - t_int;
                 double loss = int_count ? int_loss / int_count : NAN;
-                if (!isfinite(loss)) {
+                if (!isfinite(loss) && int_count) {
                     snprintf(r->err, sizeof r->err, "training diverged at step %lld: the loss is %g; "
                              "try a lower learning rate", (long long)r->step, loss);
                     return -1;
                 }
-                ips = dt > 0 ? int_count / dt : 0;
+                ips = dt > 0 ? int_images / dt : 0;
                 secs_per_step = int_steps ? dt / int_steps : 0;
                 double ep = epoch + (double)i / r->steps_per_epoch;
-                if (metric(r, "train/loss", loss, r->step, ep) ||
-                    metric(r, "train/accuracy", int_count ? (double)int_correct / int_count : NAN, r->step, ep) ||
+                if ((int_count && (metric(r, "train/loss", loss, r->step, ep) ||
+                                   metric(r, "train/accuracy", (double)int_correct / int_count,
+                                          r->step, ep))) ||
                     metric(r, "lr", lr, r->step, ep) ||
-                    metric(r, "perf/images_per_sec", ips, r->step, ep))
+                    metric(r, "perf/images_per_sec", ips, r->step, ep) ||
+                    amp_metrics(r, r->step, ep) != 0)
                     return -1;
                 progress(r, epoch, ips, eta_of(r, secs_per_step, epoch, false, ips));
                 int_loss = 0;
-                int_correct = int_count = 0;
+                int_correct = int_count = int_images = 0;
                 int_steps = 0;
                 t_int = now;
             }
@@ -787,6 +807,23 @@ int runner_run(const char *dir, bool human_output)
           r.cfg.precision, ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
           r.info.nclasses, r.cfg.epochs, r.cfg.epochs == 1 ? "" : "s", (long long)r.steps_per_epoch, r.cfg.batch, sdesc,
           (unsigned long long)r.cfg.seed, mono_now() - t0);
+    if (!strcmp(r.cfg.precision, "amp-fp16") && !strcmp(r.cfg.backend, "cpu"))
+        logf_("amp-fp16 on the CPU: this CPU has no FP16 arithmetic, so FP16 storage is emulated "
+              "(every 16-bit tensor rounded through FP16, the arithmetic in FP32): FP16's numerics "
+              "and loss scaling, not its speed");
+    else if (!strcmp(r.cfg.precision, "amp-bf16") && !strcmp(r.cfg.backend, "cpu"))
+        logf_("amp-bf16 on the CPU: convolutions and dense layers run oneDNN's bfloat16 kernels "
+              "with FP32 accumulation; weights and optimizer state stay FP32");
+    if (strcmp(r.cfg.precision, "fp32")) {
+        net_amp_state a;
+        net_amp_get(r.net, &a);
+        if (a.dynamic)
+            logf_("dynamic loss scaling: scale %g, halved on overflow (the step skipped), doubled "
+                  "after %d clean steps", a.scale, AMP_GROWTH_INTERVAL);
+        else
+            logf_("no loss scaling (bfloat16 has FP32's range; ask for \"loss_scaling\": "
+                  "\"dynamic\" to add it)");
+    }
     if (stop_requested) {
         stop_cancelled(&r);
         status = 0;

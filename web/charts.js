@@ -8,7 +8,7 @@
 
 const COLORS = { train: '#2563eb', val: '#ea580c' };
 
-export function createChart(container, { name, title, yLabel, series, yRange, xMax }) {
+export function createChart(container, { name, title, yLabel, series, yRange, xMax, yLog }) {
   const points = series.map(() => new Map());          // per series: x -> y
   const tagIndex = new Map(series.map((s, i) => [s.tag, i]));
   const wrap = document.createElement('div');
@@ -23,7 +23,7 @@ export function createChart(container, { name, title, yLabel, series, yRange, xM
     scales: {
       // From epoch 0 to the job's last epoch, so the curve grows into a fixed frame.
       x: { time: false, range: (u, min, max) => [0, Math.max(max ?? 1, (xMax && xMax()) || 1)] },
-      y: yRange ? { range: yRange } : { auto: true },
+      y: yLog ? { distr: 3, log: 2 } : yRange ? { range: yRange } : { auto: true },
     },
     axes: [
       { label: 'epoch', stroke: '#4b5563', grid: { stroke: '#eef0f3' }, ticks: { stroke: '#e5e7eb' } },

@@ -40,6 +40,16 @@ export function renderJob(root, id) {
   const lossBox = h('div', { class: 'chart', id: 'chart-loss', role: 'img', 'aria-label': 'training and validation loss by epoch' });
   const accBox = h('div', { class: 'chart', id: 'chart-accuracy', role: 'img', 'aria-label': 'training and validation accuracy by epoch' });
   const config = h('dl', { class: 'config', id: 'job-config' });
+  // mixed precision: the loss scale over time and the steps its overflows skipped
+  const ampScale = h('dd', { id: 'stat-loss-scale' }, '—');
+  const ampSkipped = h('dd', { id: 'stat-skipped' }, '—');
+  const ampBox = h('div', { class: 'chart', id: 'chart-loss-scale', role: 'img', 'aria-label': 'loss scale by epoch' });
+  const ampCard = h('section', { class: 'card', id: 'amp-card', 'aria-labelledby': 'amp-title', hidden: true },
+    h('div', { class: 'card-head' }, h('h2', { id: 'amp-title' }, 'Mixed precision')),
+    h('dl', { class: 'stats stats-2' }, h('div', { class: 'stat' }, h('dt', {}, 'Loss scale'), ampScale),
+      h('div', { class: 'stat' }, h('dt', {}, 'Skipped steps'), ampSkipped)),
+    ampBox);
+  const ampSection = h('section', { class: 'grid charts', hidden: true }, ampCard);
   const log = h('pre', { class: 'log', id: 'job-log', 'aria-live': 'off', tabindex: '0' });
   const logCard = h('section', { class: 'card', 'aria-labelledby': 'log-title', hidden: true },
     h('div', { class: 'card-head' }, h('h2', { id: 'log-title' }, 'Log')), log);
@@ -64,6 +74,7 @@ export function renderJob(root, id) {
         h('div', { class: 'card-head' }, h('h2', { id: 'loss-title' }, 'Loss')), lossBox),
       h('section', { class: 'card', 'aria-labelledby': 'acc-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'acc-title' }, 'Accuracy')), accBox)),
+    ampSection,
     h('section', { class: 'grid' },
       logCard,
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
@@ -77,7 +88,11 @@ export function renderJob(root, id) {
     name: 'accuracy', yLabel: 'accuracy', yRange: [0, 1], xMax: () => (st.job && st.job.epochs) || 1,
     series: [{ tag: 'train/accuracy', label: 'train accuracy' }, { tag: 'val/accuracy', label: 'val accuracy' }],
   });
-  st.charts = [lossChart, accChart];
+  const ampChart = createChart(ampBox, {
+    name: 'loss-scale', yLabel: 'loss scale', yLog: true, xMax: () => (st.job && st.job.epochs) || 1,
+    series: [{ tag: 'amp/loss_scale', label: 'loss scale' }],
+  });
+  st.charts = [lossChart, accChart, ampChart];
 
   cancelBtn.addEventListener('click', async () => {
     cancelBtn.disabled = true;
@@ -106,6 +121,14 @@ export function renderJob(root, id) {
     const prev = st.latest[m.tag];
     if (!prev || m.step >= prev.step) st.latest[m.tag] = m;
     if (m.tag === 'train/loss' || m.tag === 'val/accuracy') renderLatest();
+    if (m.tag === 'amp/loss_scale' || m.tag === 'amp/skipped_steps') renderAmp();
+  }
+
+  function renderAmp() {
+    const scale = st.latest['amp/loss_scale'];
+    const skipped = st.latest['amp/skipped_steps'];
+    if (scale) fill(ampScale, fmtNumber(scale.value));
+    if (skipped) fill(ampSkipped, fmtCount(skipped.value));
   }
 
   function renderLatest() {
@@ -164,16 +187,18 @@ export function renderJob(root, id) {
     const dsName = st.datasetName ? `${st.datasetName} (#${job.dataset_id})` : `#${job.dataset_id}`;
     fill(subtitle, `${job.network} on dataset ${dsName}`, ' · created ', fmtTime(job.created_at),
       job.finished_at ? [' · finished ', fmtTime(job.finished_at)] : []);
-    const solver = c.solver || {};
     const row = (k, v) => [h('dt', {}, k), h('dd', {}, v)];
+    const precision = c.precision || 'fp32';
+    ampCard.hidden = ampSection.hidden = precision === 'fp32';
     fill(config,
       row('Network', job.network),
       row('Dataset', dsName),
       row('Input', Array.isArray(c.input) ? c.input.join(' × ') : '—'),
       row('Epochs', String(job.epochs ?? c.epochs ?? '—')),
       row('Batch size', String(c.batch_size ?? '—')),
-      row('Solver', solver.type ? `${solver.type}, lr ${solver.lr}, momentum ${solver.momentum}, weight decay ${solver.weight_decay ?? 0}` : '—'),
-      row('Precision', c.precision || '—'),
+      row('Solver', solverText(c.solver)),
+      row('Learning rate', policyText(c.lr_policy)),
+      row('Precision', precision === 'fp32' ? 'fp32' : `${precision}, loss scaling ${c.loss_scaling || 'off'}`),
       row('Backend', c.backend || '—'),
       row('Seed', String(c.seed ?? '—')));
     renderProgress({ epoch: job.epoch, epochs: job.epochs, step: job.step, steps: job.steps,
@@ -294,4 +319,26 @@ export function renderJob(root, id) {
     if (st.pollTimer) clearInterval(st.pollTimer);
     for (const c of st.charts) c.destroy();
   };
+}
+
+/* "sgd, lr 0.01, momentum 0.9, weight decay 0.0005, clip 5, label smoothing 0.1" */
+function solverText(s) {
+  if (!s || !s.type) return '—';
+  const parts = [s.type, `lr ${s.lr}`];
+  if (s.type === 'sgd') parts.push(`momentum ${s.momentum}${s.nesterov ? ' (Nesterov)' : ''}`);
+  else parts.push(`betas ${s.beta1}, ${s.beta2}, eps ${s.eps}`);
+  parts.push(`weight decay ${s.weight_decay ?? 0}${s.decay_bias ? ' (biases too)' : ''}`);
+  if (s.clip_norm) parts.push(`clip norm ${s.clip_norm}`);
+  if (s.label_smoothing) parts.push(`label smoothing ${s.label_smoothing}`);
+  if (s.larc) parts.push(`LARC ${s.larc.policy}, eta ${s.larc.eta}`);
+  return parts.join(', ');
+}
+
+/* "cosine to 0, warm-up 125 steps" */
+function policyText(p) {
+  if (!p || !p.type) return 'fixed';
+  const extra = Object.entries(p).filter(([k]) => k !== 'type' && k !== 'warmup_steps')
+    .map(([k, v]) => `${k.replace('_', ' ')} ${Array.isArray(v) ? v.join(', ') : v}`);
+  if (p.warmup_steps) extra.push(`warm-up ${p.warmup_steps} steps`);
+  return extra.length ? `${p.type}: ${extra.join(', ')}` : p.type;
 }
