@@ -4,3 +4,5 @@ kiln_unit_test(test_engine_amp SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_eng
   LIBS kiln_engine m)
 kiln_unit_test(test_engine_amp_net SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_amp_net.c
   LIBS kiln_engine m)
+kiln_unit_test(test_engine_amp_ops SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_amp_ops.c
+  LIBS kiln_engine m)
