@@ -1,0 +1,73 @@
+/* engine/cuda/cuda.h: internals of the CUDA backend, shared by its C files
+ * (context, buffers, the operations table in cuda.c) and its CUDA files (the
+ * kernels in ew.cu, compiled by nvcc with the arithmetic of
+ * engine/elementwise.h).
+ *
+ * State of the backend (issue 5, in progress): the context, buffers, and
+ * every element-wise operation of the table (accumulation, casts, dropout,
+ * the loss, the optimizers, loss-scale unscale and check, norms, batch-norm
+ * running statistics) run on the GPU; convolution, pooling, dense, batch
+ * norm, activations, add and concat (cuDNN and cuBLAS) are still to come, so
+ * backend_find does not offer "cuda" to nets yet and the table's slots for
+ * them answer with an error. tests/gpu/ checks the kernels against the same
+ * functions run on the host.
+ *
+ * Streams: one per context; every operation is queued on it. An operation
+ * that returns a value to the host (the loss, a norm, an overflow flag)
+ * waits for the stream; the others do not.
+ */
+#ifndef KILN_ENGINE_CUDA_CUDA_H
+#define KILN_ENGINE_CUDA_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA backend's table (engine/cuda/cuda.c). */
+extern const backend cuda_backend;
+
+/* Kernels (ew.cu): each queues its work on `stream` (a cudaStream_t) and
+ * returns 0, or -1 with err set from the launch error. Pointers are device
+ * pointers. Reductions write into `scratch`, a device buffer of at least
+ * CUDA_RED_BLOCKS doubles, and `host`, CUDA_RED_BLOCKS pinned doubles; they
+ * wait for the stream. */
+#define CUDA_RED_BLOCKS 64
+
+int cuda_k_acc(void *stream, void *dst, const void *src, size_t count, be_dtype dt, float beta,
+               char *err, size_t errlen);
+int cuda_k_cast(void *stream, const void *src, be_dtype sdt, void *dst, be_dtype ddt,
+                size_t count, char *err, size_t errlen);
+int cuda_k_dropout_fwd(void *stream, const be_dropout_desc *d, bool training, const void *x,
+                       float *mask, void *y, uint64_t seed, char *err, size_t errlen);
+int cuda_k_dropout_bwd(void *stream, const be_dropout_desc *d, const float *mask,
+                       const void *dy, void *dx, float beta, char *err, size_t errlen);
+/* Softmax cross-entropy rows (ew_softmax_xent_row): per-row losses and hits
+ * into row_loss (n floats) and row_hit (n ints) on the device. */
+int cuda_k_xent(void *stream, int n, int classes, const float *logits, const int32_t *labels,
+                float eps, float grad_scale, float *dlogits, float *probs, float *row_loss,
+                int *row_hit, char *err, size_t errlen);
+int cuda_k_sgd(void *stream, float *w, float *v, const float *g, size_t count,
+               const be_sgd *hp, char *err, size_t errlen);
+int cuda_k_optim(void *stream, const be_optim *hp, float *w, float *s1, float *s2,
+                 const float *g, size_t count, char *err, size_t errlen);
+int cuda_k_bn_running(void *stream, float *rm, float *rv, const float *mean, const float *var,
+                      int c, float momentum, int64_t m, char *err, size_t errlen);
+/* *found |= any element non-finite (after unscaling by factor, when unscale). */
+int cuda_k_check(void *stream, float *g, size_t count, bool unscale, float factor,
+                 double *scratch, double *host, bool *found, char *err, size_t errlen);
+/* *out = sum of squares in double, over CUDA_RED_BLOCKS fixed chunks added in
+ * order (the same result for every run). */
+int cuda_k_sumsq(void *stream, const float *p, size_t count, double *scratch, double *host,
+                 double *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

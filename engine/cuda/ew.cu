@@ -1,0 +1,319 @@
+// engine/cuda/ew.cu: the CUDA backend's element-wise kernels. Each element
+// runs the same function of engine/elementwise.h that the CPU backend runs,
+// and this file is compiled without contracting a * b + c into fused
+// multiply-adds (CMake: --fmad=false), so that a kernel's result is the CPU's
+// bit for bit wherever the formula has no transcendental function.
+#include "engine/cuda/cuda.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "engine/elementwise.h"
+
+namespace {
+
+const int THREADS = 256;
+
+int launch_err(const char *what, char *err, size_t errlen)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "cuda backend: %s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+int sync_err(cudaStream_t s, const char *what, char *err, size_t errlen)
+{
+    cudaError_t e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess)
+        return launch_err(what, err, errlen);
+    if (err && errlen)
+        snprintf(err, errlen, "cuda backend: %s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+unsigned blocks_for(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535u * 16 ? 65535u * 16 : b);
+}
+
+__device__ inline float load(const void *p, size_t i, be_dtype dt)
+{
+    if (dt == BE_BF16)
+        return ew_bf16_to_f32(((const unsigned short *)p)[i]);
+    if (dt == BE_F16)
+        return ew_f16_to_f32(((const unsigned short *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ inline void store(void *p, size_t i, be_dtype dt, float v)
+{
+    if (dt == BE_BF16)
+        ((unsigned short *)p)[i] = ew_f32_to_bf16(v);
+    else if (dt == BE_F16)
+        ((unsigned short *)p)[i] = ew_f32_to_f16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+#define GRID_LOOP(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)blockDim.x * gridDim.x)
+
+__global__ void k_acc(void *d, const void *s, size_t n, be_dtype dt, float beta)
+{
+    GRID_LOOP(i, n)
+        store(d, i, dt, load(s, i, dt) + (beta == 0.0f ? 0.0f : beta * load(d, i, dt)));
+}
+
+__global__ void k_cast(const void *s, be_dtype sdt, void *d, be_dtype ddt, size_t n)
+{
+    GRID_LOOP(i, n)
+        store(d, i, ddt, load(s, i, sdt));
+}
+
+// The plain (NCHW) index of element i of an nChw16c tensor (engine/cpu/ew.c).
+__device__ inline size_t blocked_to_plain(size_t i, size_t c, size_t c16, size_t hw)
+{
+    size_t img = i / (c16 * hw), r = i % (c16 * hw);
+    size_t cb = r / (hw * 16), r2 = r % (hw * 16), ch = cb * 16 + r2 % 16;
+    return ch < c ? img * c * hw + ch * hw + r2 / 16 : (size_t)-1;
+}
+
+__global__ void k_dropout_fwd(const void *x, float *mask, void *y, size_t n, be_dtype dt,
+                              bool blocked, size_t c, size_t c16, size_t hw, uint64_t seed,
+                              float rate, float keep)
+{
+    GRID_LOOP(i, n) {
+        size_t li = blocked ? blocked_to_plain(i, c, c16, hw) : i;
+        float m = li != (size_t)-1 && ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
+        mask[i] = m;
+        store(y, i, dt, load(x, i, dt) * m);
+    }
+}
+
+__global__ void k_dropout_bwd(const float *mask, const void *dy, void *dx, size_t n, be_dtype dt,
+                              float beta)
+{
+    GRID_LOOP(i, n)
+        store(dx, i, dt, load(dy, i, dt) * mask[i] + (beta == 0.0f ? 0.0f : beta * load(dx, i, dt)));
+}
+
+__global__ void k_xent(int n, int classes, const float *z, const int32_t *labels, float eps,
+                       float scale, float *dz, float *p, float *row_loss, int *row_hit)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    size_t off = (size_t)i * classes;
+    int label = labels ? labels[i] : -1, top = 0;
+    row_loss[i] = ew_softmax_xent_row(z + off, classes, label, eps, scale, p ? p + off : NULL,
+                                      dz ? dz + off : NULL, &top);
+    row_hit[i] = label >= 0 && top == label;
+}
+
+__global__ void k_sgd(float *w, float *v, const float *g, size_t n, float lr, float mu, float wd)
+{
+    GRID_LOOP(i, n)
+        ew_sgd_momentum(&w[i], &v[i], g[i], lr, mu, wd);
+}
+
+__global__ void k_optim_sgd(float *w, float *v, const float *g, size_t n, float gs, float lr,
+                            float mu, float wd, int nesterov)
+{
+    GRID_LOOP(i, n)
+        ew_sgd(&w[i], &v[i], g[i], gs, lr, mu, wd, nesterov);
+}
+
+__global__ void k_optim_adam(float *w, float *m, float *v, const float *g, size_t n, float gs,
+                             float lr, float b1, float b2, float eps, float wd, float dwd,
+                             float bc1, float sbc2)
+{
+    GRID_LOOP(i, n)
+        ew_adam(&w[i], &m[i], &v[i], g[i], gs, lr, b1, b2, eps, wd, dwd, bc1, sbc2);
+}
+
+__global__ void k_bn_running(float *rm, float *rv, const float *mean, const float *var, int c,
+                             float momentum, long long m)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < c)
+        ew_bn_running(&rm[i], &rv[i], mean[i], var[i], momentum, m);
+}
+
+// Block b of CUDA_RED_BLOCKS covers the fixed chunk [b per, (b + 1) per);
+// threads stride through it and a fixed tree adds their partial sums, so the
+// result depends on neither timing nor the GPU.
+__device__ void block_sum(double v, double *out)
+{
+    __shared__ double part[THREADS];
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s /= 2) {
+        if ((int)threadIdx.x < s)
+            part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = part[0];
+}
+
+__global__ void k_sumsq(const float *p, size_t n, size_t per, double *out)
+{
+    size_t lo = (size_t)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+    double s = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        s += (double)p[i] * (double)p[i];
+    block_sum(s, out);
+}
+
+__global__ void k_check(float *g, size_t n, size_t per, bool unscale, float factor, double *out)
+{
+    size_t lo = (size_t)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+    double bad = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        if (unscale)
+            bad += ew_unscale(&g[i], factor);
+        else
+            bad += !isfinite(g[i]);
+    }
+    block_sum(bad, out);
+}
+
+int reduce(cudaStream_t s, double *scratch, double *host, double *out, const char *what,
+           char *err, size_t errlen)
+{
+    if (cudaMemcpyAsync(host, scratch, CUDA_RED_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
+                        s) != cudaSuccess ||
+        sync_err(s, what, err, errlen) < 0)
+        return launch_err(what, err, errlen) < 0 ? -1 : -1;
+    double t = 0;
+    for (int b = 0; b < CUDA_RED_BLOCKS; b++)
+        t += host[b];
+    *out = t;
+    return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int cuda_k_acc(void *stream, void *dst, const void *src, size_t count, be_dtype dt, float beta,
+               char *err, size_t errlen)
+{
+    if (count)
+        k_acc<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(dst, src, count, dt, beta);
+    return launch_err("accumulate", err, errlen);
+}
+
+int cuda_k_cast(void *stream, const void *src, be_dtype sdt, void *dst, be_dtype ddt,
+                size_t count, char *err, size_t errlen)
+{
+    if (count)
+        k_cast<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(src, sdt, dst, ddt, count);
+    return launch_err("cast", err, errlen);
+}
+
+int cuda_k_dropout_fwd(void *stream, const be_dropout_desc *d, bool training, const void *x,
+                       float *mask, void *y, uint64_t seed, char *err, size_t errlen)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t es = d->dtype == BE_F32 ? 4 : 2;
+    if (!training) {
+        if (x != y && cudaMemcpyAsync(y, x, d->count * es, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+            return launch_err("dropout copy", err, errlen) < 0 ? -1 : -1;
+        return launch_err("dropout copy", err, errlen);
+    }
+    size_t c = (size_t)d->c, c16 = (c + 15) / 16 * 16;
+    if (d->count)
+        k_dropout_fwd<<<blocks_for(d->count), THREADS, 0, s>>>(
+            x, mask, y, d->count, d->dtype, d->layout == BE_BLOCKED16, c, c16, d->hw, seed,
+            d->rate, 1.0f / (1.0f - d->rate));
+    return launch_err("dropout", err, errlen);
+}
+
+int cuda_k_dropout_bwd(void *stream, const be_dropout_desc *d, const float *mask,
+                       const void *dy, void *dx, float beta, char *err, size_t errlen)
+{
+    if (d->count)
+        k_dropout_bwd<<<blocks_for(d->count), THREADS, 0, (cudaStream_t)stream>>>(
+            mask, dy, dx, d->count, d->dtype, beta);
+    return launch_err("dropout backward", err, errlen);
+}
+
+int cuda_k_xent(void *stream, int n, int classes, const float *logits, const int32_t *labels,
+                float eps, float grad_scale, float *dlogits, float *probs, float *row_loss,
+                int *row_hit, char *err, size_t errlen)
+{
+    if (n > 0)
+        k_xent<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+            n, classes, logits, labels, eps, grad_scale, dlogits, probs, row_loss, row_hit);
+    return launch_err("softmax cross-entropy", err, errlen);
+}
+
+int cuda_k_sgd(void *stream, float *w, float *v, const float *g, size_t count, const be_sgd *hp,
+               char *err, size_t errlen)
+{
+    if (count)
+        k_sgd<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(w, v, g, count, hp->lr,
+                                                                       hp->momentum,
+                                                                       hp->weight_decay);
+    return launch_err("sgd update", err, errlen);
+}
+
+int cuda_k_optim(void *stream, const be_optim *hp, float *w, float *s1, float *s2, const float *g,
+                 size_t count, char *err, size_t errlen)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    if (!count)
+        return 0;
+    if (hp->kind == BE_OPT_ADAM)
+        k_optim_adam<<<blocks_for(count), THREADS, 0, s>>>(
+            w, s1, s2, g, count, hp->grad_scale, hp->lr, hp->beta1, hp->beta2, hp->eps,
+            hp->weight_decay, hp->decoupled_wd, hp->bc1, hp->sbc2);
+    else
+        k_optim_sgd<<<blocks_for(count), THREADS, 0, s>>>(w, s1, g, count, hp->grad_scale, hp->lr,
+                                                          hp->momentum, hp->weight_decay,
+                                                          hp->nesterov ? 1 : 0);
+    return launch_err("optimizer update", err, errlen);
+}
+
+int cuda_k_bn_running(void *stream, float *rm, float *rv, const float *mean, const float *var,
+                      int c, float momentum, int64_t m, char *err, size_t errlen)
+{
+    if (c > 0)
+        k_bn_running<<<(unsigned)((c + THREADS - 1) / THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+            rm, rv, mean, var, c, momentum, (long long)m);
+    return launch_err("batch-norm running statistics", err, errlen);
+}
+
+int cuda_k_check(void *stream, float *g, size_t count, bool unscale, float factor,
+                 double *scratch, double *host, bool *found, char *err, size_t errlen)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t per = (count + CUDA_RED_BLOCKS - 1) / CUDA_RED_BLOCKS;
+    k_check<<<CUDA_RED_BLOCKS, THREADS, 0, s>>>(g, count, per ? per : 1, unscale, factor, scratch);
+    double bad = 0;
+    if (launch_err("gradient check", err, errlen) < 0 ||
+        reduce(s, scratch, host, &bad, "gradient check", err, errlen) < 0)
+        return -1;
+    if (bad > 0)
+        *found = true;
+    return 0;
+}
+
+int cuda_k_sumsq(void *stream, const float *p, size_t count, double *scratch, double *host,
+                 double *out, char *err, size_t errlen)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t per = (count + CUDA_RED_BLOCKS - 1) / CUDA_RED_BLOCKS;
+    k_sumsq<<<CUDA_RED_BLOCKS, THREADS, 0, s>>>(p, count, per ? per : 1, scratch);
+    if (launch_err("sum of squares", err, errlen) < 0)
+        return -1;
+    return reduce(s, scratch, host, out, "sum of squares", err, errlen);
+}
+
+}  // extern "C"
