@@ -230,6 +230,7 @@ int cpu_dropout_bwd(be_ctx *ctx, const be_dropout_desc *d, const be_buf *mask, c
     void *o = dx->p;
 #pragma omp parallel for schedule(static) if (count > EW_PAR)
     for (size_t i = 0; i < count; i++)
-        store(o, i, dt, load(g, i, dt) * mp[i] + (beta == 0.0f ? 0.0f : beta * load(o, i, dt)));
+        store(o, i, dt, beta == 0.0f ? load(g, i, dt) * mp[i]
+                                     : load(g, i, dt) * mp[i] + beta * load(o, i, dt));
     return 0;
 }

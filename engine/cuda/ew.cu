@@ -65,8 +65,9 @@ __device__ inline void store(void *p, size_t i, be_dtype dt, float v)
 
 __global__ void k_acc(void *d, const void *s, size_t n, be_dtype dt, float beta)
 {
+    // beta 0 copies (as the CPU does): adding 0 would turn -0 into +0
     GRID_LOOP(i, n)
-        store(d, i, dt, load(s, i, dt) + (beta == 0.0f ? 0.0f : beta * load(d, i, dt)));
+        store(d, i, dt, beta == 0.0f ? load(s, i, dt) : load(s, i, dt) + beta * load(d, i, dt));
 }
 
 __global__ void k_cast(const void *s, be_dtype sdt, void *d, be_dtype ddt, size_t n)
@@ -98,8 +99,10 @@ __global__ void k_dropout_fwd(const void *x, float *mask, void *y, size_t n, be_
 __global__ void k_dropout_bwd(const float *mask, const void *dy, void *dx, size_t n, be_dtype dt,
                               float beta)
 {
-    GRID_LOOP(i, n)
-        store(dx, i, dt, load(dy, i, dt) * mask[i] + (beta == 0.0f ? 0.0f : beta * load(dx, i, dt)));
+    GRID_LOOP(i, n) {
+        float g = load(dy, i, dt) * mask[i];
+        store(dx, i, dt, beta == 0.0f ? g : g + beta * load(dx, i, dt));
+    }
 }
 
 __global__ void k_xent(int n, int classes, const float *z, const int32_t *labels, float eps,
