@@ -5,10 +5,15 @@
 
 #include "engine/net.h"
 
-/* In order of preference; NULL-terminated. The CUDA table joins here when it
- * exists (issue 5); until then a CUDA build only reports devices. */
+/* In order of preference; NULL-terminated. */
+#ifdef KILN_HAVE_CUDA
+#include "engine/cuda/cuda.h"
+static const backend *const backends[] = { &cpu_backend, &cuda_backend, NULL };
+static const char *const backend_names[] = { "cpu", "cuda", NULL };
+#else
 static const backend *const backends[] = { &cpu_backend, NULL };
 static const char *const backend_names[] = { "cpu", NULL };
+#endif
 
 _Static_assert(sizeof backends / sizeof backends[0] ==
                sizeof backend_names / sizeof backend_names[0], "one name per backend");

@@ -209,7 +209,8 @@ typedef struct be_optim {
 } be_optim;
 
 typedef struct backend {
-    const char *name;                       /* "cpu", later "cuda" */
+    const char *name;                       /* "cpu", "cuda" */
+    bool blocked_layouts;                   /* takes BE_BLOCKED16 descriptors (else plain only) */
 
     /* ---- context ---- */
     /* A context on device `device` (0 for the CPU). Returns 0 or -1. */

@@ -455,7 +455,7 @@ static int plan_layouts(net *n, char *err, size_t errlen)
         int c = spec_act_shape(&n->spec, a).c;
         /* oneDNN runs the logistic function on padded blocks with its slow
          * reference kernel (it maps the zero padding to 0.5) */
-        if (off || c < BLOCK_MIN_C || (c % 16 && made == LAYER_SIGMOID) ||
+        if (off || !n->be->blocked_layouts || c < BLOCK_MIN_C || (c % 16 && made == LAYER_SIGMOID) ||
             !(layout_preserving(made) || layout_converting(made)))
             bad[uf_find(parent, a)] = true;
     }

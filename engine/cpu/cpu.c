@@ -352,6 +352,7 @@ static void plan_free(be_ctx *ctx, be_plan *p)
 
 const backend cpu_backend = {
     .name = "cpu",
+    .blocked_layouts = true,
     .ctx_create = ctx_create,
     .ctx_free = ctx_free,
     .dtype_bytes = dtype_bytes,

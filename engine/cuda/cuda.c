@@ -10,35 +10,13 @@
 
 #include "engine/errors.h"
 
-struct be_ctx {
-    int device;
-    cudaStream_t stream;
-    double *scratch;                /* CUDA_RED_BLOCKS doubles on the device */
-    double *host;                   /* CUDA_RED_BLOCKS pinned doubles */
-};
+#include "engine/cuda/internal.h"
 
-struct be_buf {
-    void *p;                        /* device memory */
-    size_t bytes;
-};
-
-/* The plans this backend makes so far: the loss's (row results). */
-struct be_plan {
-    int n, classes;
-    float *row_loss;                /* device: n */
-    int *row_hit;                   /* device: n */
-    float *host_loss;               /* host: n */
-    int *host_hit;                  /* host: n */
-};
-
-static int cu_err(cudaError_t e, const char *what, char *err, size_t errlen)
+int cu_err(cudaError_t e, const char *what, char *err, size_t errlen)
 {
     (void)cudaGetLastError();
     return eng_err(err, errlen, "cuda backend: %s: %s", what, cudaGetErrorString(e));
 }
-
-#define CU_TRY(call, what) do { cudaError_t e_ = (call); \
-    if (e_ != cudaSuccess) return cu_err(e_, (what), err, errlen); } while (0)
 
 /* ---- context and buffers --------------------------------------------------- */
 
@@ -47,8 +25,13 @@ static void ctx_free(be_ctx *ctx)
     if (!ctx)
         return;
     cudaSetDevice(ctx->device);
+    if (ctx->dnn)
+        cudnnDestroy(ctx->dnn);
+    if (ctx->blas)
+        cublasDestroy(ctx->blas);
     if (ctx->stream)
         cudaStreamDestroy(ctx->stream);
+    cudaFree(ctx->ws);
     cudaFree(ctx->scratch);
     cudaFreeHost(ctx->host);
     free(ctx);
@@ -75,8 +58,31 @@ static int ctx_create(int device, be_ctx **out, char *err, size_t errlen)
         ctx_free(ctx);
         return cu_err(e, "creating a context", err, errlen);
     }
+    cudnnStatus_t ds;
+    cublasStatus_t bs;
+    if ((ds = cudnnCreate(&ctx->dnn)) != CUDNN_STATUS_SUCCESS ||
+        (ds = cudnnSetStream(ctx->dnn, ctx->stream)) != CUDNN_STATUS_SUCCESS) {
+        ctx_free(ctx);
+        return dnn_err(ds, "creating the cuDNN handle", err, errlen);
+    }
+    if ((bs = cublasCreate(&ctx->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetStream(ctx->blas, ctx->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
+        ctx_free(ctx);
+        return blas_err(bs, "creating the cuBLAS handle", err, errlen);
+    }
     *out = ctx;
     return 0;
+}
+
+int dnn_err(cudnnStatus_t s, const char *what, char *err, size_t errlen)
+{
+    return eng_err(err, errlen, "cuda backend: cuDNN %s: %s", what, cudnnGetErrorString(s));
+}
+
+int blas_err(cublasStatus_t s, const char *what, char *err, size_t errlen)
+{
+    return eng_err(err, errlen, "cuda backend: cuBLAS %s: status %d", what, (int)s);
 }
 
 /* FP16 and bfloat16 are stored as themselves here (2 bytes). */
@@ -155,11 +161,7 @@ static void plan_free(be_ctx *ctx, be_plan *p)
     if (!p)
         return;
     cudaStreamSynchronize(ctx->stream);
-    cudaFree(p->row_loss);
-    cudaFree(p->row_hit);
-    free(p->host_loss);
-    free(p->host_hit);
-    free(p);
+    cu_plan_release(p);
 }
 
 static bool fits(const be_buf *b, size_t count, size_t size)
@@ -223,6 +225,7 @@ static int xent_plan(be_ctx *ctx, const be_xent_desc *d, be_plan **out, char *er
     be_plan *p = calloc(1, sizeof *p);
     if (!p)
         return eng_err(err, errlen, "cuda backend: out of memory");
+    p->kind = CU_XENT;
     p->n = d->n;
     p->classes = d->classes;
     cudaError_t e;
@@ -340,93 +343,6 @@ static int bn_running(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_b
                              m, err, errlen);
 }
 
-/* ---- not yet on the GPU (cuDNN and cuBLAS; cuda.h) ------------------------------ */
-
-static int todo(const char *what, char *err, size_t errlen)
-{
-    return eng_err(err, errlen, "cuda backend: %s is not implemented on the GPU yet", what);
-}
-
-#define TODO_PLAN(name, desc_t) \
-    static int name(be_ctx *c, const desc_t *d, unsigned passes, be_plan **out, char *err, \
-                    size_t errlen) { (void)c; (void)d; (void)passes; *out = NULL; \
-                    return todo(#name, err, errlen); }
-TODO_PLAN(conv_plan, be_conv_desc)
-TODO_PLAN(pool_plan, be_pool_desc)
-TODO_PLAN(dense_plan, be_dense_desc)
-TODO_PLAN(act_plan, be_act_desc)
-TODO_PLAN(bn_plan, be_bn_desc)
-
-static int add_plan(be_ctx *c, const be_add_desc *d, be_plan **out, char *err, size_t errlen)
-{
-    *out = NULL;
-    return todo("add", err, errlen);
-}
-
-static int concat_plan(be_ctx *c, const be_concat_desc *d, be_plan **out, char *err,
-                       size_t errlen)
-{
-    *out = NULL;
-    return todo("concat", err, errlen);
-}
-
-/* A net cannot get past the plans above, so the passes below are not reached;
- * they answer all the same. */
-static int fwd4(be_ctx *c, be_plan *p, const be_buf *x, const be_buf *w, const be_buf *b,
-                be_buf *y, char *err, size_t errlen)
-{
-    return todo("a convolution or dense pass", err, errlen);
-}
-
-static int bwd3(be_ctx *c, be_plan *p, const be_buf *dy, const be_buf *w, be_buf *dx, char *err,
-                size_t errlen)
-{
-    return todo("a backward pass", err, errlen);
-}
-
-static int bwdw(be_ctx *c, be_plan *p, const be_buf *x, const be_buf *dy, be_buf *dw,
-                be_buf *db, char *err, size_t errlen)
-{
-    return todo("a weight-gradient pass", err, errlen);
-}
-
-static int one_in(be_ctx *c, be_plan *p, const be_buf *x, be_buf *y, char *err, size_t errlen)
-{
-    return todo("pooling", err, errlen);
-}
-
-static int act_bwd(be_ctx *c, be_plan *p, const be_buf *y, const be_buf *dy, be_buf *dx,
-                   char *err, size_t errlen)
-{
-    return todo("an activation's backward pass", err, errlen);
-}
-
-static int bn_fwd(be_ctx *c, be_plan *p, bool training, const be_buf *x, const be_buf *scale,
-                  const be_buf *shift, be_buf *mean, be_buf *var, be_buf *y, char *err,
-                  size_t errlen)
-{
-    return todo("batch norm", err, errlen);
-}
-
-static int bn_bwd(be_ctx *c, be_plan *p, const be_buf *x, const be_buf *dy, const be_buf *scale,
-                  const be_buf *shift, const be_buf *mean, const be_buf *var, be_buf *dx,
-                  be_buf *dscale, be_buf *dshift, char *err, size_t errlen)
-{
-    return todo("batch norm's backward pass", err, errlen);
-}
-
-static int multi(be_ctx *c, be_plan *p, const be_buf *const *xs, be_buf *y, char *err,
-                 size_t errlen)
-{
-    return todo("add and concat", err, errlen);
-}
-
-static int concat_bwd(be_ctx *c, be_plan *p, const be_buf *dy, int i, be_buf *dx, float beta,
-                      char *err, size_t errlen)
-{
-    return todo("concat's backward pass", err, errlen);
-}
-
 const backend cuda_backend = {
     .name = "cuda",
     .ctx_create = ctx_create,
@@ -438,29 +354,29 @@ const backend cuda_backend = {
     .buf_upload = buf_upload,
     .buf_download = buf_download,
     .plan_free = plan_free,
-    .conv_plan = conv_plan,
-    .conv_fwd = fwd4,
-    .conv_bwd_data = bwd3,
-    .conv_bwd_weights = bwdw,
-    .pool_plan = pool_plan,
-    .pool_fwd = one_in,
-    .pool_bwd = one_in,
-    .dense_plan = dense_plan,
-    .dense_fwd = fwd4,
-    .dense_bwd_data = bwd3,
-    .dense_bwd_weights = bwdw,
-    .act_plan = act_plan,
-    .act_fwd = one_in,
-    .act_bwd = act_bwd,
-    .bn_plan = bn_plan,
-    .bn_fwd = bn_fwd,
-    .bn_bwd = bn_bwd,
+    .conv_plan = cu_conv_plan,
+    .conv_fwd = cu_conv_fwd,
+    .conv_bwd_data = cu_conv_bwd_data,
+    .conv_bwd_weights = cu_conv_bwd_weights,
+    .pool_plan = cu_pool_plan,
+    .pool_fwd = cu_pool_fwd,
+    .pool_bwd = cu_pool_bwd,
+    .dense_plan = cu_dense_plan,
+    .dense_fwd = cu_dense_fwd,
+    .dense_bwd_data = cu_dense_bwd_data,
+    .dense_bwd_weights = cu_dense_bwd_weights,
+    .act_plan = cu_act_plan,
+    .act_fwd = cu_act_fwd,
+    .act_bwd = cu_act_bwd,
+    .bn_plan = cu_bn_plan,
+    .bn_fwd = cu_bn_fwd,
+    .bn_bwd = cu_bn_bwd,
     .bn_running = bn_running,
-    .add_plan = add_plan,
-    .add_fwd = multi,
-    .concat_plan = concat_plan,
-    .concat_fwd = multi,
-    .concat_bwd = concat_bwd,
+    .add_plan = cu_add_plan,
+    .add_fwd = cu_add_fwd,
+    .concat_plan = cu_concat_plan,
+    .concat_fwd = cu_concat_fwd,
+    .concat_bwd = cu_concat_bwd,
     .acc = acc,
     .cast = cast,
     .dropout_fwd = dropout_fwd,

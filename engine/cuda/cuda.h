@@ -66,6 +66,23 @@ int cuda_k_check(void *stream, float *g, size_t count, bool unscale, float facto
 int cuda_k_sumsq(void *stream, const float *p, size_t count, double *scratch, double *host,
                  double *out, char *err, size_t errlen);
 
+/* Layer kernels the library calls do not cover (ew.cu): a per-channel bias
+ * added to an NCHW tensor of type dt; its gradient, one FP32 sum per channel
+ * over n images of hw elements (a fixed tree: deterministic); activations
+ * (be_act_alg; relu with slope alpha) forward and, from the output y,
+ * backward; the sum of k tensors; the variance from cuDNN's saved inverse
+ * standard deviation. */
+int cuda_k_bias_add(void *stream, void *y, const float *b, int n, int c, size_t hw, be_dtype dt,
+                    char *err, size_t errlen);
+int cuda_k_bias_grad(void *stream, const void *dy, float *db, int n, int c, size_t hw,
+                     be_dtype dt, char *err, size_t errlen);
+int cuda_k_act(void *stream, int alg, float alpha, bool backward, const void *y_or_x,
+               const void *dy, void *out, size_t count, be_dtype dt, char *err, size_t errlen);
+int cuda_k_add(void *stream, const void *const *xs, int k, void *y, size_t count, be_dtype dt,
+               char *err, size_t errlen);
+int cuda_k_inv_to_var(void *stream, const float *inv, float *var, int c, float eps,
+                      char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -186,6 +186,74 @@ __global__ void k_check(float *g, size_t n, size_t per, bool unscale, float fact
     block_sum(bad, out);
 }
 
+__global__ void k_bias_add(void *y, const float *b, size_t count, int c, size_t hw, be_dtype dt)
+{
+    GRID_LOOP(i, count)
+        store(y, i, dt, load(y, i, dt) + b[(i / hw) % (size_t)c]);
+}
+
+// One block per channel: threads stride over (image, position), then a fixed tree.
+__global__ void k_bias_grad(const void *dy, float *db, int n, int c, size_t hw, be_dtype dt)
+{
+    int ch = blockIdx.x;
+    size_t total = (size_t)n * hw;
+    double s = 0;
+    for (size_t j = threadIdx.x; j < total; j += blockDim.x) {
+        size_t img = j / hw, pos = j % hw;
+        s += load(dy, (img * (size_t)c + ch) * hw + pos, dt);
+    }
+    __shared__ double part[THREADS];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = THREADS / 2; k > 0; k /= 2) {
+        if ((int)threadIdx.x < k)
+            part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        db[ch] = (float)part[0];
+}
+
+// be_act_alg: 0 relu (slope alpha below 0), 1 sigmoid, 2 tanh; the backward
+// pass from the output y, as the CPU backend's "use dst" kernels do.
+__global__ void k_act(int alg, float alpha, bool backward, const void *a, const void *dy,
+                      void *out, size_t count, be_dtype dt)
+{
+    GRID_LOOP(i, count) {
+        float v = load(a, i, dt), r;
+        if (!backward)
+            r = alg == 0 ? (v > 0.0f ? v : alpha * v) : alg == 1 ? 1.0f / (1.0f + expf(-v))
+                                                              : tanhf(v);
+        else {
+            float g = load(dy, i, dt);
+            r = alg == 0 ? (v > 0.0f ? g : alpha * g) : alg == 1 ? g * v * (1.0f - v)
+                                                              : g * (1.0f - v * v);
+        }
+        store(out, i, dt, r);
+    }
+}
+
+struct add_inputs {
+    const void *p[BE_MAX_INPUTS];
+};
+
+__global__ void k_add(add_inputs in, int k, void *y, size_t count, be_dtype dt)
+{
+    GRID_LOOP(i, count) {
+        float s = load(in.p[0], i, dt);
+        for (int j = 1; j < k; j++)
+            s += load(in.p[j], i, dt);
+        store(y, i, dt, s);
+    }
+}
+
+__global__ void k_inv_to_var(const float *inv, float *var, int c, float eps)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < c)
+        var[i] = 1.0f / (inv[i] * inv[i]) - eps;
+}
+
 int reduce(cudaStream_t s, double *scratch, double *host, double *out, const char *what,
            char *err, size_t errlen)
 {
@@ -317,6 +385,52 @@ int cuda_k_sumsq(void *stream, const float *p, size_t count, double *scratch, do
     if (launch_err("sum of squares", err, errlen) < 0)
         return -1;
     return reduce(s, scratch, host, out, "sum of squares", err, errlen);
+}
+
+int cuda_k_bias_add(void *stream, void *y, const float *b, int n, int c, size_t hw, be_dtype dt,
+                    char *err, size_t errlen)
+{
+    size_t count = (size_t)n * c * hw;
+    if (count)
+        k_bias_add<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(y, b, count, c, hw, dt);
+    return launch_err("bias", err, errlen);
+}
+
+int cuda_k_bias_grad(void *stream, const void *dy, float *db, int n, int c, size_t hw,
+                     be_dtype dt, char *err, size_t errlen)
+{
+    if (c > 0)
+        k_bias_grad<<<(unsigned)c, THREADS, 0, (cudaStream_t)stream>>>(dy, db, n, c, hw, dt);
+    return launch_err("bias gradient", err, errlen);
+}
+
+int cuda_k_act(void *stream, int alg, float alpha, bool backward, const void *y_or_x,
+               const void *dy, void *out, size_t count, be_dtype dt, char *err, size_t errlen)
+{
+    if (count)
+        k_act<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(alg, alpha, backward,
+                                                                       y_or_x, dy, out, count, dt);
+    return launch_err("activation", err, errlen);
+}
+
+int cuda_k_add(void *stream, const void *const *xs, int k, void *y, size_t count, be_dtype dt,
+               char *err, size_t errlen)
+{
+    add_inputs in;
+    for (int j = 0; j < k && j < BE_MAX_INPUTS; j++)
+        in.p[j] = xs[j];
+    if (count)
+        k_add<<<blocks_for(count), THREADS, 0, (cudaStream_t)stream>>>(in, k, y, count, dt);
+    return launch_err("add", err, errlen);
+}
+
+int cuda_k_inv_to_var(void *stream, const float *inv, float *var, int c, float eps,
+                      char *err, size_t errlen)
+{
+    if (c > 0)
+        k_inv_to_var<<<(unsigned)((c + THREADS - 1) / THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+            inv, var, c, eps);
+    return launch_err("batch-norm variance", err, errlen);
 }
 
 }  // extern "C"

@@ -8,87 +8,8 @@
  * Formulas without transcendental functions must agree bit for bit (the
  * kernels are compiled without fused multiply-adds); the loss and the
  * probabilities, which call expf and logf, within a few units in the last
- * place; sums of squares, added in another order, within 1e-12 relative.
- *
- * Self-contained (no cmocka, no oneDNN), so that tests/gpu/check can build it
- * with nvcc alone on a GPU machine. With no usable GPU it prints why and
- * exits 77, which ctest reports as skipped. */
-#include <math.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cuda_runtime_api.h>
-
-#include "engine/backend.h"
-#include "engine/cuda/cuda.h"
-#include "engine/elementwise.h"
-#include "engine/rng.h"
-
-#define SKIP 77
-
-static const backend *be = &cuda_backend;
-static be_ctx *ctx;
-static int failures, checks;
-static char err[512];
-
-#define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; \
-    fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n"); } } while (0)
-#define OK(call) do { if ((call) != 0) { fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, \
-    __LINE__, #call, err); exit(1); } } while (0)
-
-static be_buf *dev(const void *host, size_t bytes)
-{
-    be_buf *b = be->buf_alloc(ctx, bytes, err, sizeof err);
-    if (!b) {
-        fprintf(stderr, "FAIL: buf_alloc: %s\n", err);
-        exit(1);
-    }
-    if (host)
-        OK(be->buf_upload(ctx, b, 0, host, bytes, err, sizeof err));
-    return b;
-}
-
-static void get(const be_buf *b, void *host, size_t bytes)
-{
-    OK(be->buf_download(ctx, b, 0, host, bytes, err, sizeof err));
-}
-
-static float *randf(rng *r, size_t n, double scale)
-{
-    float *p = malloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)(rng_normal(r) * scale);
-    return p;
-}
-
-static bool same(float a, float b)
-{
-    return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));
-}
-
-/* Host storage of a type, as the CUDA backend stores it (2 bytes for both
- * 16-bit types). */
-static void to_type(const float *v, void *out, size_t n, be_dtype dt)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (dt == BE_F32)
-            ((float *)out)[i] = v[i];
-        else
-            ((uint16_t *)out)[i] = dt == BE_BF16 ? ew_f32_to_bf16(v[i]) : ew_f32_to_f16(v[i]);
-    }
-}
-
-static float from_type(const void *p, size_t i, be_dtype dt)
-{
-    if (dt == BE_F32)
-        return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    return dt == BE_BF16 ? ew_bf16_to_f32(h) : ew_f16_to_f32(h);
-}
+ * place; sums of squares, added in another order, within 1e-12 relative. */
+#include "gpu_test.h"
 
 static void test_cast_acc(rng *r)
 {
@@ -365,19 +286,7 @@ static void test_checks_and_norms(rng *r)
 
 int main(void)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("SKIPPED: no CUDA device here (%s); run tests/gpu/check on a GPU machine\n",
-               n == 0 ? "none found" : cudaGetErrorString(cudaGetLastError()));
-        return SKIP;
-    }
-    if (be->ctx_create(0, &ctx, err, sizeof err) != 0) {
-        printf("SKIPPED: %s\n", err);
-        return SKIP;
-    }
-    struct cudaDeviceProp p;
-    cudaGetDeviceProperties(&p, 0);
-    printf("device 0: %s, compute capability %d.%d\n", p.name, p.major, p.minor);
+    gpu_start();
     rng r;
     rng_seed(&r, 2026);
     test_cast_acc(&r);
@@ -385,7 +294,5 @@ int main(void)
     test_xent(&r);
     test_optim(&r);
     test_checks_and_norms(&r);
-    be->ctx_free(ctx);
-    printf("%d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return gpu_finish();
 }
