@@ -27,27 +27,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/fileio.h"    /* fio_read_file */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval */
 #include "engine/rng.h"       /* rng_splitmix64: the synthetic data */
 #include "engine/summary.h"   /* summary_build: forward FLOPs per image */
+#include "jobs/cli_args.h"    /* cli_int, cli_shape, cli_spec */
 
-#define BENCH_SPEC_MAX (16u << 20)
 #define BENCH_STEPS_MAX 1000000
-
-/* The natural input of each built-in network: what it is made for. */
-static const struct bench_natural {
-    const char *name;
-    net_shape in;
-    int classes;
-} naturals[] = {
-    { "lenet", { 1, 28, 28 }, 10 },
-    { "cifar10-cnn", { 3, 32, 32 }, 10 },
-    { "alexnet", { 3, 32, 32 }, 10 },
-    { "resnet20", { 3, 32, 32 }, 10 },
-    { "resnet18", { 3, 224, 224 }, 1000 },
-    { "resnet50", { 3, 224, 224 }, 1000 },
-};
 
 typedef struct bench_opts {
     const char *network;
@@ -83,27 +68,6 @@ static void usage(FILE *f)
             "image forward (kiln summary), three times that for a training step.\n");
 }
 
-static bool parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-static bool parse_shape(const char *s, net_shape *out)
-{
-    int c, h, w, used = 0;
-    if (!s || sscanf(s, "%d,%d,%d%n", &c, &h, &w, &used) != 3 || s[used] || c < 1 || h < 1 ||
-        w < 1)
-        return false;
-    *out = (net_shape){ c, h, w };
-    return true;
-}
-
 /* Returns 0 (parsed), 1 (--help printed) or 2 (usage error, message printed). */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -130,17 +94,17 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             continue;
         }
         if (!strcmp(a, "--batch"))
-            ok = parse_int(v, 1, 65536, &o->batch);
+            ok = cli_int(v, 1, 65536, &o->batch);
         else if (!strcmp(a, "--steps"))
-            ok = parse_int(v, 1, BENCH_STEPS_MAX, &o->steps);
+            ok = cli_int(v, 1, BENCH_STEPS_MAX, &o->steps);
         else if (!strcmp(a, "--warmup"))
-            ok = parse_int(v, 0, BENCH_STEPS_MAX, &o->warmup);
+            ok = cli_int(v, 0, BENCH_STEPS_MAX, &o->warmup);
         else if (!strcmp(a, "--threads"))
-            ok = parse_int(v, 1, 4096, &o->threads);
+            ok = cli_int(v, 1, 4096, &o->threads);
         else if (!strcmp(a, "--classes"))
-            ok = parse_int(v, 1, 1000000, &o->classes);
+            ok = cli_int(v, 1, 1000000, &o->classes);
         else if (!strcmp(a, "--input"))
-            ok = parse_shape(v, &o->in);
+            ok = cli_shape(v, &o->in);
         else if (!strcmp(a, "--precision"))
             ok = v && (o->precision = v);
         else if (!strcmp(a, "--mode")) {
@@ -177,32 +141,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
  * Returns the spec (the caller's), or NULL after a message. */
 static cJSON *load_spec(bench_opts *o)
 {
-    char err[512];
-    const char *text = net_builtin(o->network);
-    char *file = NULL;
-    size_t len = 0;
     net_shape natural = { 0, 0, 0 };
     int classes = 10;
-    if (text) {
-        len = strlen(text);
-        for (size_t i = 0; i < sizeof naturals / sizeof naturals[0]; i++)
-            if (!strcmp(naturals[i].name, o->network)) {
-                natural = naturals[i].in;
-                classes = naturals[i].classes;
-            }
-    } else if (!(text = file = fio_read_file(o->network, BENCH_SPEC_MAX, &len, err,
-                                              sizeof err))) {
-        fprintf(stderr, "kiln bench: %s is neither a built-in network nor a readable spec "
-                "file (%s)\n", o->network, err);
+    cJSON *spec = cli_spec("bench", o->network);
+    if (!spec)
         return NULL;
-    }
-    cJSON *spec = cJSON_ParseWithLength(text, len);
-    free(file);
-    if (!cJSON_IsObject(spec)) {
-        fprintf(stderr, "kiln bench: %s is not a JSON object (a network spec)\n", o->network);
-        cJSON_Delete(spec);
-        return NULL;
-    }
+    if (net_builtin(o->network))
+        summary_builtin_defaults(o->network, &natural, &classes);
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(spec, "input");
     if (natural.c == 0 && cJSON_IsArray(in) && cJSON_GetArraySize(in) == 3) {
         int d[3];

@@ -12,11 +12,10 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#include "engine/fileio.h"      /* fio_read_file */
 #include "engine/net.h"         /* net_builtin */
 #include "engine/summary.h"     /* summary_build, summary_print, summary_to_json */
+#include "jobs/cli_args.h"      /* cli_int, cli_shape, cli_spec */
 
-#define SPEC_FILE_MAX (16u << 20)
 #define DEFAULT_CLASSES 10      /* a spec file's class count when --classes is absent */
 
 static void usage(FILE *f)
@@ -44,51 +43,6 @@ static void usage(FILE *f)
             "  --help               this text\n");
 }
 
-static bool parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-static bool parse_shape(const char *s, net_shape *out)
-{
-    int c, h, w, n = 0;
-    if (!s || sscanf(s, "%d,%d,%d%n", &c, &h, &w, &n) != 3 || s[n] || c < 1 || h < 1 || w < 1)
-        return false;
-    *out = (net_shape){ c, h, w };
-    return true;
-}
-
-/* The spec of a built-in name or a file, as a new cJSON object; NULL after a
- * message on stderr. */
-static cJSON *spec_of(const char *arg)
-{
-    const char *builtin = net_builtin(arg);
-    if (builtin)
-        return cJSON_Parse(builtin);
-    char err[512];
-    size_t len = 0;
-    char *text = fio_read_file(arg, SPEC_FILE_MAX, &len, err, sizeof err);
-    if (!text) {
-        fprintf(stderr, "kiln summary: %s is neither a built-in network nor a readable "
-                "spec file (%s)\n", arg, err);
-        return NULL;
-    }
-    cJSON *spec = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!cJSON_IsObject(spec)) {
-        fprintf(stderr, "kiln summary: %s is not a JSON object (a network spec)\n", arg);
-        cJSON_Delete(spec);
-        return NULL;
-    }
-    return spec;
-}
-
 typedef struct opts {
     const char *network;
     net_shape in;               /* {0,0,0}: not given */
@@ -113,11 +67,11 @@ static int parse_args(int argc, char **argv, opts *o)
             o->json = true;
             continue;
         } else if (!strcmp(a, "--input")) {
-            ok = parse_shape(v, &o->in);
+            ok = cli_shape(v, &o->in);
         } else if (!strcmp(a, "--classes")) {
-            ok = parse_int(v, 1, 1 << 20, &o->classes);
+            ok = cli_int(v, 1, 1 << 20, &o->classes);
         } else if (!strcmp(a, "--batch")) {
-            ok = parse_int(v, 1, 1 << 20, &o->batch);
+            ok = cli_int(v, 1, 1 << 20, &o->batch);
         } else if (!strcmp(a, "--solver")) {
             ok = v && summary_opt_states(v, false) >= 0;
             o->solver = v;
@@ -159,7 +113,7 @@ int summary_main(int argc, char **argv)
     rc = 1;
     summary s = { 0 };
     cJSON *out = NULL;
-    cJSON *spec = spec_of(o.network);
+    cJSON *spec = cli_spec("summary", o.network);
     if (!spec)
         goto out;
     net_shape in = { 0, 0, 0 };
