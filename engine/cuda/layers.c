@@ -13,9 +13,12 @@
  * dense layers write FP32 weight gradients directly.
  *
  * Layouts: NCHW only (the net asks no blocked layouts of this backend).
+ * Convolution algorithms are chosen by cuDNN's benchmark once per shape and
+ * kept for the process (algo_cache below).
  * Convolution and pooling padding must be symmetric here. */
 #include "engine/cuda/internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +124,41 @@ static int plain_only(be_layout a, be_layout b, char *err, size_t errlen)
 
 /* ---- convolution ------------------------------------------------------------ */
 
+/* Algorithms chosen for a shape, kept for the process: cuDNN's benchmark
+ * times its candidates, so choosing again could pick another algorithm (with
+ * other rounding) for the same layer; with the cache every plan of a shape
+ * in a process computes alike, and the benchmark runs once per shape.
+ * (Another process may choose otherwise: GPU runs repeat within a process.) */
+#define ALGO_CACHE 256
+static struct algo_entry {
+    char key[160];
+    int fwd, bwd_data, bwd_filter;      /* -1: not chosen yet */
+} algo_cache[ALGO_CACHE];
+static int algo_count;
+static pthread_mutex_t algo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void conv_key(const be_conv_desc *d, int device, char *key, size_t len)
+{
+    snprintf(key, len, "%d:%d,%d,%d,%d>%d,%d,%d:%dx%d/%d,%d:%d,%d,%d,%d:%d,%d:g%d:%d%d%d", device,
+             d->n, d->c, d->h, d->w, d->k, d->oh, d->ow, d->kh, d->kw, d->stride_h, d->stride_w,
+             d->pad_t, d->pad_l, d->pad_b, d->pad_r, d->dil_h, d->dil_w, d->groups,
+             (int)d->src_dtype, (int)d->dst_dtype, (int)d->wdtype);
+}
+
+/* The cached entry for key, made (all -1) if new; NULL when the cache is full. */
+static struct algo_entry *algo_find(const char *key)
+{
+    for (int i = 0; i < algo_count; i++)
+        if (!strcmp(algo_cache[i].key, key))
+            return &algo_cache[i];
+    if (algo_count == ALGO_CACHE)
+        return NULL;
+    struct algo_entry *e = &algo_cache[algo_count++];
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->fwd = e->bwd_data = e->bwd_filter = -1;
+    return e;
+}
+
 int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **out, char *err,
                  size_t errlen)
 {
@@ -157,10 +195,22 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
          dev_alloc(&p->stage_w, nw * esize(ct), err, errlen) < 0))
         goto fail;
     /* The fastest algorithm of each pass within the workspace limit, found by
-     * running them once (cuDNN's benchmark); deterministic ones only for the
-     * backward passes, so that runs repeat. */
+     * running them once (cuDNN's benchmark) and cached for the shape;
+     * deterministic ones only for the backward passes. */
     int got = 0;
-    {
+    char key[160];
+    conv_key(d, ctx->device, key, sizeof key);
+    pthread_mutex_lock(&algo_lock);
+    struct algo_entry *cached = algo_find(key), none = { .fwd = -1, .bwd_data = -1,
+                                                         .bwd_filter = -1 };
+    struct algo_entry known = cached ? *cached : none;
+    pthread_mutex_unlock(&algo_lock);
+    if (known.fwd >= 0) {
+        p->fwd_algo = (cudnnConvolutionFwdAlgo_t)known.fwd;
+        DNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(ctx->dnn, p->xd, p->wd, p->cd, p->yd,
+                                                        p->fwd_algo, &sz), "workspace");
+        ws = sz > ws ? sz : ws;
+    } else {
         cudnnConvolutionFwdAlgoPerf_t r[8];
         DNN_TRY(cudnnFindConvolutionForwardAlgorithm(ctx->dnn, p->xd, p->wd, p->cd, p->yd, 8, &got,
                                                      r), "finding a forward algorithm");
@@ -176,7 +226,12 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
                                                         p->fwd_algo, &sz), "workspace");
         ws = sz > ws ? sz : ws;
     }
-    if (passes & BE_BWD_DATA) {
+    if ((passes & BE_BWD_DATA) && known.bwd_data >= 0) {
+        p->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)known.bwd_data;
+        DNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx->dnn, p->wd, p->yd, p->cd, p->xd,
+                                                             p->bwd_data_algo, &sz), "workspace");
+        ws = sz > ws ? sz : ws;
+    } else if (passes & BE_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[8];
         DNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(ctx->dnn, p->wd, p->yd, p->cd, p->xd, 8,
                                                           &got, r), "finding a backward algorithm");
@@ -193,7 +248,13 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
                                                              p->bwd_data_algo, &sz), "workspace");
         ws = sz > ws ? sz : ws;
     }
-    if (passes & BE_BWD_WEIGHTS) {
+    if ((passes & BE_BWD_WEIGHTS) && known.bwd_filter >= 0) {
+        p->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)known.bwd_filter;
+        DNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx->dnn, p->xd, p->yd, p->cd,
+                                                               p->wd, p->bwd_filter_algo, &sz),
+                "workspace");
+        ws = sz > ws ? sz : ws;
+    } else if (passes & BE_BWD_WEIGHTS) {
         cudnnConvolutionBwdFilterAlgoPerf_t r[8];
         DNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(ctx->dnn, p->xd, p->yd, p->cd, p->wd,
                                                             8, &got, r),
@@ -212,6 +273,15 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
                 "workspace");
         ws = sz > ws ? sz : ws;
     }
+    pthread_mutex_lock(&algo_lock);
+    if ((cached = algo_find(key))) {
+        cached->fwd = (int)p->fwd_algo;
+        if (passes & BE_BWD_DATA)
+            cached->bwd_data = (int)p->bwd_data_algo;
+        if (passes & BE_BWD_WEIGHTS)
+            cached->bwd_filter = (int)p->bwd_filter_algo;
+    }
+    pthread_mutex_unlock(&algo_lock);
     if (grow_ws(ctx, ws, err, errlen) < 0)
         goto fail;
     *out = p;
