@@ -220,6 +220,10 @@ typedef struct backend {
     /* ---- memory ---- */
     /* Bytes one element of that type takes in this backend's buffers. */
     size_t (*dtype_bytes)(be_dtype dt);
+    /* The device memory free and in all, in bytes (the CPU: NULL; the net
+     * then checks against the machine's physical memory). */
+    int (*mem_info)(be_ctx *ctx, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                    size_t errlen);
     /* Whether this device computes in type dt: 0, or -1 with err saying why
      * not (before any plan is made, so that the error is about the machine,
      * not a layer). */

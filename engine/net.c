@@ -589,6 +589,14 @@ static int check_memory(const net *n, int max_batch, char *err, size_t errlen)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    const char *where = "this machine's";
+    uint64_t dev_free = 0, dev_total = 0;
+    if (n->be->mem_info) {                  /* a GPU: what is free on it now */
+        if (n->be->mem_info(n->ctx, &dev_free, &dev_total, err, errlen) < 0)
+            return -1;
+        have = (double)dev_free;
+        where = "the GPU's free";
+    }
     int64_t fixed, per_image, largest_bytes;
     int largest;
     int states = summary_opt_states(n->solver.type, n->solver.momentum > 0);
@@ -607,8 +615,8 @@ static int check_memory(const net *n, int max_batch, char *err, size_t errlen)
     }
     double fit = have > (double)fixed ? (have - (double)fixed) / (double)per_image : 0;
     return eng_err(err, errlen, "the network needs at least %.0f MiB at batch size %d, more than "
-                   "this machine's %.0f MiB%s; use a smaller batch (at most %.0f fits)",
-                   need / 1048576.0, max_batch, have / 1048576.0, what, floor(fit));
+                   "%s %.0f MiB%s; use a smaller batch (at most %.0f fits)",
+                   need / 1048576.0, max_batch, where, have / 1048576.0, what, floor(fit));
 }
 
 static int check_solver(const net_solver *sv, net_solver *out, char *err, size_t errlen)
@@ -780,11 +788,26 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
               !strcmp(n->solver.precision, "amp-fp16") ? BE_F16 : BE_F32;
     amp_scaler_init(&n->scaler, n->solver.loss_scaling == 1 ||
                     (n->solver.loss_scaling == 0 && n->half == BE_F16));
-    if (!(n->be = backend_find(backend_name ? backend_name : "cpu"))) {
-        eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", backend_name);
+    /* "cuda:1": a backend and the device to run on (0 when not said) */
+    char bname[32];
+    int device = 0;
+    snprintf(bname, sizeof bname, "%s", backend_name ? backend_name : "cpu");
+    char *colon = strchr(bname, ':');
+    if (colon) {
+        char *end;
+        long d = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || *end || d < 0 || d > 1024) {
+            eng_err(err, errlen, "backend \"%s\": the device must be a number", bname);
+            goto out;
+        }
+        *colon = '\0';
+        device = (int)d;
+    }
+    if (!(n->be = backend_find(bname))) {
+        eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", bname);
         goto out;
     }
-    if (strcmp(n->be->name, "cpu") == 0 && check_memory(n, max_batch, err, errlen) < 0)
+    if (!n->be->mem_info && check_memory(n, max_batch, err, errlen) < 0)
         goto out;
     n->max_batch = max_batch;
     n->classes = classes;
@@ -800,7 +823,8 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         l->seed = rng_derive(seed, l->s->name);
     }
     n->seed = seed;
-    if (n->be->ctx_create(0, &n->ctx, err, errlen) < 0 ||
+    if (n->be->ctx_create(device, &n->ctx, err, errlen) < 0 ||
+        (n->be->mem_info && check_memory(n, max_batch, err, errlen) < 0) ||
         n->be->dtype_check(n->ctx, n->half, err, errlen) < 0 ||
         make_params(n, seed, err, errlen) < 0 ||
         make_copies(n, err, errlen) < 0 ||

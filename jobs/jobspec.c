@@ -61,7 +61,7 @@
 
 static const char *const job_fields[] = {
     "dataset_id", "network", "epochs", "batch_size", "precision", "solver", "seed",
-    "snapshot_interval", "name", "lr_policy", "loss_scaling", NULL,
+    "snapshot_interval", "name", "lr_policy", "loss_scaling", "devices", NULL,
 };
 static const char *const solver_fields[] = {
     "type", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay", "decay_bias",
@@ -240,12 +240,17 @@ static int get_choice(const cJSON *obj, const char *where, const char *name, con
 
 /* ---- the request ---------------------------------------------------------- */
 
+struct request;
+static int parse_devices(const cJSON *v, struct request *r, job_error *e);
+
 typedef struct request {
     double dataset_id;
     const cJSON *network;       /* string or object, in the request */
     double epochs, batch_size, seed, snapshot_interval;
     const char *precision;
     const char *loss_scaling;   /* "dynamic" or "off", resolved from the precision */
+    bool gpu;                   /* train on a GPU (the CUDA backend) */
+    int gpu_index;              /* which one; -1: any free one, chosen by the scheduler */
     const char *solver_type;
     double lr, momentum, weight_decay;
     bool nesterov, decay_bias;
@@ -396,6 +401,8 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
                    e) ||
         get_choice(solver, "solver.", "type", "sgd", solvers_ok, solvers_later, &r->solver_type, e))
         return -1;
+    if (parse_devices(opt_field(body, "devices"), r, e) != 0)
+        return -1;
     /* Dynamic loss scaling by default where FP16's range needs it (DESIGN.md, AMP). */
     bool fp32 = !strcmp(r->precision, "fp32");
     if (!r->loss_scaling)
@@ -403,6 +410,51 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
     else if (fp32 && !strcmp(r->loss_scaling, "dynamic"))
         return fail(e, 400, "invalid_field", "loss_scaling \"dynamic\" is for mixed precision "
                     "(precision amp-bf16 or amp-fp16), not fp32");
+    return 0;
+}
+
+/* "devices": absent, a GPU when the machine has one (any free one), else the
+ * CPU; 0 or [] the CPU; 1 any one GPU; [i] GPU i. Several GPUs (data
+ * parallelism) are not in this build: 422. */
+static int parse_devices(const cJSON *v, struct request *r, job_error *e)
+{
+    engine_device d[17];
+    int n = engine_devices(d, 17), gpus = n - 1;
+    r->gpu = false;
+    r->gpu_index = -1;
+    if (!v) {
+        r->gpu = gpus > 0;
+        return 0;
+    }
+    int want = -1, index = -1;
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1024 &&
+        v->valuedouble == (int)v->valuedouble) {
+        want = (int)v->valuedouble;
+    } else if (cJSON_IsArray(v)) {
+        want = cJSON_GetArraySize(v);
+        const cJSON *x = cJSON_GetArrayItem(v, 0);
+        if (want >= 1 && !(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1024 &&
+                           x->valuedouble == (int)x->valuedouble))
+            return fail(e, 400, "invalid_field", "devices must list GPU numbers, such as [0]");
+        if (want >= 1)
+            index = (int)x->valuedouble;
+    } else {
+        return fail(e, 400, "invalid_field", "devices must be a GPU count (0: the CPU) or a list "
+                    "of GPU numbers, such as [0]");
+    }
+    if (want == 0)
+        return 0;
+    if (gpus == 0)
+        return fail(e, 422, "no_gpu", "devices asks for a GPU, but this machine has none (or this "
+                    "kiln was built without CUDA); leave devices out or give 0 to train on the CPU");
+    if (want > 1)
+        return fail(e, 422, "not_supported", "training on %d GPUs (data parallelism) is not in "
+                    "this build yet; give one", want);
+    if (index >= gpus)
+        return fail(e, 422, "unknown_device", "there is no GPU %d (this machine has %d)", index,
+                    gpus);
+    r->gpu = true;
+    r->gpu_index = index;
     return 0;
 }
 
@@ -561,7 +613,8 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
          cJSON_AddNumberToObject(cfg, "batch_size", r->batch_size) &&
          cJSON_AddStringToObject(cfg, "precision", r->precision) &&
          cJSON_AddStringToObject(cfg, "loss_scaling", r->loss_scaling) &&
-         cJSON_AddStringToObject(cfg, "backend", "cpu") &&
+         cJSON_AddStringToObject(cfg, "backend", r->gpu ? "cuda" : "cpu") &&
+         cJSON_AddNumberToObject(cfg, "gpu", r->gpu ? r->gpu_index : -1) &&
          cJSON_AddNumberToObject(cfg, "seed", r->seed) &&
          cJSON_AddNumberToObject(cfg, "snapshot_interval", r->snapshot_interval) &&
          add_solver(solver, r);

@@ -104,6 +104,9 @@ static double mono_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The GPU the scheduler gave this worker (kiln worker --gpu N), or -1. */
+static int worker_gpu = -1;
+
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* One line on stderr (the job's log), with a UTC time stamp. */
@@ -233,8 +236,15 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
     snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dd->valuestring);
     const cJSON *nn = cJSON_GetObjectItemCaseSensitive(r, "network_name");
     snprintf(c->network_name, sizeof c->network_name, "%s", cJSON_IsString(nn) ? nn->valuestring : "custom");
+    /* "cuda" runs on the GPU the scheduler gave (--gpu), else the job's own
+     * "gpu", else GPU 0: net_create takes "cuda:N" */
     const cJSON *be = cJSON_GetObjectItemCaseSensitive(r, "backend");
-    snprintf(c->backend, sizeof c->backend, "%s", cJSON_IsString(be) ? be->valuestring : "cpu");
+    const cJSON *gi = cJSON_GetObjectItemCaseSensitive(r, "gpu");
+    int gpu = worker_gpu >= 0 ? worker_gpu : cJSON_IsNumber(gi) && gi->valueint >= 0 ? gi->valueint : 0;
+    if (cJSON_IsString(be) && !strcmp(be->valuestring, "cuda"))
+        snprintf(c->backend, sizeof c->backend, "cuda:%d", gpu);
+    else
+        snprintf(c->backend, sizeof c->backend, "%s", cJSON_IsString(be) ? be->valuestring : "cpu");
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(r, "precision");
     snprintf(c->precision, sizeof c->precision, "%s", cJSON_IsString(pr) ? pr->valuestring : "fp32");
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scaling");
@@ -721,7 +731,7 @@ static void solver_desc(const net_solver *s, const lr_policy *lp, char *buf, siz
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kiln worker --job-dir DIR\n"
+            "usage: kiln worker --job-dir DIR [--gpu N]\n"
             "\n"
             "Runs one training job: reads DIR/job.json, trains, and writes the TensorBoard\n"
             "file, checkpoints/epoch-N.safetensors and model.safetensors into DIR.\n"
@@ -760,6 +770,8 @@ int runner_main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--job-dir") && i + 1 < argc)
             dir = argv[++i];
+        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
+            worker_gpu = atoi(argv[++i]);
         else if (!strncmp(argv[i], "--job-dir=", 10))
             dir = argv[i] + 10;
         else if (i > 0 && argv[i][0] == '-') {

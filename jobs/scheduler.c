@@ -1,7 +1,9 @@
 /* jobs/scheduler.c: queued jobs -> `kiln worker` processes (contract in scheduler.h).
  *
  * One thread does everything: it starts queued jobs (oldest first, at most
- * max_cpu_jobs at a time) and supervises the running ones, in a poll loop over
+ * max_cpu_jobs at a time; a GPU job only when its GPU is free: each GPU runs
+ * one job at a time, and a job asking for any GPU gets the lowest free one,
+ * passed to its worker as --gpu) and supervises the running ones, in a poll loop over
  * the workers' stdout pipes and a self-pipe that sched_wake/sched_cancel/
  * sched_stop write to. It also looks at the queue every QUEUE_POLL_MS, so a job
  * queued by another process (or whose job.json appeared late) still starts.
@@ -54,6 +56,8 @@
 #include <dirent.h>
 
 #include "engine/checkpoint.h"   /* ckpt_latest */
+#include "engine/fileio.h"       /* fio_read_file: job.json's device */
+#include "engine/net.h"          /* engine_devices: how many GPUs */
 #include "jobs/jobspec.h"   /* jobspec_dir */
 
 extern char **environ;
@@ -80,6 +84,7 @@ typedef struct worker {
     bool shutdown;                /* stopped by sched_stop: requeue */
     double kill_at;               /* monotonic time for SIGKILL; 0 = none */
     bool killed;
+    int gpu;                      /* the GPU this worker has to itself, or -1 */
     char dir[PATH_MAX];
     struct worker *next;
 } worker;
@@ -101,6 +106,7 @@ struct sched {
     double stop_deadline;
     worker *workers;
     int nworkers;
+    uint64_t gpu_busy;            /* bit i: GPU i runs a job */
     bool queue_dirty;
     double last_queue_check;
 };
@@ -484,7 +490,10 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
         goto out;
     }
 
-    char *argv[] = { s->worker_exe, "worker", "--job-dir", w->dir, NULL };
+    char gpu[16];
+    snprintf(gpu, sizeof gpu, "%d", w->gpu);
+    char *argv[] = { s->worker_exe, "worker", "--job-dir", w->dir,
+                     w->gpu >= 0 ? "--gpu" : NULL, gpu, NULL };
     rc = posix_spawn(&w->pid, s->worker_exe, &fa, &at, argv, s->worker_env);
     if (rc) {
         set_err(err, errlen, "cannot start %s: %s", s->worker_exe, strerror(rc));
@@ -516,6 +525,31 @@ static worker *find_worker(sched *s, int64_t job_id)
     return NULL;
 }
 
+/* The GPU a job of dir gets (engine/backend "cuda" in its job.json): the one
+ * it names, or the lowest free one; -1 for a CPU job; -2 when its GPU is busy
+ * (it waits in the queue: each GPU runs one job at a time). */
+static int pick_gpu(sched *s, const char *dir)
+{
+    char path[PATH_MAX + 16], err[256];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    char *text = fio_read_file(path, 16u << 20, NULL, err, sizeof err);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(j, "backend");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gpu");
+    bool cuda = cJSON_IsString(be) && !strcmp(be->valuestring, "cuda");
+    int want = cJSON_IsNumber(g) ? g->valueint : -1;
+    cJSON_Delete(j);
+    if (!cuda)
+        return -1;
+    engine_device d[65];
+    int gpus = engine_devices(d, 65) - 1;
+    for (int i = 0; i < gpus && i < 64; i++)
+        if ((want < 0 || want == i) && !(s->gpu_busy & (1ULL << i)))
+            return i;
+    return -2;
+}
+
 /* Starts one queued job. Returns true when a worker now runs it. Lock held. */
 static bool start_job(sched *s, int64_t job_id)
 {
@@ -537,6 +571,9 @@ static bool start_job(sched *s, int64_t job_id)
         return false;                        /* jobspec is still writing it */
     }
 
+    int gpu = pick_gpu(s, dir);
+    if (gpu == -2)
+        return false;                        /* its GPU is busy: it waits its turn */
     worker *w = calloc(1, sizeof *w);
     char *line = malloc(LINE_MAX_BYTES);
     if (!w || !line) {
@@ -545,6 +582,7 @@ static bool start_job(sched *s, int64_t job_id)
         return false;                        /* try again at the next look at the queue */
     }
     w->job_id = job_id;
+    w->gpu = gpu;
     w->fd = -1;
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
@@ -574,6 +612,8 @@ static bool start_job(sched *s, int64_t job_id)
     publish_status(s, job_id, "running", NULL);
     fprintf(stderr, "kiln: job %lld: started worker %d\n", (long long)job_id, (int)w->pid);
 
+    if (w->gpu >= 0)
+        s->gpu_busy |= 1ULL << w->gpu;
     w->next = s->workers;
     s->workers = w;
     s->nworkers++;
@@ -618,6 +658,8 @@ static void check_workers(sched *s, double now)
                 wstatus = WSTATUS_LOST;
             *pp = w->next;
             s->nworkers--;
+            if (w->gpu >= 0)
+                s->gpu_busy &= ~(1ULL << w->gpu);       /* its GPU is free for the next job */
             finish_worker(s, w, wstatus);
             worker_free(w);
             s->queue_dirty = true;

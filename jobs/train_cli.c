@@ -44,6 +44,7 @@ static const struct num_opt {
     { "--eps", "solver", "eps", false },
     { "--clip-norm", "solver", "clip_norm", false },
     { "--label-smoothing", "solver", "label_smoothing", false },
+    { "--devices", "", "devices", true },
 };
 
 static void usage(FILE *f)
@@ -64,6 +65,8 @@ static void usage(FILE *f)
             "  --epochs N               (10)       --batch N            (64)\n"
             "  --seed N                 (1)        --snapshot-interval N (1)\n"
             "  --precision P            fp32, amp-bf16 or amp-fp16 (fp32): mixed precision\n"
+            "  --devices N              GPUs to train on: 0 the CPU, 1 a GPU (default: a GPU\n"
+            "                           when there is one)\n"
             "  --loss-scaling dynamic|off  (dynamic for amp-fp16, else off)\n"
             "  --solver sgd|adam|adamw  (sgd)\n"
             "  --lr X                   (0.01)     --momentum X         (0.9, sgd)\n"

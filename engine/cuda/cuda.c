@@ -85,6 +85,17 @@ int blas_err(cublasStatus_t s, const char *what, char *err, size_t errlen)
     return eng_err(err, errlen, "cuda backend: cuBLAS %s: status %d", what, (int)s);
 }
 
+static int mem_info(be_ctx *ctx, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
+                    size_t errlen)
+{
+    size_t f = 0, t = 0;
+    CU_TRY(cudaSetDevice(ctx->device), "selecting the GPU");
+    CU_TRY(cudaMemGetInfo(&f, &t), "reading the GPU's free memory");
+    *free_bytes = f;
+    *total_bytes = t;
+    return 0;
+}
+
 /* FP16 and bfloat16 are stored as themselves here (2 bytes). */
 static size_t dtype_bytes(be_dtype dt)
 {
@@ -348,6 +359,7 @@ const backend cuda_backend = {
     .ctx_create = ctx_create,
     .ctx_free = ctx_free,
     .dtype_bytes = dtype_bytes,
+    .mem_info = mem_info,
     .dtype_check = dtype_check,
     .buf_alloc = buf_alloc,
     .buf_free = buf_free,

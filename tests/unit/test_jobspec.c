@@ -18,6 +18,7 @@
 
 #include "db/store.h"
 #include "engine/dataset.h"
+#include "engine/net.h"       /* engine_devices */
 #include "jobs/jobspec.h"
 
 typedef struct fixture {
@@ -158,9 +159,9 @@ static void defaults_are_filled_and_job_json_written(void **state)
     assert_string_equal(str(c, "dataset_dir"), want_dir);
     assert_true(str(c, "dataset_dir")[0] == '/');
     assert_string_equal(str(c, "network_name"), "lenet");
-    const cJSON *net = cJSON_GetObjectItemCaseSensitive(c, "network");
-    assert_true(cJSON_IsObject(net));
-    assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(net, "layers")) >= 4);
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(c, "network");
+    assert_true(cJSON_IsObject(spec));
+    assert_true(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(spec, "layers")) >= 4);
     const cJSON *input = cJSON_GetObjectItemCaseSensitive(c, "input");
     assert_int_equal(cJSON_GetArraySize(input), 3);
     assert_int_equal(cJSON_GetArrayItem(input, 0)->valueint, 1);
@@ -172,7 +173,9 @@ static void defaults_are_filled_and_job_json_written(void **state)
     assert_int_equal((int)num(c, "epochs"), 10);
     assert_int_equal((int)num(c, "batch_size"), 64);
     assert_string_equal(str(c, "precision"), "fp32");
-    assert_string_equal(str(c, "backend"), "cpu");
+    engine_device devs[17];
+    bool gpus = engine_devices(devs, 17) > 1;
+    assert_string_equal(str(c, "backend"), gpus ? "cuda" : "cpu");   /* a GPU when there is one */
     assert_int_equal((int)num(c, "seed"), 1);
     assert_int_equal((int)num(c, "snapshot_interval"), 1);
     const cJSON *solver = cJSON_GetObjectItemCaseSensitive(c, "solver");
@@ -228,6 +231,49 @@ static void given_values_are_kept(void **state)
 
 /* Adam, LARC and a learning-rate policy are written resolved into job.json:
  * defaults filled, warm-up epochs turned into steps. */
+/* "devices": 0 is the CPU everywhere; a GPU asked of a machine without one is
+ * a 422 naming the problem; several GPUs are not in this build. */
+static void devices_field(void **state)
+{
+    fixture *f = *state;
+    engine_device devs[17];
+    int gpus = engine_devices(devs, 17) - 1;
+    char body[256];
+    int64_t id = 0;
+    job_error e;
+    snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", \"devices\": 0}",
+             (long long)f->ready);
+    if (create_from(f, body, &id, &e) != 0)
+        fail_msg("devices 0: %d %s: %s", e.http_status, e.code, e.message);
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    cJSON *c = cJSON_Parse(j.config_json);
+    assert_string_equal(str(c, "backend"), "cpu");
+    cJSON_Delete(c);
+    store_job_clear(&j);
+    const struct { const char *devices; int status; const char *code; } cases[] = {
+        { "1", gpus ? 0 : 422, gpus ? NULL : "no_gpu" },
+        { "[0]", gpus ? 0 : 422, gpus ? NULL : "no_gpu" },
+        { "[0, 1]", 422, gpus ? "not_supported" : "no_gpu" },
+        { "\"all\"", 400, "invalid_field" },
+        { "[-1]", 400, "invalid_field" },
+        { "1.5", 400, "invalid_field" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", \"devices\": %s}",
+                 (long long)f->ready, cases[i].devices);
+        int rc = create_from(f, body, &id, &e);
+        if (cases[i].status == 0) {
+            assert_int_equal(rc, 0);
+            continue;
+        }
+        if (rc == 0 || e.http_status != cases[i].status || strcmp(e.code, cases[i].code) != 0)
+            fail_msg("devices %s: got %d %s (%s), want %d %s", cases[i].devices, rc ? e.http_status : 0,
+                     rc ? e.code : "-", rc ? e.message : "", cases[i].status, cases[i].code);
+        assert_non_null(strstr(e.message, "GPU"));
+    }
+}
+
 /* Mixed precision: the precision is kept, and dynamic loss scaling is on by
  * default for amp-fp16 only (DESIGN.md, AMP), unless the request says. */
 static void precision_and_loss_scaling(void **state)
@@ -495,6 +541,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(given_values_are_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(optimizer_options_are_resolved, setup, teardown),
         cmocka_unit_test_setup_teardown(precision_and_loss_scaling, setup, teardown),
+        cmocka_unit_test_setup_teardown(devices_field, setup, teardown),
         cmocka_unit_test_setup_teardown(a_spec_object_is_validated_and_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_requests_are_refused_by_name, setup, teardown),
     };
