@@ -150,9 +150,32 @@ static void test_builtins(void)
         }
 }
 
+/* The device in the backend's name, and the memory check against the GPU's
+ * free memory before anything is allocated (a dense layer of 2^20 units at
+ * batch 2^20 needs terabytes). */
+static void test_devices_and_memory(void)
+{
+    net_solver sv = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
+    cJSON *spec = cJSON_Parse(net_builtin("lenet"));
+    net *n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, "cuda:0", &sv, 1, err, sizeof err);
+    CHECK(n != NULL, "lenet on cuda:0: %s", err);
+    net_free(n);
+    n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, "cuda:999", &sv, 1, err, sizeof err);
+    CHECK(n == NULL && strstr(err, "no GPU 999"), "cuda:999 refused: %s", err);
+    cJSON_Delete(spec);
+    spec = cJSON_Parse("{\"layers\": [{\"type\": \"dense\", \"name\": \"huge\", "
+                       "\"units\": 1048576}, {\"type\": \"dense\", \"units\": \"classes\"}]}");
+    n = net_create(spec, (net_shape){ 1, 2, 2 }, 2, 1 << 20, "cuda", &sv, 1, err, sizeof err);
+    CHECK(n == NULL && strstr(err, "GPU's free") && strstr(err, "\"huge\""),
+          "a net beyond the GPU is refused naming the layer: %s", err);
+    printf("refused: %s\n", err);
+    cJSON_Delete(spec);
+}
+
 int main(void)
 {
     gpu_start();
+    test_devices_and_memory();
     test_parity();
     test_builtins();
     return gpu_finish();
