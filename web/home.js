@@ -88,6 +88,10 @@ export function renderHome(root) {
     if (items.length) { state.networks = items; jobForm.setNetworks(items); }
   }).catch(() => { /* no /networks yet: the built-in list stands */ });
 
+  get('/info').then((info) => {
+    if (state.alive) jobForm.setDevices((info && info.devices) || []);
+  }).catch(() => { /* the header says the service is unavailable */ });
+
   refresh();
   state.timer = setInterval(refresh, REFRESH_MS);
   return () => { state.alive = false; clearInterval(state.timer); };

@@ -1,11 +1,15 @@
 // The "new training job" form of the home view: everything POST /api/v1/jobs
-// takes, the common settings in view and the rest under "Advanced", plus the
-// model summary of the chosen network for the chosen dataset and batch.
-// The request sends only what the user set or what the chosen solver and
-// policy need, so that the server's defaults (README) apply otherwise.
+// takes, the common settings in view and the rest under "Advanced", the model
+// summary of the chosen network for the chosen dataset and batch, and a plot
+// of the learning-rate schedule before anything trains.
+//
+// The request holds what the user set and what the chosen solver and policy
+// need; a field left at the API's default (README, server/openapi.json) is not
+// sent, and a field the solver does not take (momentum for adam) never is, so
+// every request the form makes is one curl could have made.
 
 import { post, ApiError } from './api.js';
-import { h, fill, fmtCount, fmtBytes } from './ui.js';
+import { h, svg, fill, fmtCount, fmtBytes } from './ui.js';
 
 const CUSTOM = '__custom__';
 const EXAMPLE_SPEC = `{
@@ -18,26 +22,44 @@ const EXAMPLE_SPEC = `{
   ]
 }`;
 
-/* The fields of each learning-rate policy: [key, label, default, attrs]. */
-const POLICIES = {
-  fixed: [],
-  step: [['step_size', 'Step size (steps)', '1000', { min: 1, step: 1 }], ['gamma', 'Gamma', '0.1', {}]],
-  multistep: [['milestones', 'Milestones (steps, comma-separated)', '1000, 2000', { type: 'text' }],
-    ['gamma', 'Gamma', '0.1', {}]],
-  exponential: [['gamma', 'Gamma (per step)', '0.999', {}]],
-  polynomial: [['power', 'Power', '1', {}]],
-  cosine: [['min_lr', 'Minimum lr', '0', { min: 0 }]],
+/* The API's defaults: a value equal to its default is left out of the request. */
+const API_DEFAULT = {
+  batch_size: 64, seed: 1, snapshot_interval: 1,
+  momentum: 0.9, beta1: 0.9, beta2: 0.999, eps: 1e-8,
+  weight_decay: 0, clip_norm: 0, label_smoothing: 0, larc_eta: 0.001,
+  gamma: 0.1, power: 1, min_lr: 0, warmup_epochs: 0,
 };
 
+/* The fields of each learning-rate policy: {key, label, value (the form's
+ * default), kind ('int', 'num' or 'list'), attrs}. */
+const POLICIES = {
+  fixed: [],
+  step: [{ key: 'step_size', label: 'Step size (steps)', value: '1000', kind: 'int', attrs: { min: 1, step: 1 } },
+    { key: 'gamma', label: 'Gamma', value: '0.1', kind: 'num', attrs: { min: 0, max: 1 } }],
+  multistep: [{ key: 'milestones', label: 'Milestones (steps)', value: '1000, 2000', kind: 'list',
+    attrs: { type: 'text', placeholder: '1000, 2000' } },
+  { key: 'gamma', label: 'Gamma', value: '0.1', kind: 'num', attrs: { min: 0, max: 1 } }],
+  exponential: [{ key: 'gamma', label: 'Gamma (per step)', value: '0.999', kind: 'num', attrs: { min: 0, max: 1 } }],
+  polynomial: [{ key: 'power', label: 'Power', value: '1', kind: 'num', attrs: { min: 0 } }],
+  cosine: [{ key: 'min_lr', label: 'Final lr', value: '0', kind: 'num', attrs: { min: 0 } }],
+};
+const SGD_LR = '0.01';
+const ADAM_LR = '0.001';
+
+/* A bad value in the form: the message and the control to mark. */
+class FieldError extends Error {
+  constructor(message, input) {
+    super(message);
+    this.input = input;
+  }
+}
+
 export function buildJobForm(state) {
-  const ids = new Set();
-  const field = (id, label, control, hint) => {
-    ids.add(id);
-    return h('div', { class: 'field', id: `${id}-field` }, h('label', { for: id }, label), control,
-      hint ? h('p', { class: 'hint' }, hint) : null);
-  };
+  // ---- controls -------------------------------------------------------------
+  const field = (id, label, control, hint) => h('div', { class: 'field', id: `${id}-field` },
+    h('label', { for: id }, label), control, hint ? h('p', { class: 'hint' }, hint) : null);
   const number = (id, value, attrs = {}) => h('input', {
-    id, type: attrs.type || 'number', value, step: 'any', ...attrs,
+    id, type: 'number', value, step: 'any', inputmode: 'decimal', autocomplete: 'off', ...attrs,
   });
   const select = (id, options, value) => {
     const s = h('select', { id }, options.map(([v, text, disabled]) => h('option', { value: v, disabled }, text)));
@@ -51,218 +73,476 @@ export function buildJobForm(state) {
 
   const dataset = h('select', { id: 'job-dataset', name: 'dataset_id', required: true });
   const network = h('select', { id: 'job-network', name: 'network', required: true });
-  const spec = h('textarea', { id: 'job-spec', rows: 9, spellcheck: false, class: 'code' }, EXAMPLE_SPEC);
-  const specError = h('p', { class: 'form-error', id: 'job-spec-error', hidden: true });
+  const summaryButton = h('button', { type: 'button', class: 'btn', id: 'job-summary-button',
+    title: 'Parameters, FLOPs and training memory of this network for the chosen dataset and batch' }, 'Summary');
+  const networkAbout = h('span', { id: 'job-network-about', class: 'clamp-2' });
+  const copyButton = h('button', { type: 'button', class: 'link-btn', id: 'job-network-copy' }, 'edit a copy');
+  const networkHint = h('p', { class: 'hint', id: 'job-network-hint' }, networkAbout, ' ', copyButton);
+  const spec = h('textarea', { id: 'job-spec', rows: 10, spellcheck: false, class: 'code', wrap: 'off',
+    'aria-describedby': 'job-spec-error job-spec-hint' }, EXAMPLE_SPEC);
+  const specError = h('p', { class: 'form-error', id: 'job-spec-error', role: 'alert', hidden: true });
   const specField = h('div', { class: 'field', id: 'job-spec-field', hidden: true },
     h('label', { for: 'job-spec' }, 'Network spec (JSON)'), spec, specError,
-    h('p', { class: 'hint' }, 'Layers as in the built-in specs (GET /api/v1/networks lists them); "units": "classes" sizes the last layer.'));
-  const summaryButton = h('button', { type: 'button', class: 'btn', id: 'job-summary-button' }, 'Model summary');
-  const summaryOut = h('div', { class: 'summary', id: 'job-summary', hidden: true });
+    h('p', { class: 'hint', id: 'job-spec-hint' }, 'Layers as in DESIGN.md; "units": "classes" sizes the last layer ',
+      'for the dataset, and the input shape comes from the dataset.'));
+  const summaryOut = h('div', { class: 'summary', id: 'job-summary', hidden: true, 'aria-live': 'polite' });
 
-  const epochs = number('job-epochs', '2', { min: 1, max: 10000, step: 1 });
-  const batch = number('job-batch', '64', { min: 1, max: 4096, step: 1 });
-  const precision = select('job-precision', [['fp32', 'FP32'], ['amp-bf16', 'Mixed, bfloat16 (amp-bf16)'],
-    ['amp-fp16', 'Mixed, FP16 (amp-fp16)']], 'fp32');
+  const epochs = number('job-epochs', '2', { min: 1, max: 10000, step: 1, inputmode: 'numeric' });
+  const batch = number('job-batch', '64', { min: 1, max: 4096, step: 1, inputmode: 'numeric' });
+  const precision = select('job-precision', [['fp32', 'FP32'], ['amp-bf16', 'AMP, bfloat16'],
+    ['amp-fp16', 'AMP, FP16']], 'fp32');
+  precision.title = 'Mixed precision (AMP): convolutions and dense layers in 16 bits, FP32 master weights';
+  const device = h('select', { id: 'job-device' });
+  const name = h('input', { id: 'job-name', type: 'text', maxlength: 200, placeholder: 'optional', autocomplete: 'off' });
 
   const solver = select('job-solver', [['sgd', 'SGD'], ['adam', 'Adam'], ['adamw', 'AdamW']], 'sgd');
-  const lr = number('job-lr', '0.01', { min: 0 });
+  const lr = number('job-lr', SGD_LR, { min: 0, max: 10 });
   const momentum = number('job-momentum', '0.9', { min: 0, max: 0.999 });
-  const nesterov = check('job-nesterov', 'Nesterov momentum');
-  const weightDecay = number('job-weight-decay', '0', { min: 0 });
-  const beta1 = number('job-beta1', '0.9', { min: 0, max: 0.999 });
-  const beta2 = number('job-beta2', '0.999', { min: 0, max: 0.999999 });
-  const eps = number('job-eps', '1e-8', { min: 0, type: 'text' });
+  const weightDecay = number('job-weight-decay', '0', { min: 0, max: 1 });
 
   const policy = select('job-policy', Object.keys(POLICIES).map((k) => [k, k]), 'fixed');
+  const warmup = number('job-warmup', '0', { min: 0, max: 100000, step: 1, inputmode: 'numeric' });
   const policyFields = h('div', { class: 'field-row', id: 'job-policy-fields' });
-  const policyInputs = {};
-  const warmup = number('job-warmup', '0', { min: 0 });
+  const policyInputs = {};              // key -> input of the shown policy
+  const policyValues = {};              // 'policy.key' -> the text last typed, across switches
+  const lrPlot = h('div', { class: 'lr-plot', id: 'job-lr-plot', 'aria-hidden': 'true' });
+  const lrCaption = h('p', { class: 'hint', id: 'job-lr-caption' });
+
+  const nesterov = check('job-nesterov', 'Nesterov momentum');
+  const beta1 = number('job-beta1', '0.9', { min: 0, max: 0.999999 });
+  const beta2 = number('job-beta2', '0.999', { min: 0, max: 0.999999 });
+  const eps = h('input', { id: 'job-eps', type: 'text', value: '1e-8', inputmode: 'decimal', autocomplete: 'off' });
+  const decayBias = check('job-decay-bias', 'Decay biases and batch-norm parameters too');
   const clipNorm = number('job-clip-norm', '0', { min: 0 });
   const smoothing = number('job-label-smoothing', '0', { min: 0, max: 0.99 });
-  const decayBias = check('job-decay-bias', 'Decay biases and batch-norm parameters too');
-  const larc = select('job-larc', [['', 'off'], ['clip', 'clip'], ['scale', 'scale']], '');
-  const larcEta = number('job-larc-eta', '0.001', { min: 0 });
-  const lossScaling = select('job-loss-scaling', [['', 'default'], ['dynamic', 'dynamic'],
+  const larc = select('job-larc', [['', 'none'], ['clip', 'clip'], ['scale', 'scale']], '');
+  const larcEta = number('job-larc-eta', '0.001', { min: 0, max: 1 });
+  const lossScaling = select('job-loss-scaling', [['', 'default (dynamic for FP16)'], ['dynamic', 'dynamic'],
     ['off', 'off']], '');
-  const seed = number('job-seed', '1', { min: 0, step: 1 });
-  const snapshot = number('job-snapshot', '1', { min: 1, step: 1 });
-  const name = h('input', { id: 'job-name', type: 'text', maxlength: 200, placeholder: 'optional' });
+  const seed = number('job-seed', '1', { min: 0, step: 1, inputmode: 'numeric' });
+  const snapshot = number('job-snapshot', '1', { min: 1, max: 10000, step: 1, inputmode: 'numeric' });
 
   const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
   const button = h('button', { type: 'submit', class: 'btn btn-primary', id: 'job-submit' }, 'Start training');
 
-  const sgdRow = h('div', { class: 'field-row' }, field('job-momentum', 'Momentum', momentum),
-    h('div', { class: 'field check-field' }, nesterov.el));
-  const adamRow = h('div', { class: 'field-row' }, field('job-beta1', 'Beta 1', beta1),
-    field('job-beta2', 'Beta 2', beta2));
-  const adamEps = field('job-eps', 'Epsilon', eps);
-  const larcField = h('div', { class: 'field-row', id: 'job-larc-row' },
-    field('job-larc', 'LARC', larc), field('job-larc-eta', 'LARC eta', larcEta));
-  const lossScalingField = field('job-loss-scaling', 'Loss scaling', lossScaling,
-    'Default: dynamic for amp-fp16, off otherwise.');
+  // ---- layout ---------------------------------------------------------------
+  const momentumField = field('job-momentum', 'Momentum', momentum);
+  const adamRow = h('div', { class: 'field-row', id: 'job-adam-row' },
+    field('job-beta1', 'Beta 1', beta1), field('job-beta2', 'Beta 2', beta2));
+  const adamEps = h('div', { class: 'field-row', id: 'job-eps-row' },
+    field('job-eps', 'Epsilon', eps), h('div'));
+  const nesterovField = h('div', { class: 'field check-field', id: 'job-nesterov-field' }, nesterov.el);
+  const larcEtaField = field('job-larc-eta', 'LARC eta', larcEta);
+  const larcRow = h('div', { class: 'field-row', id: 'job-larc-row' },
+    field('job-larc', 'LARC', larc, 'layer-wise adaptive rate control'), larcEtaField);
+  const lossScalingField = field('job-loss-scaling', 'Loss scaling', lossScaling);
+  const deviceField = field('job-device', 'Device', device);
+  deviceField.hidden = true;          // until GET /info names a GPU
+  const advancedCount = h('span', { class: 'muted advanced-count', id: 'job-advanced-count' });
+  const advanced = h('details', { class: 'advanced', id: 'job-advanced' },
+    h('summary', {}, 'Advanced', advancedCount),
+    h('p', { class: 'advanced-head' }, 'Optimizer'),
+    nesterovField,
+    adamRow,
+    adamEps,
+    h('div', { class: 'field-row' }, field('job-clip-norm', 'Clip gradient norm', clipNorm, '0: off'),
+      field('job-label-smoothing', 'Label smoothing', smoothing, '0 to below 1; training loss only')),
+    h('div', { class: 'field check-field' }, decayBias.el),
+    larcRow,
+    lossScalingField,
+    h('p', { class: 'advanced-head' }, 'Run'),
+    h('div', { class: 'field-row' }, field('job-seed', 'Seed', seed),
+      field('job-snapshot', 'Snapshot interval', snapshot, 'epochs between checkpoints')));
 
   const el = h('form', { class: 'form', id: 'job-form', novalidate: true },
     field('job-dataset', 'Dataset', dataset),
-    field('job-network', 'Network', network),
+    h('div', { class: 'field', id: 'job-network-field' },
+      h('label', { for: 'job-network' }, 'Network'),
+      h('div', { class: 'inline-control' }, network, summaryButton),
+      networkHint),
     specField,
-    h('div', { class: 'actions actions-left' }, summaryButton),
     summaryOut,
     h('div', { class: 'field-row' }, field('job-epochs', 'Epochs', epochs), field('job-batch', 'Batch size', batch)),
-    field('job-precision', 'Precision', precision),
     h('fieldset', { class: 'fieldset' }, h('legend', {}, 'Solver'),
       h('div', { class: 'field-row' }, field('job-solver', 'Type', solver), field('job-lr', 'Learning rate', lr)),
-      sgdRow,
-      adamRow,
-      h('div', { class: 'field-row' }, field('job-weight-decay', 'Weight decay', weightDecay), adamEps)),
-    h('details', { class: 'advanced', id: 'job-advanced' }, h('summary', {}, 'Advanced'),
-      h('div', { class: 'field-row' }, field('job-policy', 'Learning-rate policy', policy),
+      h('div', { class: 'field-row' }, momentumField, field('job-weight-decay', 'Weight decay', weightDecay))),
+    h('fieldset', { class: 'fieldset' }, h('legend', {}, 'Learning-rate schedule'),
+      h('div', { class: 'field-row' }, field('job-policy', 'Policy', policy),
         field('job-warmup', 'Warm-up epochs', warmup)),
       policyFields,
-      h('div', { class: 'field-row' }, field('job-clip-norm', 'Clip gradient norm (0: off)', clipNorm),
-        field('job-label-smoothing', 'Label smoothing', smoothing)),
-      h('div', { class: 'field check-field' }, decayBias.el),
-      larcField,
-      h('div', { class: 'field-row' }, lossScalingField, field('job-seed', 'Seed', seed)),
-      h('div', { class: 'field-row' }, field('job-snapshot', 'Checkpoint every (epochs)', snapshot),
-        field('job-name', 'Name', name))),
+      lrPlot, lrCaption),
+    deviceField,
+    h('div', { class: 'field-row' }, field('job-precision', 'Precision', precision), field('job-name', 'Name', name)),
+    advanced,
     error,
     h('div', { class: 'actions' }, button));
 
+  // ---- what shows when ------------------------------------------------------
   function showSolver() {
     const sgd = solver.value === 'sgd';
-    sgdRow.hidden = !sgd;
+    momentumField.hidden = !sgd;
+    nesterovField.hidden = !sgd;
+    larcRow.hidden = !sgd;
     adamRow.hidden = sgd;
     adamEps.hidden = sgd;
-    larcField.hidden = !sgd;
+  }
+  function showLarc() {
+    larcEtaField.hidden = !larc.value;
+  }
+  function showPrecision() {
+    lossScalingField.hidden = precision.value === 'fp32';
   }
   function showPolicy() {
     fill(policyFields);
     for (const k of Object.keys(policyInputs)) delete policyInputs[k];
-    for (const [key, label, value, attrs] of POLICIES[policy.value]) {
-      const input = number(`job-policy-${key}`, value, attrs);
-      policyInputs[key] = input;
-      policyFields.append(field(`job-policy-${key}`, label, input));
+    for (const f of POLICIES[policy.value]) {
+      const id = `job-policy-${f.key}`;
+      const remembered = policyValues[`${policy.value}.${f.key}`];
+      const input = number(id, remembered ?? f.value, f.attrs);
+      input.dataset.initial = f.value;
+      input.addEventListener('input', () => { policyValues[`${policy.value}.${f.key}`] = input.value; });
+      policyInputs[f.key] = input;
+      policyFields.append(field(id, f.label, input));
     }
     policyFields.hidden = !POLICIES[policy.value].length;
   }
+  function builtin(n) {
+    return state.networks.find((x) => x.name === n);
+  }
   function showNetwork() {
-    specField.hidden = network.value !== CUSTOM;
+    const custom = network.value === CUSTOM;
+    specField.hidden = !custom;
+    const b = builtin(network.value);
+    const about = custom ? 'Your own layers, checked by the server before anything is allocated.'
+      : (b && (b.description || (b.spec && b.spec.description))) || 'A built-in network.';
+    fill(networkAbout, about);
+    networkAbout.title = about;
+    copyButton.hidden = custom || !(b && b.spec);
   }
   solver.addEventListener('change', () => {
-    // a learning rate left at one solver's usual default follows to the other's
-    if (solver.value === 'sgd' && lr.value === '0.001') lr.value = '0.01';
-    else if (solver.value !== 'sgd' && lr.value === '0.01') lr.value = '0.001';
+    // a learning rate left at one solver's usual value follows to the other's
+    if (solver.value === 'sgd' && lr.value === ADAM_LR) lr.value = SGD_LR;
+    else if (solver.value !== 'sgd' && lr.value === SGD_LR) lr.value = ADAM_LR;
     showSolver();
   });
+  larc.addEventListener('change', showLarc);
+  precision.addEventListener('change', showPrecision);
   policy.addEventListener('change', showPolicy);
   network.addEventListener('change', () => {
     showNetwork();
-    fill(summaryOut);
-    summaryOut.hidden = true;
-    error.hidden = true;
+    if (network.value === CUSTOM) hideSummary();
   });
-  showSolver();
-  showPolicy();
+  copyButton.addEventListener('click', () => {
+    const b = builtin(network.value);
+    if (!b || !b.spec) return;
+    spec.value = specText(b.spec);
+    network.value = CUSTOM;
+    showNetwork();
+    checkSpec();
+    hideSummary();
+    spec.setSelectionRange(0, 0);
+    spec.focus({ preventScroll: true });
+    spec.scrollTop = 0;
+  });
 
-  /* The network: a name, or the parsed custom spec (an Error when it does not parse). */
+  // Every initial value, to tell what the user changed (the Advanced count).
+  const advancedControls = [...advanced.querySelectorAll('input, select')];
+  for (const c of el.querySelectorAll('input, select')) {
+    c.dataset.initial = c.type === 'checkbox' ? String(c.checked) : c.value;
+  }
+  function changed(c) {
+    return (c.type === 'checkbox' ? String(c.checked) : c.value) !== c.dataset.initial;
+  }
+  function countAdvanced() {
+    const n = advancedControls.filter((c) => !c.closest('[hidden]') && changed(c)).length;
+    fill(advancedCount, n ? ` · ${n} changed` : '');
+  }
+
+  // ---- reading the form -----------------------------------------------------
+  /* The network: a name, or the parsed custom spec (a FieldError when it does not parse). */
   function networkValue() {
     if (network.value !== CUSTOM) return network.value;
     try {
       const v = JSON.parse(spec.value);
-      if (!v || typeof v !== 'object' || Array.isArray(v)) return new Error('The spec must be a JSON object with "layers".');
+      if (!v || typeof v !== 'object' || Array.isArray(v)) {
+        return new FieldError('The spec must be a JSON object with "layers".', spec);
+      }
+      if (!Array.isArray(v.layers)) return new FieldError('The spec needs a "layers" list.', spec);
       return v;
     } catch (e) {
-      return new Error(`The spec is not valid JSON: ${e.message}`);
+      return new FieldError(`The spec is not valid JSON: ${e.message}`, spec);
     }
   }
   function checkSpec() {
     const v = networkValue();
-    specError.hidden = !(v instanceof Error);
-    fill(specError, v instanceof Error ? v.message : '');
+    const bad = v instanceof Error;
+    specError.hidden = !bad;
+    fill(specError, bad ? v.message : '');
+    if (bad) spec.setAttribute('aria-invalid', 'true');
+    else spec.removeAttribute('aria-invalid');
     return v;
   }
   spec.addEventListener('input', () => {
     error.hidden = true;            // the form's error may have been about the old text
     if (!specError.hidden) checkSpec();
+    if (!summaryOut.hidden) summaryOut.classList.add('stale');
   });
+  spec.addEventListener('change', checkSpec);
 
-  const num = (input, what) => {
-    const v = Number(String(input.value).trim());
-    if (String(input.value).trim() === '' || !Number.isFinite(v)) throw new Error(`${what} must be a number.`);
+  /* A number from an input; undefined when empty and optional. Throws a FieldError. */
+  function read(input, what, { int = false, optional = false } = {}) {
+    const text = String(input.value).trim();
+    if (text === '') {
+      if (optional) return undefined;
+      throw new FieldError(`${what}: enter a number.`, input);
+    }
+    const v = Number(text);
+    if (!Number.isFinite(v)) throw new FieldError(`${what}: “${text}” is not a number.`, input);
+    if (int && !Number.isInteger(v)) throw new FieldError(`${what} must be a whole number.`, input);
     return v;
-  };
+  }
+  /* Sets obj[key] from an input unless it is empty or the API's default. */
+  function optional(obj, key, input, what, { int = false, def = API_DEFAULT[key] } = {}) {
+    const v = read(input, what, { int, optional: true });
+    if (v !== undefined && v !== def) obj[key] = v;
+  }
 
-  /* The request body from the form; throws an Error naming a bad field. */
+  /* The policy with every value (for the plot), and the request's part (only
+   * what differs from the API's defaults). Throws a FieldError. */
+  function policyValue() {
+    const full = { type: policy.value };
+    const sent = { type: policy.value };
+    for (const f of POLICIES[policy.value]) {
+      const input = policyInputs[f.key];
+      let v;
+      if (f.kind === 'list') {
+        const parts = String(input.value).split(/[\s,]+/).filter(Boolean);
+        v = parts.map(Number);
+        if (!parts.length) throw new FieldError('Milestones: list the steps where the rate drops, such as 1000, 2000.', input);
+        if (v.some((x) => !Number.isInteger(x) || x < 1)) throw new FieldError('Milestones must be whole step numbers of 1 or more.', input);
+      } else {
+        v = read(input, f.label, { int: f.kind === 'int' });
+      }
+      full[f.key] = v;
+      if (f.kind === 'list' || API_DEFAULT[f.key] === undefined || v !== API_DEFAULT[f.key]) sent[f.key] = v;
+    }
+    const w = read(warmup, 'Warm-up epochs', { int: true, optional: true }) || 0;
+    full.warmup_epochs = w;
+    if (w) sent.warmup_epochs = w;
+    return { full, sent: sent.type === 'fixed' && !w ? null : sent };
+  }
+
+  /* The request body from the form; throws a FieldError naming a bad field. */
   function requestBody() {
-    if (!dataset.value) throw new Error('Choose a dataset (one that is ready).');
+    if (!dataset.value) throw new FieldError('Choose a dataset (one that is ready).', dataset);
     const net = checkSpec();
     if (net instanceof Error) throw net;
     const body = {
       dataset_id: Number(dataset.value),
       network: net,
-      epochs: num(epochs, 'Epochs'),
-      batch_size: num(batch, 'Batch size'),
+      epochs: read(epochs, 'Epochs', { int: true }),
+      batch_size: read(batch, 'Batch size', { int: true }),
     };
-    if (precision.value !== 'fp32') body.precision = precision.value;
-    if (lossScaling.value) body.loss_scaling = lossScaling.value;
-    const s = { type: solver.value, lr: num(lr, 'Learning rate') };
+    // devices: left out, a GPU when there is one; 0 the CPU; 1 any GPU; [i] GPU i.
+    if (device.value === 'cpu') body.devices = 0;
+    else if (device.value === 'any') body.devices = 1;
+    else if (/^\d+$/.test(device.value)) body.devices = [Number(device.value)];
+    if (precision.value !== 'fp32') {
+      body.precision = precision.value;
+      if (lossScaling.value) body.loss_scaling = lossScaling.value;
+    }
+    const s = { type: solver.value, lr: read(lr, 'Learning rate') };
     if (s.type === 'sgd') {
-      s.momentum = num(momentum, 'Momentum');
+      optional(s, 'momentum', momentum, 'Momentum');
       if (nesterov.input.checked) s.nesterov = true;
-      if (larc.value) s.larc = { policy: larc.value, eta: num(larcEta, 'LARC eta') };
     } else {
-      s.beta1 = num(beta1, 'Beta 1');
-      s.beta2 = num(beta2, 'Beta 2');
-      s.eps = num(eps, 'Epsilon');
+      optional(s, 'beta1', beta1, 'Beta 1');
+      optional(s, 'beta2', beta2, 'Beta 2');
+      optional(s, 'eps', eps, 'Epsilon');
     }
-    const wd = num(weightDecay, 'Weight decay');
-    if (wd) s.weight_decay = wd;
+    optional(s, 'weight_decay', weightDecay, 'Weight decay');
     if (decayBias.input.checked) s.decay_bias = true;
-    const clip = num(clipNorm, 'Clip gradient norm');
-    if (clip) s.clip_norm = clip;
-    const ls = num(smoothing, 'Label smoothing');
-    if (ls) s.label_smoothing = ls;
-    body.solver = s;
-    const w = num(warmup, 'Warm-up epochs');
-    if (policy.value !== 'fixed' || w) {
-      const p = { type: policy.value };
-      for (const [key, input] of Object.entries(policyInputs)) {
-        p[key] = key === 'milestones'
-          ? String(input.value).split(',').map((x) => x.trim()).filter(Boolean).map(Number)
-          : num(input, key.replace('_', ' '));
-      }
-      if (p.milestones && p.milestones.some((x) => !Number.isInteger(x))) throw new Error('Milestones must be whole step numbers.');
-      if (w) p.warmup_epochs = w;
-      body.lr_policy = p;
+    optional(s, 'clip_norm', clipNorm, 'Clip gradient norm');
+    optional(s, 'label_smoothing', smoothing, 'Label smoothing');
+    if (s.type === 'sgd' && larc.value) {
+      s.larc = { policy: larc.value };
+      optional(s.larc, 'eta', larcEta, 'LARC eta', { def: API_DEFAULT.larc_eta });
     }
-    const sd = num(seed, 'Seed');
-    if (sd !== 1) body.seed = sd;
-    const snap = num(snapshot, 'Checkpoint interval');
-    if (snap !== 1) body.snapshot_interval = snap;
+    body.solver = s;
+    const p = policyValue().sent;
+    if (p) body.lr_policy = p;
+    optional(body, 'seed', seed, 'Seed', { int: true });
+    optional(body, 'snapshot_interval', snapshot, 'Checkpoint interval', { int: true });
     if (name.value.trim()) body.name = name.value.trim();
     return body;
   }
 
-  summaryButton.addEventListener('click', async () => {
-    summaryOut.hidden = false;
-    const net = checkSpec();
-    if (net instanceof Error) { fill(summaryOut); summaryOut.hidden = true; return; }
-    const ds = state.datasets.find((d) => String(d.id) === dataset.value);
-    const q = { network: net, batch_size: Number(batch.value) || 64, solver: solver.value, precision: precision.value };
-    if (ds && Array.isArray(ds.shape)) q.input = ds.shape;
-    if (ds && ds.classes) q.classes = ds.classes.length;
-    fill(summaryOut, h('p', { class: 'muted' }, 'Summarising…'));
-    try {
-      renderSummary(summaryOut, await post('/networks/summary', q), ds);
-    } catch (e) {
-      fill(summaryOut, h('p', { class: 'form-error', id: 'job-summary-error' }, e instanceof ApiError ? e.message : String(e)));
+  // ---- errors next to their fields ------------------------------------------
+  /* The control an API error is about: its message starts with the field's
+   * path ("solver.momentum must be ..."), or its code names the network. */
+  function inputForError(e) {
+    const byPath = {
+      dataset_id: dataset, network: network.value === CUSTOM ? spec : network, epochs, batch_size: batch,
+      precision, loss_scaling: lossScaling, devices: device, seed, snapshot_interval: snapshot, name,
+      'solver.type': solver, 'solver.lr': lr, 'solver.momentum': momentum, 'solver.nesterov': nesterov.input,
+      'solver.beta1': beta1, 'solver.beta2': beta2, 'solver.eps': eps, 'solver.weight_decay': weightDecay,
+      'solver.decay_bias': decayBias.input, 'solver.clip_norm': clipNorm, 'solver.label_smoothing': smoothing,
+      'solver.larc': larc, 'solver.larc.policy': larc, 'solver.larc.eta': larcEta,
+      'lr_policy.type': policy, 'lr_policy.warmup_epochs': warmup, 'lr_policy': policy,
+    };
+    for (const [k, input] of Object.entries(policyInputs)) byPath[`lr_policy.${k}`] = input;
+    if (/network|dataset_not_found/.test(e.code || '')) return /dataset/.test(e.code) ? dataset : byPath.network;
+    if (/^(no_gpu|unknown_device)$/.test(e.code || '')) return device;
+    const m = /^([a-z_0-9]+(?:\.[a-z_0-9]+)*)/.exec(e.message || '');
+    if (!m) return null;
+    const parts = m[1].split('.');
+    while (parts.length) {
+      const input = byPath[parts.join('.')];
+      if (input) return input;
+      parts.pop();
+    }
+    return null;
+  }
+  function clearMarks() {
+    for (const c of el.querySelectorAll('[aria-invalid]')) c.removeAttribute('aria-invalid');
+  }
+  function showFormError(e) {
+    error.hidden = false;
+    fill(error, e instanceof Error ? e.message : String(e));
+    const input = e instanceof FieldError ? e.input : e instanceof ApiError ? inputForError(e) : null;
+    if (input && !input.closest('[hidden]:not(details)')) {
+      input.setAttribute('aria-invalid', 'true');
+      if (advanced.contains(input)) advanced.open = true;
+      input.focus({ preventScroll: true });
+      input.scrollIntoView({ block: 'nearest' });
+    }
+    error.scrollIntoView({ block: 'nearest' });
+  }
+  el.addEventListener('input', (ev) => {
+    if (ev.target.hasAttribute && ev.target.hasAttribute('aria-invalid') && ev.target !== spec) {
+      ev.target.removeAttribute('aria-invalid');
     }
   });
 
+  // ---- the model summary ----------------------------------------------------
+  let summarySeq = 0;
+  function hideSummary() {
+    summarySeq++;
+    fill(summaryOut);
+    summaryOut.hidden = true;
+    summaryOut.classList.remove('stale');
+  }
+  function currentDataset() {
+    return state.datasets.find((d) => String(d.id) === dataset.value);
+  }
+  async function runSummary() {
+    const net = checkSpec();
+    if (net instanceof Error) { hideSummary(); spec.focus(); return; }
+    const ds = currentDataset();
+    const b = Number(batch.value);
+    const q = { network: net, batch_size: Number.isInteger(b) && b >= 1 && b <= 4096 ? b : 64, precision: precision.value };
+    const m = Number(momentum.value);
+    // The optimizer's state: SGD keeps a momentum buffer unless momentum is 0.
+    q.solver = solver.value === 'sgd' && String(momentum.value).trim() !== '' && m === 0
+      ? { type: 'sgd', momentum: 0 } : solver.value;
+    if (ds && Array.isArray(ds.shape)) q.input = ds.shape;
+    if (ds && Array.isArray(ds.classes) && ds.classes.length) q.classes = ds.classes.length;
+    const seq = ++summarySeq;
+    summaryOut.hidden = false;
+    summaryOut.classList.add('busy');
+    if (!summaryOut.firstChild) fill(summaryOut, h('p', { class: 'muted' }, 'Summarising…'));
+    try {
+      const s = await post('/networks/summary', q);
+      if (seq !== summarySeq) return;
+      summaryOut.classList.remove('is-error');
+      renderSummary(summaryOut, s, ds);
+    } catch (e) {
+      if (seq !== summarySeq) return;
+      summaryOut.classList.add('is-error');
+      fill(summaryOut, h('p', { class: 'form-error', id: 'job-summary-error', role: 'alert' },
+        e instanceof ApiError ? e.message : String(e)));
+    } finally {
+      if (seq === summarySeq) summaryOut.classList.remove('busy', 'stale');
+    }
+  }
+  summaryButton.addEventListener('click', runSummary);
+  // A summary on view follows the settings it depends on.
+  let summaryTimer = null;
+  function refreshSummary() {
+    if (summaryOut.hidden || network.value === CUSTOM) {
+      if (!summaryOut.hidden) summaryOut.classList.add('stale');
+      return;
+    }
+    clearTimeout(summaryTimer);
+    summaryTimer = setTimeout(runSummary, 250);
+  }
+  for (const c of [dataset, network, solver, precision]) c.addEventListener('change', refreshSummary);
+  for (const c of [batch, momentum]) c.addEventListener('input', refreshSummary);
+
+  // ---- the learning-rate schedule plot --------------------------------------
+  function drawSchedule() {
+    const ds = currentDataset();
+    let p;
+    let base;
+    let ep;
+    let b;
+    try {
+      p = policyValue().full;
+      base = read(lr, 'lr');
+      ep = read(epochs, 'epochs', { int: true });
+      b = read(batch, 'batch', { int: true });
+    } catch {
+      fill(lrPlot);
+      fill(lrCaption, 'The schedule shows once the rates and counts are numbers.');
+      return;
+    }
+    const train = ds && ds.counts && ds.counts.train;
+    if (!(train > 0) || ep < 1 || b < 1 || !(base > 0)) {
+      fill(lrPlot);
+      fill(lrCaption, train > 0 ? 'The schedule shows once epochs, batch size and learning rate are above 0.'
+        : 'Choose a dataset to see the schedule over the run.');
+      return;
+    }
+    const perEpoch = Math.ceil(train / b);
+    const total = perEpoch * ep;
+    const warm = p.warmup_epochs * perEpoch;
+    const n = Math.min(total, 240);
+    const pts = [];
+    let top = 0;
+    for (let i = 0; i < n; i++) {
+      const t = n === 1 ? 0 : Math.round((i * (total - 1)) / (n - 1));
+      const v = lrAt(p, base, t, total, warm);
+      pts.push([t, v]);
+      top = Math.max(top, v);
+    }
+    const W = 300;
+    const H = 48;
+    const x = (t) => (total <= 1 ? 0 : (t / (total - 1)) * W);
+    const y = (v) => (top > 0 ? H - 2 - (v / top) * (H - 6) : H - 2);
+    const line = pts.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
+    fill(lrPlot, svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', width: '100%', height: H },
+      svg('polygon', { points: `0,${H} ${line} ${W},${H}`, class: 'lr-area' }),
+      svg('polyline', { points: line, class: 'lr-line', 'vector-effect': 'non-scaling-stroke' })));
+    const first = pts[0][1];
+    const last = pts[pts.length - 1][1];
+    if (p.type === 'fixed' && !warm) {
+      fill(lrPlot);
+      fill(lrCaption, `lr ${fmtRate(base)} throughout: ${fmtCount(total)} steps (${fmtCount(perEpoch)} per epoch).`);
+      return;
+    }
+    fill(lrCaption, `lr ${fmtRate(first)} → ${fmtRate(last)}${top > first && top > last ? `, peak ${fmtRate(top)}` : ''}`,
+      ` over ${fmtCount(total)} steps (${fmtCount(perEpoch)} per epoch)`,
+      warm ? `; warm-up ${fmtCount(Math.min(warm, total))} steps` : '', '.');
+  }
+  for (const c of [policy, dataset]) c.addEventListener('change', drawSchedule);
+  for (const c of [lr, epochs, batch, warmup, policyFields]) c.addEventListener('input', drawSchedule);
+  solver.addEventListener('change', drawSchedule);
+
+  // ---- lists from the API ---------------------------------------------------
   let lastKey = '';
   function setDatasets(items) {
     const ready = items.filter((d) => d.status === 'ready');
-    const key = ready.map((d) => `${d.id}:${d.name}`).join('|');
+    const key = ready.map((d) => `${d.id}:${d.name}:${d.counts && d.counts.train}`).join('|');
     if (key === lastKey) return;
     lastKey = key;
     const keep = dataset.value;
@@ -272,6 +552,7 @@ export function buildJobForm(state) {
       : h('option', { value: '' }, 'No ready dataset'));
     if (keep && ready.some((d) => String(d.id) === keep)) dataset.value = keep;
     button.disabled = !ready.length;
+    drawSchedule();
   }
   function setNetworks(items) {
     const keep = network.value;
@@ -280,17 +561,42 @@ export function buildJobForm(state) {
     if (keep && (keep === CUSTOM || items.some((n) => n.name === keep))) network.value = keep;
     showNetwork();
   }
+
+  /* The devices of GET /api/v1/info: a choice shows only where there is a GPU. */
+  function setDevices(items) {
+    const gpus = (items || []).filter((d) => d.kind !== 'cpu');
+    const keep = device.value;
+    fill(device,
+      h('option', { value: '' }, gpus.length ? 'automatic (a free GPU)' : 'automatic (the CPU)'),
+      h('option', { value: 'cpu' }, 'CPU'),
+      gpus.length > 1 ? h('option', { value: 'any' }, 'any free GPU') : null,
+      gpus.map((d) => h('option', { value: String(d.index) },
+        `GPU ${d.index}: ${d.name}${d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : ''}`)));
+    if ([...device.options].some((o) => o.value === keep)) device.value = keep;
+    deviceField.hidden = !gpus.length;
+  }
+
+  showSolver();
+  showLarc();
+  showPrecision();
+  showPolicy();
   setNetworks(state.networks);
   setDatasets([]);
+  setDevices([]);
+  el.addEventListener('input', countAdvanced);
+  el.addEventListener('change', countAdvanced);
 
+  // ---- submit ---------------------------------------------------------------
   el.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     error.hidden = true;
+    clearMarks();
     let body;
     try {
       body = requestBody();
     } catch (e) {
-      showError(error, e);
+      if (e.input !== spec) showFormError(e);
+      else { error.hidden = true; spec.focus(); }
       return;
     }
     button.disabled = true;
@@ -298,42 +604,96 @@ export function buildJobForm(state) {
       const job = await post('/jobs', body);
       location.hash = `#/jobs/${job.id}`;
     } catch (e) {
-      showError(error, e);
+      showFormError(e);
     } finally {
       button.disabled = false;
     }
   });
 
-  return { el, setDatasets, setNetworks, requestBody };
+  return { el, setDatasets, setNetworks, setDevices, requestBody };
 }
 
-function showError(el, e) {
-  el.hidden = false;
-  fill(el, e instanceof ApiError || e instanceof Error ? e.message : String(e));
+/* The rate at step t of `total`, as engine/lr.c computes it (warm-up last). */
+function lrAt(p, base, t, total, warm) {
+  let v = base;
+  const frac = total > 0 ? Math.min(t / total, 1) : 1;
+  switch (p.type) {
+    case 'step': v = base * p.gamma ** Math.floor(t / p.step_size); break;
+    case 'multistep': v = base * p.gamma ** p.milestones.filter((m) => m <= t).length; break;
+    case 'exponential': v = base * p.gamma ** t; break;
+    case 'polynomial': v = base * (1 - frac) ** p.power; break;
+    case 'cosine': v = p.min_lr + (base - p.min_lr) * (1 + Math.cos(Math.PI * frac)) / 2; break;
+    default: break;
+  }
+  if (t < warm) v *= (t + 1) / warm;
+  return v;
+}
+
+/* 0.00053 -> "0.00053", 3.95e-8 -> "3.95e-8". */
+function fmtRate(v) {
+  if (v === 0) return '0';
+  if (Math.abs(v) >= 1e-4 && Math.abs(v) < 1e4) return String(Number(v.toPrecision(3)));
+  const [m, e] = v.toExponential(2).split('e');
+  return `${Number(m)}e${Number(e)}`;
+}
+
+/* 587520 -> "588 K", 3203200 -> "3.2 M". */
+function fmtSI(x) {
+  if (typeof x !== 'number' || !Number.isFinite(x)) return '—';
+  const units = [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'K']];
+  for (const [u, s] of units) {
+    if (Math.abs(x) >= u) return `${Number((x / u).toPrecision(3))} ${s}`;
+  }
+  return String(x);
+}
+
+/* A built-in's spec as editable text, one layer per line; without its input
+ * shape (the copy takes the chosen dataset's) and its description. */
+function specText(spec) {
+  const lines = ['{'];
+  const top = { ...spec, name: spec.name ? `${spec.name}-custom` : undefined };
+  const keys = Object.keys(top).filter((k) => !['layers', 'input', 'description'].includes(k) && top[k] !== undefined);
+  for (const k of keys) lines.push(`  ${JSON.stringify(k)}: ${JSON.stringify(top[k])},`);
+  const layers = Array.isArray(spec.layers) ? spec.layers : [];
+  lines.push('  "layers": [');
+  layers.forEach((l, i) => lines.push(`    ${JSON.stringify(l).replace(/,"/g, ', "').replace(/":/g, '": ')}${i < layers.length - 1 ? ',' : ''}`));
+  lines.push('  ]', '}');
+  return lines.join('\n');
 }
 
 /* The summary's headline figures, its warnings and a collapsible layer table. */
 function renderSummary(el, s, ds) {
   const m = s.training_memory || {};
-  const fmtG = (x) => (x >= 1e9 ? `${(x / 1e9).toFixed(2)} G` : x >= 1e6 ? `${(x / 1e6).toFixed(2)} M` : fmtCount(x));
+  const parts = [['weights', m.weights_bytes], ['gradients', m.gradients_bytes], ['optimizer', m.optimizer_bytes],
+    ['16-bit copies', m.weight_copies_bytes], ['activations', m.activations_bytes]]
+    .filter(([, v]) => v > 0).map(([k, v]) => `${k} ${fmtBytes(v)}`).join(' · ');
   const devices = (m.devices || []).map((d) => h('li', { class: d.fits ? '' : 'warn' },
     `${d.kind} ${d.index} (${d.name}, ${fmtBytes(d.memory_bytes)}): ${d.fits ? 'fits' : 'does not fit'}, up to batch ${fmtCount(d.max_batch)}`));
+  const warnings = s.warnings || [];
+  const layers = s.layers || [];
   fill(el,
     h('dl', { class: 'summary-figures' },
       h('dt', {}, 'Input'), h('dd', {}, `${(s.input || []).join('×')}, ${s.classes} classes${ds ? ` (${ds.name})` : ''}`),
       h('dt', {}, 'Parameters'), h('dd', { id: 'job-summary-params' }, fmtCount(s.params)),
-      h('dt', {}, 'Forward FLOPs'), h('dd', {}, `${fmtG(s.flops)} per image`),
+      h('dt', {}, 'Forward FLOPs'), h('dd', { id: 'job-summary-flops', title: `${fmtCount(s.flops)} per image` },
+        `${fmtSI(s.flops)} per image`),
       h('dt', {}, 'Training memory'),
-      h('dd', {}, `${fmtBytes(m.total_bytes)} at batch ${m.batch_size}, ${m.precision || 'fp32'} (a lower bound)`)),
+      h('dd', { id: 'job-summary-memory' },
+        h('strong', {}, fmtBytes(m.total_bytes)), ` at batch ${m.batch_size}, ${m.precision || 'fp32'}, ${m.solver || 'sgd'}`,
+        parts ? h('span', { class: 'summary-breakdown' }, `${parts} (a lower bound)`) : null)),
     devices.length ? h('ul', { class: 'summary-devices' }, devices) : null,
-    (s.warnings || []).length
-      ? h('ul', { class: 'summary-warnings' }, s.warnings.map((w) => h('li', {}, w)))
+    warnings.length
+      ? h('details', { class: 'summary-warnings', open: warnings.length <= 2 },
+        h('summary', {}, `${warnings.length} warning${warnings.length === 1 ? '' : 's'}`),
+        h('ul', {}, warnings.map((w) => h('li', {}, w))))
       : null,
-    h('details', {}, h('summary', {}, `${s.layers.length} layers`),
-      h('div', { class: 'table-wrap' }, h('table', { class: 'table table-compact' },
-        h('thead', {}, h('tr', {}, ['Layer', 'Type', 'Output', 'Params', 'FLOPs'].map((t, i) =>
-          h('th', { scope: 'col', class: i >= 3 ? 'num' : null }, t)))),
-        h('tbody', {}, s.layers.map((l) => h('tr', {},
-          h('td', {}, l.name), h('td', {}, l.type), h('td', {}, (l.output_shape || []).join('×')),
-          h('td', { class: 'num' }, fmtCount(l.params)), h('td', { class: 'num' }, fmtG(l.flops)))))))));
+    h('details', { class: 'summary-layers' }, h('summary', {}, `${layers.length} layers`),
+      h('div', { class: 'table-wrap summary-table' }, h('table', { class: 'table table-compact' },
+        h('thead', {}, h('tr', {}, ['Layer', 'Output', 'Params', 'FLOPs'].map((t, i) =>
+          h('th', { scope: 'col', class: i >= 2 ? 'num' : null }, t)))),
+        h('tbody', {}, layers.map((l) => h('tr', {},
+          h('td', { title: l.type }, l.name, h('span', { class: 'muted' }, ` ${l.type}`)),
+          h('td', { class: 'nowrap' }, (l.output_shape || []).join('×')),
+          h('td', { class: 'num' }, fmtCount(l.params)),
+          h('td', { class: 'num', title: fmtCount(l.flops) }, fmtSI(l.flops)))))))));
 }

@@ -16,6 +16,16 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/* svg('polyline', {points: '0,0 1,1'}) -> an SVG element (attributes only). */
+export function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== null && v !== undefined && v !== false) el.setAttribute(k, String(v));
+  }
+  append(el, children);
+  return el;
+}
+
 function append(el, children) {
   for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;

@@ -1,6 +1,8 @@
 // The dashboard in headless Chromium (Debian's /usr/bin/chromium driven by
-// playwright-core; no browser download): open the page, start a LeNet job from
-// the form, watch the charts receive points and the job reach `done`.
+// playwright-core; no browser download): open the page; drive the new-job form
+// (model summary, custom specs, solvers, policies, errors from the API) and
+// check the requests it sends and the configs the server stores; start a LeNet
+// job from the form, watch the charts receive points and the job reach `done`.
 // Screenshots go to tests/browser/out/ (git-ignored).
 
 import { test, before, after } from 'node:test';
@@ -24,6 +26,7 @@ let browser;
 let page;
 let jobId;
 const problems = [];     // page errors, console errors, requests that left the machine
+const jobPosts = [];     // the bodies of the page's POST /api/v1/jobs requests
 
 before(async () => {
   mkdirSync(OUT, { recursive: true });
@@ -47,6 +50,9 @@ before(async () => {
     return route.abort();
   });
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && new URL(r.url()).pathname === '/api/v1/jobs') jobPosts.push(r.postDataJSON());
+  });
   page.on('console', (m) => {
     // 4xx answers are expected here (the form-error case; /api/v1/networks may not
     // exist yet and the page falls back to its built-in list); anything else is not.
@@ -79,20 +85,68 @@ test('the dashboard lists the service, the demo dataset and the job form', async
   assert.match(text, /2,000/);
   assert.match(text, /1×28×28/);
   await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
-  // Every form control has a label.
-  for (const id of ['job-dataset', 'job-network', 'job-epochs', 'job-batch', 'job-lr', 'job-momentum', 'upload-name', 'upload-file'])
-    assert.equal(await page.locator(`label[for="${id}"]`).count(), 1, `#${id} has a label`);
+  // Every form control has a label, the Advanced ones and the upload form's too.
+  const ids = await page.$$eval('#job-form :is(input, select, textarea), #upload-form :is(input, select)',
+    (els) => els.map((e) => e.id));
+  assert.ok(ids.length >= 25, `form controls: ${ids.join(' ')}`);
+  for (const id of ids) assert.equal(await page.locator(`label[for="${id}"]`).count(), 1, `#${id} has a label`);
+  // The default form is short: SGD's fields on view, Adam's and the rarely changed ones not.
+  for (const id of ['job-dataset', 'job-network', 'job-summary-button', 'job-epochs', 'job-batch', 'job-solver',
+    'job-lr', 'job-momentum', 'job-weight-decay', 'job-policy', 'job-warmup', 'job-precision', 'job-name'])
+    assert.ok(await page.isVisible(`#${id}`), `#${id} is on view`);
+  for (const id of ['job-beta1', 'job-label-smoothing', 'job-seed', 'job-larc', 'job-spec', 'job-loss-scaling'])
+    assert.ok(!(await page.isVisible(`#${id}`)), `#${id} is not on view`);
+  // A device to choose only where /info lists a GPU.
+  const info = await (await fetch(`${base}/api/v1/info`)).json();
+  const gpus = info.devices.filter((d) => d.kind !== 'cpu').length;
+  await page.waitForFunction(() => document.querySelectorAll('#job-device option').length >= 2, null, { timeout: 15_000 });
+  assert.equal(await page.isVisible('#job-device'), gpus > 0, `device choice with ${gpus} GPUs`);
+  assert.equal(await page.getAttribute('#job-advanced', 'open'), null, 'Advanced starts closed');
+  // Every precision is offered; loss scaling only shows for mixed precision.
+  assert.deepEqual(await page.$$eval('#job-precision option:not([disabled])', (os) => os.map((o) => o.value)),
+    ['fp32', 'amp-bf16', 'amp-fp16']);
+  // The schedule's caption counts the steps of the chosen dataset and batch: 8,000 / 64 = 125 an epoch.
+  assert.match(await page.textContent('#job-lr-caption'), /125 per epoch/);
   await shot('home');
 });
 
-test('an error from the API shows next to the form', async () => {
+test('an error from the API shows next to the form and marks the field', async () => {
+  await page.fill('#job-name', 'kept');
   await page.fill('#job-epochs', '0');
+  const posts = jobPosts.length;
   await page.click('#job-submit');
   const err = page.locator('#job-error');
   await err.waitFor({ state: 'visible', timeout: 15_000 });
-  assert.ok((await err.textContent()).length > 0, 'the API\'s message is shown');
+  assert.equal(jobPosts.length, posts + 1, 'the form sent the request');
+  assert.match(await err.textContent(), /^epochs must be/, 'the API\'s message is shown');
+  assert.equal(await page.getAttribute('#job-epochs', 'aria-invalid'), 'true', 'the field it names is marked');
   assert.equal(new URL(page.url()).hash, '', 'no navigation on an error');
+  assert.equal(await page.inputValue('#job-epochs'), '0', 'nothing lost from the form');
+  assert.equal(await page.inputValue('#job-name'), 'kept', 'nothing lost from the form');
   await shot('form-error');
+  // A field in the Advanced section, closed again before sending: it opens on the error.
+  await page.fill('#job-epochs', '1');
+  assert.equal(await page.getAttribute('#job-epochs', 'aria-invalid'), null, 'typing clears the mark');
+  await openAdvanced();
+  await page.fill('#job-snapshot', '0');
+  await page.click('#job-advanced summary');
+  assert.ok(!(await page.isVisible('#job-snapshot')));
+  await page.click('#job-submit');
+  await page.waitForSelector('#job-snapshot[aria-invalid="true"]', { timeout: 15_000 });
+  assert.match(await err.textContent(), /^snapshot_interval/);
+  assert.ok(await page.isVisible('#job-snapshot'), 'Advanced opened to show the field');
+  // A value that is not a number is refused in the page, nothing sent.
+  await page.fill('#job-snapshot', '1');
+  await page.fill('#job-weight-decay', '');
+  await page.fill('#job-lr', '');
+  const before = jobPosts.length;
+  await page.click('#job-submit');
+  await page.waitForSelector('#job-lr[aria-invalid="true"]', { timeout: 5_000 });
+  assert.match(await err.textContent(), /Learning rate/);
+  assert.equal(jobPosts.length, before, 'nothing sent');
+  await page.fill('#job-lr', '0.01');
+  await page.fill('#job-weight-decay', '0');
+  await page.fill('#job-name', '');
 });
 
 test('the model summary of the chosen network shows under the form', async () => {
@@ -102,8 +156,27 @@ test('the model summary of the chosen network shows under the form', async () =>
   assert.equal(await page.textContent('#job-summary-params'), '431,080');
   const text = await page.textContent('#job-summary');
   assert.match(text, /1×28×28, 10 classes/, 'summarised for the chosen dataset');
+  assert.match(await page.textContent('#job-summary-flops'), /^4\.62 M per image$/);
+  assert.match(await page.textContent('#job-summary-memory'), /MiB at batch 64, fp32, sgd/);
   assert.match(text, /20 filters is not a multiple of 8/);
   assert.match(text, /cpu 0 .*fits/);
+  // The per-layer table is collapsed until asked for.
+  assert.ok(!(await page.isVisible('#job-summary .summary-layers tbody')), 'layers collapsed');
+  await page.click('#job-summary .summary-layers summary');
+  assert.equal(await page.locator('#job-summary .summary-layers tbody tr').count(), 8);
+  assert.match(await page.textContent('#job-summary .summary-layers tbody tr:first-child'), /conv1.*20×24×24.*520/);
+  await shot('form-summary');
+  // The summary follows the batch size and the solver: Adam keeps two states a parameter.
+  const memory = await page.textContent('#job-summary-memory');
+  await page.fill('#job-batch', '128');
+  await page.waitForFunction(() => /at batch 128/.test(document.querySelector('#job-summary-memory')?.textContent || ''),
+    null, { timeout: 15_000 });
+  assert.notEqual(await page.textContent('#job-summary-memory'), memory);
+  await page.selectOption('#job-solver', 'adam');
+  await page.waitForFunction(() => /, adam/.test(document.querySelector('#job-summary-memory')?.textContent || ''),
+    null, { timeout: 15_000 });
+  await page.selectOption('#job-solver', 'sgd');
+  await page.fill('#job-batch', '64');
 });
 
 test('a custom spec that is not JSON is refused in the page, nothing sent', async () => {
@@ -127,42 +200,150 @@ test('a custom spec that is not JSON is refused in the page, nothing sent', asyn
   await page.waitForSelector('#job-summary-error', { timeout: 15_000 });
   assert.match(await page.textContent('#job-summary-error'), /"big"/);
   await shot('form-custom');
+  // A built-in's spec copied for editing summarises as the built-in does.
+  await page.selectOption('#job-network', 'lenet');
+  assert.ok(!(await page.isVisible('#job-spec')), 'no spec box for a built-in');
+  await page.click('#job-network-copy');
+  assert.equal(await page.inputValue('#job-network'), '__custom__');
+  const copy = JSON.parse(await page.inputValue('#job-spec'));
+  assert.equal(copy.layers.length, 8);
+  assert.equal(copy.input, undefined, 'the copy takes the dataset\'s input shape');
+  await page.click('#job-summary-button');
+  await page.waitForSelector('#job-summary-params', { timeout: 15_000 });
+  assert.equal(await page.textContent('#job-summary-params'), '431,080');
   await page.selectOption('#job-network', 'lenet');
 });
 
-test('an Adam job with a cosine policy and warm-up from the advanced settings', { timeout: 120_000 }, async () => {
-  await page.selectOption('#job-dataset', String(datasetId));
-  await page.fill('#job-epochs', '1');
-  await page.selectOption('#job-solver', 'adam');
-  assert.equal(await page.inputValue('#job-lr'), '0.001', 'Adam\'s usual rate replaces SGD\'s');
-  assert.ok(!(await page.isVisible('#job-momentum')), 'no momentum for Adam');
-  await page.fill('#job-weight-decay', '0.0001');
-  await page.click('#job-advanced summary');
-  await page.selectOption('#job-policy', 'cosine');
-  await page.fill('#job-policy-min_lr', '0.00001');
-  await page.fill('#job-warmup', '1');
-  await page.fill('#job-label-smoothing', '0.1');
-  await page.fill('#job-seed', '7');
-  await page.fill('#job-name', 'adam from the form');
-  await shot('form-advanced');
+async function openAdvanced() {
+  if ((await page.getAttribute('#job-advanced', 'open')) === null) await page.click('#job-advanced summary');
+}
+
+/* Submits the form; resolves to {body: what the page sent, job: GET /jobs/{id}},
+ * then cancels the job and reloads the home view for the next test. */
+async function submitAndFetch() {
+  const posts = jobPosts.length;
   await page.click('#job-submit');
   await page.waitForFunction(() => /^#\/jobs\/\d+$/.test(location.hash), null, { timeout: 15_000 });
   const id = Number(new URL(page.url()).hash.split('/').pop());
   try {
+    assert.equal(jobPosts.length, posts + 1, 'one request');
     const job = await (await fetch(`${base}/api/v1/jobs/${id}`)).json();
-    const cfg = job.config;
-    assert.equal(cfg.solver.type, 'adam', JSON.stringify(job));
-    assert.equal(cfg.solver.lr, 0.001);
-    assert.equal(cfg.solver.weight_decay, 0.0001);
-    assert.equal(cfg.solver.label_smoothing, 0.1);
-    assert.equal(cfg.lr_policy.type, 'cosine');
-    assert.equal(cfg.lr_policy.min_lr, 0.00001);
-    assert.ok(cfg.lr_policy.warmup_steps > 0, 'warm-up epochs became steps');
-    assert.equal(cfg.seed, 7);
-    assert.equal(cfg.name, 'adam from the form');
+    return { body: jobPosts[posts], job };
   } finally {
-    // the home view again, and the job out of the way of the next test
+    // the job out of the way of the next test, and the home view again
     await fetch(`${base}/api/v1/jobs/${id}/cancel`, { method: 'POST' });
+    await page.goto(`${base}/`);
+    await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
+  }
+}
+
+test('an Adam job with a cosine policy and warm-up: a minimal request, the config stored', { timeout: 120_000 }, async () => {
+  await page.selectOption('#job-dataset', String(datasetId));
+  await page.selectOption('#job-network', 'lenet');
+  await page.fill('#job-epochs', '1');
+  await page.fill('#job-batch', '64');
+  await page.selectOption('#job-solver', 'adam');
+  assert.equal(await page.inputValue('#job-lr'), '0.001', 'Adam\'s usual rate replaces SGD\'s');
+  assert.ok(!(await page.isVisible('#job-momentum')), 'no momentum for Adam');
+  await page.fill('#job-weight-decay', '0.0001');
+  await page.selectOption('#job-policy', 'cosine');
+  await page.fill('#job-policy-min_lr', '0.00001');
+  await page.fill('#job-warmup', '1');
+  // the plot of the schedule: warm-up over the first epoch's 125 steps, then the cosine down to min_lr
+  await page.waitForFunction(() => /warm-up 125 steps/.test(document.querySelector('#job-lr-caption')?.textContent || ''),
+    null, { timeout: 5_000 });
+  assert.equal(await page.locator('#job-lr-plot polyline').count(), 1);
+  await openAdvanced();
+  assert.ok(await page.isVisible('#job-beta1'), 'Adam\'s betas under Advanced');
+  assert.ok(!(await page.isVisible('#job-larc')), 'no LARC for Adam');
+  assert.ok(!(await page.isVisible('#job-loss-scaling')), 'no loss scaling in FP32');
+  await page.fill('#job-label-smoothing', '0.1');
+  await page.fill('#job-seed', '7');
+  await page.fill('#job-name', 'adam from the form');
+  assert.match(await page.textContent('#job-advanced-count'), /2 changed/);
+  await shot('form-advanced');
+  const { body, job } = await submitAndFetch();
+  // Only what the user set: no momentum, no betas or eps left at their defaults.
+  assert.deepEqual(body, {
+    dataset_id: datasetId, network: 'lenet', epochs: 1, batch_size: 64,
+    solver: { type: 'adam', lr: 0.001, weight_decay: 0.0001, label_smoothing: 0.1 },
+    lr_policy: { type: 'cosine', min_lr: 0.00001, warmup_epochs: 1 },
+    seed: 7, name: 'adam from the form',
+  });
+  const cfg = job.config;
+  assert.equal(cfg.solver.type, 'adam', JSON.stringify(job));
+  assert.equal(cfg.solver.lr, 0.001);
+  assert.equal(cfg.solver.weight_decay, 0.0001);
+  assert.equal(cfg.solver.label_smoothing, 0.1);
+  assert.equal(cfg.solver.momentum, undefined);
+  assert.equal(cfg.lr_policy.type, 'cosine');
+  assert.equal(cfg.lr_policy.min_lr, 0.00001);
+  assert.equal(cfg.lr_policy.warmup_steps, 125, 'one warm-up epoch of 8,000 / 64 steps');
+  assert.equal(cfg.epochs, 1);
+  assert.equal(cfg.seed, 7);
+  assert.equal(cfg.name, 'adam from the form');
+});
+
+test('an SGD job with Nesterov, LARC, clipping, a step policy and FP16', { timeout: 120_000 }, async () => {
+  await page.selectOption('#job-dataset', String(datasetId));
+  await page.selectOption('#job-network', 'lenet');
+  await page.fill('#job-epochs', '1');
+  await page.fill('#job-lr', '0.05');
+  await page.fill('#job-momentum', '0.95');
+  await page.selectOption('#job-policy', 'step');
+  await page.fill('#job-policy-step_size', '50');
+  await page.fill('#job-policy-gamma', '0.5');
+  await page.selectOption('#job-precision', 'amp-fp16');
+  await openAdvanced();
+  await page.check('#job-nesterov');
+  await page.check('#job-decay-bias');
+  await page.fill('#job-clip-norm', '5');
+  assert.ok(!(await page.isVisible('#job-larc-eta')), 'no eta without LARC');
+  await page.selectOption('#job-larc', 'scale');
+  await page.fill('#job-larc-eta', '0.002');
+  assert.ok(await page.isVisible('#job-loss-scaling'), 'loss scaling for mixed precision');
+  await page.selectOption('#job-loss-scaling', 'off');
+  await shot('form-sgd');
+  const { body, job } = await submitAndFetch();
+  assert.deepEqual(body, {
+    dataset_id: datasetId, network: 'lenet', epochs: 1, batch_size: 64,
+    precision: 'amp-fp16', loss_scaling: 'off',
+    solver: { type: 'sgd', lr: 0.05, momentum: 0.95, nesterov: true, decay_bias: true, clip_norm: 5,
+      larc: { policy: 'scale', eta: 0.002 } },
+    lr_policy: { type: 'step', step_size: 50, gamma: 0.5 },
+  });
+  const cfg = job.config;
+  assert.deepEqual(cfg.solver, { type: 'sgd', lr: 0.05, momentum: 0.95, nesterov: true, weight_decay: 0,
+    decay_bias: true, clip_norm: 5, label_smoothing: 0, larc: { policy: 'scale', eta: 0.002 } }, JSON.stringify(job));
+  assert.deepEqual(cfg.lr_policy, { type: 'step', step_size: 50, gamma: 0.5, warmup_steps: 0 });
+  assert.equal(cfg.precision, 'amp-fp16');
+  assert.equal(cfg.loss_scaling, 'off');
+});
+
+test('a GPU listed by /info can be chosen; the API\'s refusal shows at the device', { timeout: 60_000 }, async () => {
+  // /info as on a machine with a GPU 7, which no machine here has: the server answers 422.
+  const info = await (await fetch(`${base}/api/v1/info`)).json();
+  const fake = { ...info, devices: [...info.devices, { kind: 'cuda', index: 7, name: 'Test GPU', memory_bytes: 80e9 }] };
+  const handler = (route) => route.fulfill({ json: fake });
+  await page.route('**/api/v1/info', handler);
+  try {
+    await page.goto(`${base}/`);
+    await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
+    await page.waitForSelector('#job-device option[value="7"]', { state: 'attached', timeout: 15_000 });
+    assert.ok(await page.isVisible('#job-device'));
+    assert.match(await page.textContent('#job-device option[value="7"]'), /GPU 7: Test GPU · 75 GiB/);
+    await page.fill('#job-epochs', '1');
+    await page.selectOption('#job-device', '7');
+    await page.click('#job-submit');
+    await page.waitForSelector('#job-device[aria-invalid="true"]', { timeout: 15_000 });
+    assert.deepEqual(jobPosts.at(-1).devices, [7]);
+    assert.match(await page.textContent('#job-error'), /GPU/);
+    await shot('form-device');
+    // Choosing again clears the mark.
+    await page.selectOption('#job-device', 'cpu');
+    assert.equal(await page.getAttribute('#job-device', 'aria-invalid'), null);
+  } finally {
+    await page.unroute('**/api/v1/info', handler);
     await page.goto(`${base}/`);
     await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
   }
