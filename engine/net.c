@@ -49,7 +49,7 @@
 #include "engine/rng.h"       /* rng_derive, rng_splitmix64: dropout streams */
 #include "engine/safetensors.h"   /* st_write, st_open, st_find */
 #include "engine/spec.h"
-#include "engine/summary.h"     /* summary_memory: the check before allocating */
+#include "engine/summary.h"     /* summary_check_memory: the check before allocating */
 #include "engine/optim.h"       /* optim_check, optim_create, optim_step */
 
 #define NET_PLAN_SETS 4
@@ -584,39 +584,23 @@ static int make_buffers(net *n, char *err, size_t errlen)
 
 /* Refuses, before allocating anything, a net whose training memory
  * (engine/summary.h's estimate, a lower bound) is beyond this machine's
- * memory, naming the layer whose outputs take the most. */
+ * memory or the GPU's free memory; summary_check_memory's message names the
+ * layer responsible and the largest batch that fits. */
 static int check_memory(const net *n, int max_batch, char *err, size_t errlen)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    int64_t have = pages > 0 && psize > 0 ? (int64_t)pages * (int64_t)psize : 0;
     const char *where = "this machine's";
     uint64_t dev_free = 0, dev_total = 0;
     if (n->be->mem_info) {                  /* a GPU: what is free on it now */
         if (n->be->mem_info(n->ctx, &dev_free, &dev_total, err, errlen) < 0)
             return -1;
-        have = (double)dev_free;
+        have = (int64_t)dev_free;
         where = "the GPU's free";
     }
-    int64_t fixed, per_image, largest_bytes;
-    int largest;
     int states = summary_opt_states(n->solver.type, n->solver.momentum > 0);
-    if (summary_memory(&n->spec, states < 0 ? 2 : states, n->solver.precision, &fixed,
-                       &per_image, &largest, &largest_bytes, err, errlen) < 0)
-        return -1;
-    double need = (double)fixed + (double)max_batch * (double)per_image;
-    if (have <= 0 || need <= have)
-        return 0;
-    char what[SPEC_NAME_MAX + 96] = "";
-    if (largest >= 0) {
-        const layer_spec *l = &n->spec.layers[largest];
-        snprintf(what, sizeof what, " (the largest is layer %d (%s \"%s\"): %.0f MiB for the "
-                 "batch)", l->number, l->type, l->name,
-                 (double)largest_bytes * max_batch / 1048576.0);
-    }
-    double fit = have > (double)fixed ? (have - (double)fixed) / (double)per_image : 0;
-    return eng_err(err, errlen, "the network needs at least %.0f MiB at batch size %d, more than "
-                   "%s %.0f MiB%s; use a smaller batch (at most %.0f fits)",
-                   need / 1048576.0, max_batch, where, have / 1048576.0, what, floor(fit));
+    return summary_check_memory(&n->spec, states < 0 ? 2 : states, n->solver.precision,
+                                max_batch, have, where, err, errlen);
 }
 
 static int check_solver(const net_solver *sv, net_solver *out, char *err, size_t errlen)

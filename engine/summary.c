@@ -114,20 +114,29 @@ static int add_warning(summary *s, const char *fmt, ...)
     return 0;
 }
 
+/* Tensor-Core shapes (summary.h, Warnings). */
 static int layer_warnings(summary *s, const layer_spec *l)
 {
-    if (l->kind == LAYER_CONV2D && l->u.conv.filters % 8)
-        return add_warning(s, "layer %d (conv2d \"%s\"): %d filters is not a multiple of 8",
-                           l->number, l->name, l->u.conv.filters);
-    if (l->kind == LAYER_DENSE && l->u.dense.units % 8)
-        return add_warning(s, "layer %d (dense \"%s\"): %d units is not a multiple of 8",
-                           l->number, l->name, l->u.dense.units);
+    if (l->kind == LAYER_CONV2D && l->u.conv.filters % 8 &&
+        add_warning(s, "layer %d (conv2d \"%s\"): %d filters is not a multiple of 8",
+                    l->number, l->name, l->u.conv.filters) < 0)
+        return -1;
+    /* Not where the convolution reads the images: their 1 or 3 channels are
+     * the data's, not the network's to choose, and the backends pad them. */
+    if (l->kind == LAYER_CONV2D && l->inputs[0] != 0 && l->in.c % 8 &&
+        add_warning(s, "layer %d (conv2d \"%s\"): %d input channels is not a multiple of 8",
+                    l->number, l->name, l->in.c) < 0)
+        return -1;
+    if (l->kind == LAYER_DENSE && l->u.dense.units % 8 &&
+        add_warning(s, "layer %d (dense \"%s\"): %d units is not a multiple of 8",
+                    l->number, l->name, l->u.dense.units) < 0)
+        return -1;
     return 0;
 }
 
-static bool precision_ok(const char *p)
+bool summary_precision_known(const char *p)
 {
-    return !strcmp(p, "fp32") || !strcmp(p, "amp-bf16") || !strcmp(p, "amp-fp16");
+    return p && (!strcmp(p, "fp32") || !strcmp(p, "amp-bf16") || !strcmp(p, "amp-fp16"));
 }
 
 /* Weights of convolutions and dense layers: what AMP keeps 16-bit copies of. */
@@ -140,11 +149,17 @@ static int64_t copied_weights(const layer_spec *l)
     return 0;
 }
 
-int summary_memory(const net_spec *s, int opt_states, const char *precision, int64_t *fixed,
-                   int64_t *per_image, int *largest, int64_t *largest_bytes,
+int summary_memory(const net_spec *s, int opt_states, const char *precision, summary_mem *m,
                    char *err, size_t errlen)
 {
-    bool amp = precision && strcmp(precision, "fp32") != 0;
+    memset(m, 0, sizeof *m);
+    m->act_layer = m->param_layer = -1;
+    if (!precision || !*precision)
+        precision = "fp32";
+    if (!summary_precision_known(precision))
+        return eng_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
+                       precision);
+    bool amp = strcmp(precision, "fp32") != 0;
     bool *low = calloc((size_t)s->nlayers + 1, sizeof *low);
     if (!low)
         return eng_err(err, errlen, "out of memory");
@@ -152,33 +167,92 @@ int summary_memory(const net_spec *s, int opt_states, const char *precision, int
         free(low);
         return -1;
     }
-    int64_t params = 0, copies = 0, image = BYTES_PER_NUMBER * spec_shape_size(s->in);
-    *largest = -1;
-    *largest_bytes = 0;
+    int64_t image = BYTES_PER_NUMBER * spec_shape_size(s->in);
     for (int i = 0; i < s->nlayers; i++) {
         const layer_spec *l = &s->layers[i];
-        int64_t out = spec_shape_size(l->out);
-        params += spec_layer_params(l);
-        copies += copied_weights(l);
+        int64_t params = spec_layer_params(l);
+        int64_t fixed = BYTES_PER_NUMBER * params * (2 + opt_states) +
+                        (amp ? BYTES_LOW * copied_weights(l) : 0);
+        m->fixed += fixed;
+        if (fixed > m->param_layer_bytes) {
+            m->param_layer_bytes = fixed;
+            m->param_layer = i;
+        }
         if (l->kind == LAYER_FLATTEN)
             continue;
+        int64_t out = spec_shape_size(l->out);
         int64_t b = 2 * out * (low[i + 1] ? BYTES_LOW : BYTES_PER_NUMBER);
         if (l->kind == LAYER_DROPOUT)
             b += BYTES_PER_NUMBER * out;
         image += b;
-        if (b > *largest_bytes) {
-            *largest_bytes = b;
-            *largest = i;
+        if (b > m->act_layer_bytes) {
+            m->act_layer_bytes = b;
+            m->act_layer = i;
         }
     }
     free(low);
-    *fixed = BYTES_PER_NUMBER * params * (2 + opt_states) + (amp ? BYTES_LOW * copies : 0);
-    *per_image = image;
+    m->per_image = image;
     return 0;
 }
 
+int64_t summary_max_batch(const summary_mem *m, int64_t memory)
+{
+    if (memory <= m->fixed || m->per_image <= 0)
+        return 0;
+    return (memory - m->fixed) / m->per_image;
+}
+
+/* "41,210" into buf. */
+static const char *grouped(char *buf, size_t len, int64_t v);
+
+/* Whole MiB rounded up: what is needed is never understated (what there is
+ * is rounded down, memory >> 20). */
+static int64_t mib_up(int64_t v)
+{
+    return (v + (1 << 20) - 1) >> 20;
+}
+
+int summary_check_memory(const net_spec *s, int opt_states, const char *precision, int batch,
+                         int64_t memory, const char *where, char *err, size_t errlen)
+{
+    summary_mem m;
+    if (summary_memory(s, opt_states, precision, &m, err, errlen) < 0)
+        return -1;
+    int64_t need = summary_train_bytes(&m, batch);
+    if (memory <= 0 || need <= memory)
+        return 0;
+    char need_s[32], have_s[32], part_s[32], count_s[32];
+    grouped(have_s, sizeof have_s, memory >> 20);
+    if (m.fixed >= memory && m.param_layer >= 0) {
+        const layer_spec *p = &s->layers[m.param_layer];
+        return eng_err(err, errlen, "the network's weights, gradients and optimizer state alone "
+                       "need at least %s MiB, more than %s %s MiB (the most parameters are in "
+                       "layer %d (%s \"%s\"): %s of them, %s MiB with their gradients and "
+                       "optimizer state); use fewer or smaller layers",
+                       grouped(need_s, sizeof need_s, mib_up(m.fixed)), where, have_s, p->number,
+                       p->type, p->name, grouped(count_s, sizeof count_s, spec_layer_params(p)),
+                       grouped(part_s, sizeof part_s, mib_up(m.param_layer_bytes)));
+    }
+    char largest[SPEC_NAME_MAX + 128] = "";
+    if (m.act_layer >= 0) {
+        const layer_spec *a = &s->layers[m.act_layer];
+        snprintf(largest, sizeof largest, " (the largest activation is layer %d (%s \"%s\"): "
+                 "%s MiB for the batch)", a->number, a->type, a->name,
+                 grouped(part_s, sizeof part_s, mib_up(m.act_layer_bytes * batch)));
+    }
+    int64_t most = summary_max_batch(&m, memory);
+    grouped(need_s, sizeof need_s, mib_up(need));
+    if (most < 1)
+        return eng_err(err, errlen, "the network needs at least %s MiB at batch size %d, more "
+                       "than %s %s MiB%s; not even one image fits: use smaller layers or a "
+                       "smaller input", need_s, batch, where, have_s, largest);
+    return eng_err(err, errlen, "the network needs at least %s MiB at batch size %d, more than "
+                   "%s %s MiB%s; use a smaller batch (at most %s fits)", need_s, batch, where,
+                   have_s, largest, grouped(count_s, sizeof count_s, most));
+}
+
 /* Each device's memory against the estimate. */
-static int estimate_devices(summary *s)
+static int estimate_devices(summary *s, const summary_mem *m)
 {
     engine_device d[MAX_DEVICES];
     int n = engine_devices(d, MAX_DEVICES);
@@ -194,8 +268,7 @@ static int estimate_devices(summary *s)
         sd->index = d[i].index;
         sd->memory_bytes = (int64_t)d[i].memory_bytes;
         sd->fits = s->train_bytes <= sd->memory_bytes;
-        sd->max_batch = sd->memory_bytes > s->fixed_bytes && s->image_bytes > 0 ?
-                        (sd->memory_bytes - s->fixed_bytes) / s->image_bytes : 0;
+        sd->max_batch = summary_max_batch(m, sd->memory_bytes);
     }
     return 0;
 }
@@ -216,7 +289,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
                        solver ? solver : "");
     if (!precision)
         precision = "fp32";
-    if (!precision_ok(precision))
+    if (!summary_precision_known(precision))
         return eng_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
                        precision);
     if (spec_parse(spec, in, classes, &ns, err, errlen) < 0)
@@ -224,16 +297,16 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     snprintf(s.name, sizeof s.name, "%s", ns.name);
     snprintf(s.precision, sizeof s.precision, "%s", precision);
     bool *low = calloc((size_t)ns.nlayers + 1, sizeof *low);
-    int largest;
-    int64_t largest_bytes;
+    summary_mem mem;
     if (!low) {
         eng_err(err, errlen, "out of memory");
         goto out;
     }
     if (amp_plan(&ns, strcmp(precision, "fp32") != 0, low, err, errlen) < 0 ||
-        summary_memory(&ns, s.opt_states, precision, &s.fixed_bytes, &s.image_bytes, &largest,
-                       &largest_bytes, err, errlen) < 0)
+        summary_memory(&ns, s.opt_states, precision, &mem, err, errlen) < 0)
         goto out;
+    s.fixed_bytes = mem.fixed;
+    s.image_bytes = mem.per_image;
     snprintf(s.solver, sizeof s.solver, "%s", solver);
     s.momentum = momentum && !strcmp(solver, "sgd");
     s.in = ns.in;
@@ -272,8 +345,8 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     s.opt_bytes = (int64_t)s.opt_states * BYTES_PER_NUMBER * s.params;
     s.copy_bytes = s.fixed_bytes - s.weight_bytes - s.grad_bytes - s.opt_bytes;
     s.batch_act_bytes = (int64_t)s.batch * s.image_bytes;
-    s.train_bytes = s.fixed_bytes + s.batch_act_bytes;
-    if (estimate_devices(&s) < 0)
+    s.train_bytes = summary_train_bytes(&mem, s.batch);
+    if (estimate_devices(&s, &mem) < 0)
         goto oom;
     *out = s;
     memset(&s, 0, sizeof s);
@@ -486,14 +559,22 @@ int summary_print(FILE *f, const summary *s)
     fprintf(f, "  optimizer     %s\n", human_bytes(a, sizeof a, s->opt_bytes));
     if (s->copy_bytes)
         fprintf(f, "  16-bit copies %s\n", human_bytes(a, sizeof a, s->copy_bytes));
-    fprintf(f, "  activations   %s (%s per image: outputs and their gradients)\n",
-            human_bytes(a, sizeof a, s->batch_act_bytes), human_bytes(b, sizeof b, s->image_bytes));
-    fprintf(f, "  total         %s (%s bytes; a lower bound: no workspaces)\n",
-            human_bytes(a, sizeof a, s->train_bytes), grouped(b, sizeof b, s->train_bytes));
+    fprintf(f, "  activations   %s (%s per image)\n", human_bytes(a, sizeof a, s->batch_act_bytes),
+            human_bytes(b, sizeof b, s->image_bytes));
+    fprintf(f, "  total         %s (%s bytes)\n", human_bytes(a, sizeof a, s->train_bytes),
+            grouped(b, sizeof b, s->train_bytes));
+    fprintf(f, "  (per image: the input, every layer's output and its gradient, dropout masks;\n"
+            "   a lower bound: workspaces, staging buffers and the runtime's own memory\n"
+            "   are left out)\n");
+    if (s->ndevices)
+        fprintf(f, "\n%-8s %-36s %12s %6s %14s\n", "device", "name", "memory", "fits",
+                "largest batch");
     for (int i = 0; i < s->ndevices; i++) {
         const summary_device *d = &s->devices[i];
-        fprintf(f, "  %-4s %d      %s of %s: %s (up to batch %s)\n", d->kind, d->index,
-                human_bytes(a, sizeof a, d->memory_bytes), d->name, d->fits ? "fits" : "DOES NOT FIT",
+        char dev[16];
+        snprintf(dev, sizeof dev, "%.7s %d", d->kind, d->index);
+        fprintf(f, "%-8s %-36.36s %12s %6s %14s\n", dev, d->name,
+                human_bytes(a, sizeof a, d->memory_bytes), d->fits ? "yes" : "NO",
                 grouped(b, sizeof b, d->max_batch));
     }
     if (s->nwarnings)

@@ -15,10 +15,21 @@
  *          global_avgpool: one per input element; relu, leaky_relu, sigmoid,
  *          tanh, dropout: one per element; batchnorm: two per element (scale
  *          and shift); add: (inputs - 1) per element; flatten, concat: 0.
- *   Activation bytes: per element of the layer's output, 4 bytes (FP32) or,
- *          under amp-bf16 and amp-fp16, 2 bytes for the outputs the op lists
- *          make 16-bit (engine/amp.h: convolutions and dense layers but the
- *          last, and the layers after them). flatten is a view of its input.
+ *   Precision: "fp32" (the default), "amp-bf16" or "amp-fp16" (DESIGN.md,
+ *          seeds/004). Under mixed precision the parameters stay FP32 (the
+ *          master weights), so do their gradients and every optimizer state;
+ *          each convolution and dense weight (not the biases, not batch
+ *          norm's scale and shift) has a 16-bit copy besides, 2 bytes per
+ *          weight; and activations are stored in 16 bits (2 bytes per
+ *          element) where the op lists make them so (engine/amp.h): the
+ *          outputs of convolutions and dense layers, except the dense layer
+ *          that writes the logits (FP32 for softmax and the loss), and of the
+ *          layers after them, which compute in their input's type. The images
+ *          stay FP32. Batch norm's statistics are FP32 but per channel, a few
+ *          bytes, and not counted.
+ *   Activation bytes: per element of the layer's output, 4 bytes (FP32) or 2
+ *          where the output is 16-bit (above). flatten is a view of its input
+ *          and holds no memory of its own in training.
  *   Training memory for batch B (seeds/002: the model x (1 + 1 + optimizer
  *          states), the layer outputs x batch x 2):
  *          fixed:     4 bytes per parameter each for the weights, their
@@ -26,14 +37,27 @@
  *                     momentum 0, with momentum 1, adam and adamw 2), plus
  *                     under AMP 2 bytes per convolution and dense weight
  *                     for the 16-bit copies;
- *          per image: the FP32 input, every layer's output but flatten's
- *                     twice (the output and its gradient), and 4 bytes per
- *                     element of each dropout layer's mask.
- *          It leaves out workspaces, staging buffers and the runtime's own
- *          memory: a lower bound, not a promise.
- *   Devices: each device of engine_devices (the CPU's physical memory, each
- *          GPU's) with whether the total fits and the largest batch that
- *          would (memory - fixed) / per image.
+ *          per image: the FP32 input, and every layer's output but flatten's
+ *                     twice (the forward output and its gradient, in the
+ *                     output's type), plus 4 bytes per element of each dropout
+ *                     layer's mask;
+ *          total:     fixed + B x per image.
+ *          It leaves out the convolution and matmul workspaces (cuDNN,
+ *          oneDNN), staging buffers, the loss's few per-image numbers and the
+ *          runtime's own memory (the CUDA context, the allocator's slack): a
+ *          lower bound, not a promise. net_create refuses what even this
+ *          bound does not fit (summary_check_memory).
+ *   Devices: each device of engine_devices (the CPU with its physical memory,
+ *          each GPU the CUDA probe finds with its total memory), whether the
+ *          total fits, and the largest batch that would: memory is linear in
+ *          the batch, so it is floor((memory - fixed) / per image), 0 when
+ *          not even one image fits.
+ *   Warnings (Tensor-Core shapes, seeds/004): conv2d filters and input
+ *          channels, dense units and the batch size that are not multiples
+ *          of 8. The input channels of a convolution that reads the images
+ *          are exempt: they are the data's (1 grey, 3 colour), the backends
+ *          pad them themselves, and a warning there is one nobody can act
+ *          on.
  */
 #ifndef KILN_ENGINE_SUMMARY_H
 #define KILN_ENGINE_SUMMARY_H
@@ -117,14 +141,47 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
                   const char *solver, bool momentum, const char *precision, summary *out,
                   char *err, size_t errlen);
 
-/* The training-memory arithmetic above for a parsed spec, used by net_create
- * to refuse a net the machine cannot hold: *fixed and *per_image bytes, and
- * the layer whose output takes the most (*largest, -1 for none, with
- * *largest_bytes per image). Returns 0, or -1 with err set (a mixed-type
- * join, engine/amp.h). */
-int summary_memory(const net_spec *s, int opt_states, const char *precision, int64_t *fixed,
-                   int64_t *per_image, int *largest, int64_t *largest_bytes,
+/* Whether p names a precision: "fp32", "amp-bf16" or "amp-fp16". */
+bool summary_precision_known(const char *p);
+
+/* The training-memory arithmetic of the conventions above, for a parsed spec:
+ * the one estimator that the summary prints and net_create checks. */
+typedef struct summary_mem {
+    int64_t fixed;                  /* weights + gradients + optimizer + 16-bit copies */
+    int64_t per_image;              /* the input, outputs and their gradients, masks */
+    int act_layer;                  /* the layer (index) whose output takes the most; -1 none */
+    int64_t act_layer_bytes;        /* per image: its output, gradient and mask */
+    int param_layer;                /* the layer (index) with the most parameters; -1 none */
+    int64_t param_layer_bytes;      /* its share of fixed */
+} summary_mem;
+
+/* Fills *m for s trained with opt_states state tensors per parameter
+ * (summary_opt_states) in `precision` (NULL or "": fp32). Returns 0, or -1
+ * with err set (an unknown precision; out of memory; a join of a 16-bit and
+ * an FP32 input, which mixed precision does not run, engine/amp.h). */
+int summary_memory(const net_spec *s, int opt_states, const char *precision, summary_mem *m,
                    char *err, size_t errlen);
+
+/* The estimate for `batch` images: fixed + batch x per image. */
+static inline int64_t summary_train_bytes(const summary_mem *m, int64_t batch)
+{
+    return m->fixed + batch * m->per_image;
+}
+
+/* The largest batch whose estimate fits in `memory` bytes:
+ * floor((memory - fixed) / per image), and 0 when the fixed part alone does
+ * not fit or not even one image does. */
+int64_t summary_max_batch(const summary_mem *m, int64_t memory);
+
+/* net_create's check before it allocates: whether s trained at `batch` fits
+ * in `memory` bytes, which `where` names for the message ("this machine's",
+ * "the GPU's free"). Returns 0 when it fits or memory is 0 (unknown); else -1
+ * with err saying how much is needed and naming the layer responsible (the
+ * one with the largest activations, or with the most parameters when they
+ * alone do not fit) and the largest batch that does fit. */
+int summary_check_memory(const net_spec *s, int opt_states, const char *precision, int batch,
+                         int64_t memory, const char *where, char *err, size_t errlen);
+
 void summary_free(summary *s);      /* frees what s owns; s itself is the caller's */
 
 /* A new JSON object describing s (owned by the caller), or NULL when out of

@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/net.h"         /* net_builtin */
-#include "engine/summary.h"     /* summary_build, summary_print, summary_to_json */
+#include "engine/summary.h"     /* summary_build, summary_print, summary_precision_known */
 #include "jobs/cli_args.h"      /* cli_int, cli_shape, cli_spec */
 
 #define DEFAULT_CLASSES 10      /* a spec file's class count when --classes is absent */
@@ -24,10 +24,18 @@ static void usage(FILE *f)
             "usage: kiln summary NAME|SPEC.json [OPTIONS]\n"
             "\n"
             "Prints a network's model summary: per layer the output shape, parameters,\n"
-            "activation bytes and forward FLOPs per image; the totals; and the memory that\n"
-            "training takes (weights, gradients and optimizer states in FP32, 16-bit weight\n"
-            "copies under mixed precision, and every layer's output and its gradient times\n"
-            "the batch size) against each device's memory. Nothing is allocated or trained.\n"
+            "activation bytes and forward FLOPs per image; the totals; the memory that\n"
+            "training takes for a batch size, optimizer and precision; and, for each device\n"
+            "(the CPU's memory, each GPU's), whether it fits and the largest batch that does.\n"
+            "Nothing is allocated or trained.\n"
+            "\n"
+            "Training memory (seeds/002): weights, gradients and optimizer states in FP32\n"
+            "(sgd with momentum one state, adam and adamw two), 16-bit copies of the\n"
+            "convolution and dense weights under mixed precision, plus the batch size times\n"
+            "the input and every layer's output and its gradient (2 bytes an element where\n"
+            "mixed precision stores it in 16 bits, else 4) and dropout masks. Workspaces and\n"
+            "the runtime's own memory are left out: it is a lower bound. Warnings flag\n"
+            "filters, input channels, units and batch sizes that are not multiples of 8.\n"
             "\n"
             "  NAME|SPEC.json       a built-in network (lenet, cifar10-cnn, alexnet, resnet20,\n"
             "                       resnet18, resnet50) or a spec file\n"
@@ -37,8 +45,7 @@ static void usage(FILE *f)
             "  --batch N            (64)\n"
             "  --solver sgd|adam|adamw  (sgd)\n"
             "  --momentum X         sgd's momentum (0.9); 0 means no momentum buffer\n"
-            "  --precision P        fp32, amp-bf16 or amp-fp16 (fp32): 16-bit activations and\n"
-            "                       weight copies under mixed precision\n"
+            "  --precision P        fp32, amp-bf16 or amp-fp16 (fp32)\n"
             "  --json               print one JSON object instead of the table\n"
             "  --help               this text\n");
 }
@@ -76,7 +83,7 @@ static int parse_args(int argc, char **argv, opts *o)
             ok = v && summary_opt_states(v, false) >= 0;
             o->solver = v;
         } else if (!strcmp(a, "--precision")) {
-            ok = v && (!strcmp(v, "fp32") || !strcmp(v, "amp-bf16") || !strcmp(v, "amp-fp16"));
+            ok = summary_precision_known(v);
             o->precision = v;
         } else if (!strcmp(a, "--momentum")) {
             char *end;

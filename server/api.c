@@ -15,7 +15,7 @@
 
 #include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
-#include "engine/summary.h"        /* summary_build, summary_to_json */
+#include "engine/summary.h"        /* summary_build, summary_to_json, summary_precision_known */
 #include "jobs/jobspec.h"          /* jobspec_create, jobspec_dir */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
@@ -154,8 +154,9 @@ static int h_networks(request *r)
 
 /* POST /api/v1/networks/summary: {"network": name|spec, "input": [C,H,W],
  * "classes": N, "batch_size": N, "solver": "sgd"|"adam"|"adamw" or
- * {"type", "momentum"}}. Defaults: a built-in's input and classes (else the
- * spec's "input" and 10 classes), batch 64, sgd with momentum 0.9. */
+ * {"type", "momentum"}, "precision": "fp32"|"amp-bf16"|"amp-fp16"}.
+ * Defaults: a built-in's input and classes (else the spec's "input" and 10
+ * classes), batch 64, sgd with momentum 0.9, fp32. */
 typedef struct summary_req {
     const cJSON *network;
     cJSON *spec;                     /* owned */
@@ -165,6 +166,28 @@ typedef struct summary_req {
     double momentum;
     const char *precision;
 } summary_req;
+
+/* What each field of the summary request must be: the invalid_field message,
+ * led by the field's name as the job API's are. */
+static const struct summary_rule {
+    const char *field, *rule;
+} summary_rules[] = {
+    { "network", "network must be a built-in network's name or a spec object" },
+    { "input", "input must be [C, H, W], three integers from 1 to 1000000" },
+    { "classes", "classes must be an integer from 1 to 1000000" },
+    { "batch_size", "batch_size must be an integer from 1 to 4096" },
+    { "solver", "solver must be \"sgd\", \"adam\" or \"adamw\", or {\"type\": one of those, "
+                "\"momentum\": a number in [0, 1)}" },
+    { "precision", "precision must be \"fp32\", \"amp-bf16\" or \"amp-fp16\"" },
+};
+
+static const char *summary_rule(const char *field)
+{
+    for (size_t i = 0; i < sizeof summary_rules / sizeof summary_rules[0]; i++)
+        if (!strcmp(summary_rules[i].field, field))
+            return summary_rules[i].rule;
+    return "the request is not valid";
+}
 
 /* Fills *q from body; returns 0, or queues the error and returns -1. */
 static int summary_request(request *r, const cJSON *body, summary_req *q, enum MHD_Result *answered)
@@ -238,9 +261,7 @@ static int summary_request(request *r, const cJSON *body, summary_req *q, enum M
         q->momentum = m ? m->valuedouble : q->momentum;
     }
     if ((f = cJSON_GetObjectItemCaseSensitive(body, "precision"))) {
-        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "fp32") &&
-                                   strcmp(f->valuestring, "amp-bf16") &&
-                                   strcmp(f->valuestring, "amp-fp16")))
+        if (!cJSON_IsString(f) || !summary_precision_known(f->valuestring))
             goto invalid;
         q->precision = f->valuestring;
     }
@@ -251,10 +272,7 @@ unknown:
                            f->string);
     return -1;
 invalid:
-    *answered = http_error(r, 400, "invalid_field", "field \"%s\" is not valid: network is a name or a "
-                           "spec, input [C,H,W], classes and batch_size (1..4096) positive integers, "
-                           "solver \"sgd\", \"adam\" or \"adamw\", precision \"fp32\", "
-                           "\"amp-bf16\" or \"amp-fp16\"", f ? f->string : "network");
+    *answered = http_error(r, 400, "invalid_field", "%s", summary_rule(f ? f->string : "network"));
     return -1;
 }
 

@@ -59,8 +59,36 @@ test('lenet with the defaults: 1x28x28, 10 classes, batch 64, sgd with momentum'
   assert.equal(m.precision, 'fp32');
   assert.equal(m.devices[0].kind, 'cpu');
   assert.ok(m.devices[0].fits && m.devices[0].max_batch > 64, JSON.stringify(m.devices));
-  assert.equal(s.warnings.length, 4);
+  // conv1's and conv2's filters, conv2's 20 input channels, fc1's and fc2's units
+  assert.equal(s.warnings.length, 5, JSON.stringify(s.warnings));
   assert.ok(s.warnings.some((w) => w.includes('"conv1"): 20 filters')), JSON.stringify(s.warnings));
+  assert.ok(s.warnings.includes('layer 3 (conv2d "conv2"): 20 input channels is not a multiple of 8'),
+    JSON.stringify(s.warnings));
+});
+
+test('devices: the CPU (and any GPU) with its memory, whether the estimate fits, the largest batch', async () => {
+  for (const precision of ['fp32', 'amp-bf16', 'amp-fp16']) {
+    const s = await summarize({ network: 'resnet18', batch_size: 128, precision });
+    const m = s.training_memory;
+    assert.equal(m.precision, precision);
+    const fixed = m.total_bytes - m.batch_size * m.per_image_bytes;
+    assert.equal(fixed, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.weight_copies_bytes);
+    assert.ok(m.devices.length >= 1);
+    assert.equal(m.devices[0].kind, 'cpu');
+    for (const d of m.devices) {
+      const what = JSON.stringify(d);
+      assert.ok(['cpu', 'cuda'].includes(d.kind), what);
+      assert.equal(typeof d.name, 'string', what);
+      assert.ok(d.name.length > 0, what);
+      assert.ok(Number.isInteger(d.memory_bytes) && d.memory_bytes > 0, what);
+      assert.equal(d.fits, m.total_bytes <= d.memory_bytes, what);
+      assert.ok(Number.isInteger(d.max_batch) && d.max_batch >= 0, what);
+      // memory is linear in the batch: max_batch fits, one more does not
+      if (d.max_batch > 0) assert.ok(fixed + d.max_batch * m.per_image_bytes <= d.memory_bytes, what);
+      assert.ok(fixed + (d.max_batch + 1) * m.per_image_bytes > d.memory_bytes, what);
+      assert.equal(d.fits, d.max_batch >= m.batch_size, what);
+    }
+  }
 });
 
 test('vgg16 as a spec: 138,357,544 parameters and 15.47 G multiply-adds', async () => {
@@ -92,7 +120,15 @@ test('mixed precision: 16-bit activations and weight copies', async () => {
   assert.equal(fc2(h), fc2(f), 'the logits stay FP32');
   assert.ok(h.training_memory.weight_copies_bytes > 0 && f.training_memory.weight_copies_bytes === 0);
   assert.ok(h.training_memory.per_image_bytes < f.training_memory.per_image_bytes);
-  await refused({ network: 'lenet', precision: 'fp8' }, 400, 'invalid_field');
+  const a = await summarize({ network: 'cifar10-cnn', precision: 'amp-fp16' });
+  assert.equal(a.training_memory.total_bytes, h.training_memory.total_bytes, 'fp16 and bf16 are both 2 bytes');
+  assert.equal(f.training_memory.gradients_bytes, h.training_memory.gradients_bytes, 'FP32 gradients');
+  assert.equal(f.training_memory.optimizer_bytes, h.training_memory.optimizer_bytes, 'FP32 optimizer state');
+  assert.equal((await summarize({ network: 'lenet', precision: 'fp32' })).training_memory.precision, 'fp32');
+  for (const precision of ['fp8', 'FP32', '', 16, null, ['amp-bf16']]) {
+    const msg = await refused({ network: 'lenet', precision }, 400, 'invalid_field');
+    assert.equal(msg, 'precision must be "fp32", "amp-bf16" or "amp-fp16"', `precision ${JSON.stringify(precision)}`);
+  }
 });
 
 test('resnet18 for 1000 classes; a batch that is not a multiple of 8 warns', async () => {
@@ -109,7 +145,9 @@ test('bad requests: unknown fields, bad values, unknown networks, specs that do 
   await refused({ input: [1, 28, 28] }, 400, 'missing_field');
   await refused({ network: 'lenet', batch_size: 0 }, 400, 'invalid_field');
   await refused({ network: 'lenet', input: [1, 28] }, 400, 'invalid_field');
-  await refused({ network: 'lenet', solver: 'rmsprop' }, 400, 'invalid_field');
+  assert.match(await refused({ network: 'lenet', solver: 'rmsprop' }, 400, 'invalid_field'), /^solver must be/);
+  assert.match(await refused({ network: 'lenet', batch_size: 5000 }, 400, 'invalid_field'), /^batch_size must be/);
+  assert.match(await refused({ network: 42 }, 400, 'invalid_field'), /^network must be/);
   await refused({ network: 'nonesuch' }, 422, 'unknown_network');
   const msg = await refused({ network: 'lenet', input: [1, 4, 4] }, 422, 'invalid_network');
   assert.match(msg, /layer 1 \(conv2d "conv1"\)/);
@@ -137,6 +175,18 @@ test('kiln summary: a table, --json, and errors', async () => {
   assert.match(bad.stderr, /layer 1 \(conv2d "conv1"\)/);
   const usage = await runKiln(['summary', 'lenet', '--solver', 'rmsprop']);
   assert.equal(usage.code, 2);
+  const amp = await runKiln(['summary', file, '--classes', '1000', '--batch', '100', '--precision', 'amp-bf16']);
+  assert.equal(amp.code, 0, amp.stderr);
+  assert.match(amp.stdout, /training memory, batch 100, sgd with momentum \(1 state per parameter\), amp-bf16:/);
+  assert.match(amp.stdout, /16-bit copies\s+263\.87 MiB/);
+  assert.match(amp.stdout, /a lower bound: workspaces/);
+  assert.match(amp.stdout, /device\s+name\s+memory\s+fits\s+largest batch\n(cpu 0|cuda \d)/);
+  assert.match(amp.stdout, /batch size 100 is not a multiple of 8/);
+  const ampJson = JSON.parse((await runKiln(['summary', 'lenet', '--precision', 'amp-fp16', '--json'])).stdout);
+  assert.equal(ampJson.training_memory.precision, 'amp-fp16');
+  const badPrecision = await runKiln(['summary', 'lenet', '--precision', 'fp8']);
+  assert.equal(badPrecision.code, 2);
+  assert.match(badPrecision.stderr, /--precision: fp8/);
   const help = await runKiln(['summary', '--help']);
   assert.equal(help.code, 0);
   assert.match(help.stdout, /usage: kiln summary/);

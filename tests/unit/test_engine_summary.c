@@ -87,10 +87,14 @@ static void test_lenet(void **state)
     assert_int_equal(s.opt_states, 1);
     assert_int_equal(s.image_bytes, 158416);
     assert_int_equal(s.train_bytes, 431080LL * 12 + 64LL * 158416);
-    /* 20 and 50 filters, 500 and 10 units; batch 64 is fine */
-    assert_int_equal(s.nwarnings, 4);
+    /* 20 and 50 filters, conv2's 20 input channels, 500 and 10 units; not
+     * conv1's one input channel (the images'); batch 64 is fine */
+    assert_int_equal(s.nwarnings, 5);
     assert_true(has_warning(&s, "layer 1 (conv2d \"conv1\"): 20 filters"));
     assert_true(has_warning(&s, "layer 3 (conv2d \"conv2\"): 50 filters"));
+    assert_true(has_warning(&s, "layer 3 (conv2d \"conv2\"): 20 input channels is not a "
+                                "multiple of 8"));
+    assert_false(has_warning(&s, "1 input channels"));
     assert_true(has_warning(&s, "\"fc1\"): 500 units"));
     assert_true(has_warning(&s, "\"fc2\"): 10 units"));
     assert_false(has_warning(&s, "batch"));
@@ -142,7 +146,8 @@ static void test_vgg16(void **state)
     assert_int_equal(layer_named(&s, "conv1_2")->macs, 1849688064LL);
     assert_int_equal(layer_named(&s, "fc6")->params, 25088LL * 4096 + 4096);
     assert_int_equal(layer_named(&s, "pool5")->out.h, 7);
-    /* every width of VGG-16 is a multiple of 8 (1000 too), and so is batch 128 */
+    /* every width of VGG-16 is a multiple of 8 (1000 too), and so is batch 128;
+     * conv1_1's 3 input channels are the images' and do not warn */
     assert_int_equal(s.nwarnings, 0);
     summary_free(&s);
 }
@@ -227,6 +232,201 @@ static void test_memory_amp(void **state)
     cJSON_Delete(j);
 }
 
+/* The x2 rule and dropout masks, by hand: input 2x4x4 (32 numbers); conv
+ * "c" 8 filters 1x1 -> 8x4x4 (128; 2*8 + 8 = 24 parameters); relu (128);
+ * dropout (128, and a 4-byte mask per element); flatten (a view); dense "d"
+ * 8 classes (128*8 + 8 = 1,032 parameters). 1,056 parameters.
+ *   fp32, per image: input 32*4 = 128 + (128 + 128 + 128 + 8) outputs * 4
+ *     bytes * 2 (the output and its gradient) = 3,136 + mask 128*4 = 512:
+ *     3,776 bytes.
+ *   amp-bf16, per image: input 128 (FP32) + conv, relu and dropout outputs
+ *     384 * 2 bytes * 2 = 1,536 + the logits 8 * 4 * 2 = 64 (FP32) + mask 512:
+ *     2,240 bytes. 16-bit copies of the conv's 16 and the dense layer's 1,024
+ *     weights: 2,080 bytes.
+ * Every width is 8, and the conv's 2 input channels are the images'. */
+static const char *DROP =
+    "{\"layers\": [{\"type\": \"conv2d\", \"name\": \"c\", \"filters\": 8, \"kernel\": 1},"
+    " {\"type\": \"relu\"}, {\"type\": \"dropout\", \"rate\": 0.5}, {\"type\": \"flatten\"},"
+    " {\"type\": \"dense\", \"name\": \"d\", \"units\": \"classes\"}]}";
+
+static void build_p(const char *json, net_shape in, int classes, int batch, const char *solver,
+                    bool momentum, const char *precision, summary *s)
+{
+    char err[512] = "";
+    cJSON *j = cJSON_Parse(json);
+    assert_non_null(j);
+    int rc = summary_build(j, in, classes, batch, solver, momentum, precision, s, err, sizeof err);
+    cJSON_Delete(j);
+    if (rc != 0) {
+        print_error("summary_build: %s\n", err);
+        fail();
+    }
+}
+
+static void test_memory_x2_and_masks(void **state)
+{
+    (void)state;
+    const net_shape in = { 2, 4, 4 };
+    summary s;
+    build_p(DROP, in, 8, 8, "sgd", false, "fp32", &s);
+    assert_int_equal(s.params, 1056);
+    assert_int_equal(s.nwarnings, 0);
+    assert_int_equal(s.image_bytes, 3776);
+    /* the x2 rule: the input once, every output but flatten's twice, masks */
+    int64_t twice = 0;
+    for (int i = 0; i < s.nlayers; i++)
+        if (strcmp(s.layers[i].type, "flatten"))
+            twice += 2 * s.layers[i].act_bytes;
+    assert_int_equal(s.image_bytes, 4 * 32 + twice + 4 * 128);
+    assert_int_equal(s.fixed_bytes, 1056 * 4 * 2);     /* weights and gradients */
+    assert_int_equal(s.train_bytes, 8448 + 8 * 3776);  /* 38,656 */
+    summary_free(&s);
+
+    build_p(DROP, in, 8, 8, "adam", false, "amp-bf16", &s);
+    assert_int_equal(s.layers[0].act_bytes, 128 * 2);  /* conv: 16-bit */
+    assert_int_equal(s.layers[2].act_bytes, 128 * 2);  /* dropout: its input's type */
+    assert_int_equal(s.layers[4].act_bytes, 8 * 4);    /* the logits: FP32 */
+    assert_int_equal(s.weight_bytes, 4224);
+    assert_int_equal(s.grad_bytes, 4224);              /* FP32 gradients */
+    assert_int_equal(s.opt_bytes, 8448);               /* FP32 m and v */
+    assert_int_equal(s.copy_bytes, 2080);
+    assert_int_equal(s.image_bytes, 2240);
+    assert_int_equal(s.train_bytes, 4224 + 4224 + 8448 + 2080 + 8 * 2240);   /* 36,896 */
+    summary_free(&s);
+
+    build_p(DROP, in, 8, 8, "adam", false, "amp-fp16", &s);   /* the same sizes */
+    assert_int_equal(s.train_bytes, 36896);
+    summary_free(&s);
+}
+
+/* The largest batch that fits is floor((memory - fixed) / per image): on DROP
+ * in fp32 with plain sgd, fixed 8,448 and 3,776 per image. */
+static void test_max_batch(void **state)
+{
+    (void)state;
+    char err[256];
+    net_spec ns;
+    cJSON *j = cJSON_Parse(DROP);
+    assert_int_equal(spec_parse(j, (net_shape){ 2, 4, 4 }, 8, &ns, err, sizeof err), 0);
+    summary_mem m;
+    assert_int_equal(summary_memory(&ns, 0, "fp32", &m, err, sizeof err), 0);
+    assert_int_equal(m.fixed, 8448);
+    assert_int_equal(m.per_image, 3776);
+    assert_int_equal(summary_train_bytes(&m, 100), 8448 + 377600);
+    assert_int_equal(summary_max_batch(&m, 8448 + 3776 * 100), 100);
+    assert_int_equal(summary_max_batch(&m, 8448 + 3776 * 100 + 3775), 100);
+    assert_int_equal(summary_max_batch(&m, 8448 + 3776 * 100 - 1), 99);
+    assert_int_equal(summary_max_batch(&m, 8448 + 3776), 1);
+    assert_int_equal(summary_max_batch(&m, 8448 + 3775), 0);   /* not one image */
+    assert_int_equal(summary_max_batch(&m, 8448), 0);
+    assert_int_equal(summary_max_batch(&m, 4096), 0);          /* not even the weights */
+    /* the largest activation: dropout's 128 * 4 * 2 + its 512-byte mask;
+     * the most parameters: d's 1,032 * 8 bytes */
+    assert_int_equal(m.act_layer, 2);
+    assert_int_equal(m.act_layer_bytes, 1536);
+    assert_int_equal(m.param_layer, 4);
+    assert_int_equal(m.param_layer_bytes, 8256);
+    assert_int_equal(summary_memory(&ns, 0, "fp8", &m, err, sizeof err), -1);
+    assert_non_null(strstr(err, "unknown precision \"fp8\""));
+    spec_free(&ns);
+    cJSON_Delete(j);
+}
+
+/* The batch size is a Tensor-Core dimension too. */
+static void test_batch_warning(void **state)
+{
+    (void)state;
+    summary s;
+    const int sizes[] = { 1, 7, 8, 12, 64, 100, 128 };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "batch size %d is not a multiple of 8", sizes[i]);
+        build_p(DROP, (net_shape){ 2, 4, 4 }, 8, sizes[i], "sgd", true, NULL, &s);
+        assert_int_equal(s.nwarnings, sizes[i] % 8 ? 1 : 0);
+        assert_int_equal(has_warning(&s, want), sizes[i] % 8 != 0);
+        summary_free(&s);
+    }
+}
+
+/* A convolution's input channels warn, unless they are the images'. */
+static void test_channel_warnings(void **state)
+{
+    (void)state;
+    summary s;
+    build_p("{\"layers\": [{\"type\": \"conv2d\", \"name\": \"a\", \"filters\": 12, \"kernel\": 1},"
+            " {\"type\": \"conv2d\", \"name\": \"b\", \"filters\": 16, \"kernel\": 1},"
+            " {\"type\": \"conv2d\", \"name\": \"c\", \"filters\": 16, \"kernel\": 1},"
+            " {\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"},"
+            " {\"type\": \"dense\", \"units\": \"classes\"}]}",
+            (net_shape){ 3, 8, 8 }, 16, 32, "sgd", true, NULL, &s);
+    assert_int_equal(s.nwarnings, 2);
+    assert_true(has_warning(&s, "layer 1 (conv2d \"a\"): 12 filters is not a multiple of 8"));
+    assert_true(has_warning(&s, "layer 2 (conv2d \"b\"): 12 input channels is not a multiple "
+                                "of 8"));
+    assert_false(has_warning(&s, "3 input channels"));
+    summary_free(&s);
+}
+
+/* summary_check_memory's refusals, against a given memory size.
+ * BIG: input 8x128x128 (131,072 numbers, 512 KiB); conv "c1" 8 filters 1x1
+ * (72 parameters, 8x128x128: 1 MiB per image with its gradient); conv "c2" 32
+ * filters 1x1 (288 parameters, 32x128x128: 4 MiB); global_avgpool (32: 256
+ * bytes); flatten; dense 8 classes (264 parameters, 64 bytes). Plain sgd:
+ * fixed 624 * 8 = 4,992 bytes; per image 524,288 + 1,048,576 + 4,194,304 +
+ * 256 + 64 = 5,767,488. Batch 64: 369,124,224 bytes, 352.02 MiB (353 rounded
+ * up); c2 takes 4 MiB * 64 = 256 MiB. In 256 MiB: (268,435,456 - 4,992) /
+ * 5,767,488 = 46.5, so 46 fit.
+ * WIDE: input 1x32x32, flatten, dense "wide" 4,096 units (4,198,400
+ * parameters), dense 8 classes (32,776). Adam: 16 bytes a parameter,
+ * 67,682,816 bytes (64.5 MiB, 65 rounded up), "wide" 67,174,400 (65). */
+static const char *BIG =
+    "{\"layers\": [{\"type\": \"conv2d\", \"name\": \"c1\", \"filters\": 8, \"kernel\": 1},"
+    " {\"type\": \"conv2d\", \"name\": \"c2\", \"filters\": 32, \"kernel\": 1},"
+    " {\"type\": \"global_avgpool\"}, {\"type\": \"flatten\"},"
+    " {\"type\": \"dense\", \"units\": \"classes\"}]}";
+static const char *WIDE =
+    "{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", \"name\": \"wide\", "
+    "\"units\": 4096}, {\"type\": \"dense\", \"units\": \"classes\"}]}";
+
+static void test_check_memory(void **state)
+{
+    (void)state;
+    char err[512];
+    net_spec ns;
+    cJSON *j = cJSON_Parse(BIG);
+    const int64_t MiB = 1 << 20;
+    assert_int_equal(spec_parse(j, (net_shape){ 8, 128, 128 }, 8, &ns, err, sizeof err), 0);
+    cJSON_Delete(j);
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 369124224, "this machine's", err,
+                                          sizeof err), 0);     /* exactly enough */
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 0, "this machine's", err,
+                                          sizeof err), 0);     /* unknown: no refusal */
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 256 * MiB, "this machine's", err,
+                                          sizeof err), -1);
+    assert_string_equal(err, "the network needs at least 353 MiB at batch size 64, more than "
+                             "this machine's 256 MiB (the largest activation is layer 2 (conv2d "
+                             "\"c2\"): 256 MiB for the batch); use a smaller batch (at most 46 "
+                             "fits)");
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 4992 + 5767487, "the GPU's free",
+                                          err, sizeof err), -1);
+    assert_non_null(strstr(err, "more than the GPU's free 5 MiB (the largest activation is "
+                                "layer 2 (conv2d \"c2\")"));
+    assert_non_null(strstr(err, "not even one image fits"));
+    spec_free(&ns);
+
+    j = cJSON_Parse(WIDE);
+    assert_int_equal(spec_parse(j, (net_shape){ 1, 32, 32 }, 8, &ns, err, sizeof err), 0);
+    cJSON_Delete(j);
+    assert_int_equal(summary_check_memory(&ns, 2, "fp32", 1, 32 * MiB, "this machine's", err,
+                                          sizeof err), -1);
+    assert_string_equal(err, "the network's weights, gradients and optimizer state alone need "
+                             "at least 65 MiB, more than this machine's 32 MiB (the most "
+                             "parameters are in layer 2 (dense \"wide\"): 4,198,400 of them, 65 "
+                             "MiB with their gradients and optimizer state); use fewer or "
+                             "smaller layers");
+    spec_free(&ns);
+}
+
 /* Each device: whether the estimate fits and the largest batch that does,
  * (memory - fixed) / per image, which must itself fit while one more must
  * not. */
@@ -261,9 +461,37 @@ static void test_net_refuses_too_big(void **state)
     net *n = net_create(j, (net_shape){ 1, 2, 2 }, 2, 1 << 20, "cpu", &sv, 1, err, sizeof err);
     assert_null(n);
     assert_non_null(strstr(err, "more than this machine's"));
-    assert_non_null(strstr(err, "layer 1 (dense \"huge\")"));
+    assert_non_null(strstr(err, "the largest activation is layer 1 (dense \"huge\")"));
     assert_non_null(strstr(err, "use a smaller batch"));
     cJSON_Delete(j);
+}
+
+/* And one whose parameters alone are beyond any machine: 64 dense layers of
+ * about 2^31 parameters each (the parser's limit for one layer), with adam
+ * 16 bytes a parameter, over 2 TB; layer 2, "w2", has the most. Refused at
+ * batch 1 before anything is allocated (so at once). */
+static void test_net_refuses_too_many_params(void **state)
+{
+    (void)state;
+    enum { LAYERS = 64 };
+    char *text = malloc(LAYERS * 80 + 128);
+    assert_non_null(text);
+    int o = sprintf(text, "{\"layers\": [");
+    for (int i = 1; i <= LAYERS; i++)
+        o += sprintf(text + o, "{\"type\": \"dense\", \"name\": \"w%d\", \"units\": %d}, ", i,
+                     i % 2 ? 32768 : 65000);
+    sprintf(text + o, "{\"type\": \"dense\", \"units\": \"classes\"}]}");
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    char err[512] = "";
+    net_solver sv = { .type = "adam", .lr = 0.001f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+    net *n = net_create(j, (net_shape){ 1, 1, 32768 }, 2, 1, "cpu", &sv, 1, err, sizeof err);
+    cJSON_Delete(j);
+    assert_null(n);
+    assert_non_null(strstr(err, "weights, gradients and optimizer state alone need at least"));
+    assert_non_null(strstr(err, "more than this machine's"));
+    assert_non_null(strstr(err, "layer 2 (dense \"w2\"): 2,129,985,000 of them"));
 }
 
 static void test_refusals(void **state)
@@ -346,8 +574,14 @@ int main(void)
         cmocka_unit_test(test_resnet18),
         cmocka_unit_test(test_memory_by_hand),
         cmocka_unit_test(test_memory_amp),
+        cmocka_unit_test(test_memory_x2_and_masks),
+        cmocka_unit_test(test_max_batch),
+        cmocka_unit_test(test_batch_warning),
+        cmocka_unit_test(test_channel_warnings),
+        cmocka_unit_test(test_check_memory),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_net_refuses_too_big),
+        cmocka_unit_test(test_net_refuses_too_many_params),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_builtin_defaults),
         cmocka_unit_test(test_json),
