@@ -42,6 +42,7 @@
 typedef struct be_ctx be_ctx;
 typedef struct be_buf be_buf;
 typedef struct be_plan be_plan;
+typedef struct be_comm be_comm;
 
 /* Which passes a plan must be able to run (bit flags for the *_plan calls). */
 enum {
@@ -377,6 +378,28 @@ typedef struct backend {
      * order that does not depend on the thread count (gradient norms). */
     int (*sumsq)(be_ctx *ctx, const be_buf *b, size_t count, double *out,
                  char *err, size_t errlen);
+
+    /* ---- data parallelism (engine/net.c: replicas) ---- */
+    /* Makes the calling thread ready to queue operations on ctx (CUDA:
+     * selects its GPU). A replica's thread calls it before anything else. */
+    void (*ctx_bind)(be_ctx *ctx);
+    /* A communicator over n contexts of this backend, rank i on ctxs[i]
+     * (CUDA: NCCL over their GPUs). Called from one thread. */
+    int (*comm_create)(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_t errlen);
+    void (*comm_free)(be_comm *c);                     /* NULL is a no-op */
+    /* Sums k buffers of counts[i] FP32 elements over the ranks, in place:
+     * every rank calls it from its own thread with the same counts in the
+     * same order, and every rank gets the same bits. It starts after the
+     * operations queued before it on ctx and may run beside later ones
+     * (CUDA: on a stream of its own, so the backward pass goes on while a
+     * bucket of gradients travels); allreduce_wait makes what is queued
+     * after it wait for every allreduce started. */
+    int (*allreduce)(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs,
+                     const size_t *counts, int k, char *err, size_t errlen);
+    int (*allreduce_wait)(be_ctx *ctx, be_comm *c, int rank, char *err, size_t errlen);
+    /* After a rank failed: the others' collectives return -1 instead of
+     * waiting for it forever. The communicator is then of no further use. */
+    void (*comm_abort)(be_comm *c);
 } backend;
 
 /* The CPU backend (engine/cpu/). */

@@ -83,6 +83,9 @@ typedef struct layer {
     uint64_t seed;                  /* dropout: the layer's stream */
     be_buf *mask;                   /* dropout: the latest training mask */
     be_buf *mean, *var;             /* batchnorm: the latest batch statistics */
+    int bucket_lo, bucket_hi;       /* data parallelism: after this layer's backward pass,
+                                     * the gradients of parameters [lo, hi) are final and
+                                     * travel as one bucket (none when equal) */
 } layer;
 
 _Static_assert(SPEC_MAX_INPUTS == BE_MAX_INPUTS, "the spec's inputs fit the backend's");
@@ -121,6 +124,17 @@ struct net {
     be_buf *probs;                  /* float x max_batch x classes */
     plan_set sets[NET_PLAN_SETS];
     unsigned long clock;
+    int last_batch;                 /* images of the latest training step (batch norm's m) */
+    /* Data parallelism (engine/net.h, net_create): a net on several devices
+     * is this net, rank 0 (the primary), and nrep - 1 replicas, nets of
+     * their own built alike from the same seed, one per device. */
+    int nrep, rank;
+    int global_batch;               /* the primary: the largest batch a step takes in all */
+    net **rep;                      /* the primary: nrep nets, rep[0] itself; else NULL */
+    be_comm *comm;                  /* shared by the replicas; the primary owns it */
+    bool broken;                    /* a replica failed mid-step; the replicas may differ */
+    float *zeros;                   /* host zeros for a replica without images in a step */
+    size_t zeros_count;
 };
 
 /* ---- built-in specs -------------------------------------------------------- */
@@ -750,9 +764,45 @@ static plan_set *plans_for(net *n, int bn, char *err, size_t errlen)
     return victim;
 }
 
-net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
-                const char *backend_name, const net_solver *solver, uint64_t seed,
-                char *err, size_t errlen)
+/* Data parallelism: the parameters' gradients in buckets of about this many
+ * bytes, each sent as soon as the backward pass has finished it (the last
+ * layers' first), so that the transfer overlaps the rest of the pass. */
+#define BUCKET_BYTES ((size_t)8 << 20)
+
+static void plan_buckets(net *n)
+{
+    int hi = n->nparams, first = -1;
+    size_t bytes = 0, cap = BUCKET_BYTES;
+    /* KILN_BUCKET_BYTES=1: a bucket per layer (the tests' way to exercise
+     * several buckets with small nets) */
+    const char *env = getenv("KILN_BUCKET_BYTES");
+    if (env && atol(env) > 0)
+        cap = (size_t)atol(env);
+    for (int i = n->nlayers - 1; i >= 0; i--) {
+        layer *l = &n->layers[i];
+        l->bucket_lo = l->bucket_hi = 0;
+        if (l->w < 0)
+            continue;
+        first = i;
+        for (int k = l->w; k < hi; k++)
+            bytes += n->params[k].count * sizeof(float);
+        if (bytes >= cap) {
+            l->bucket_lo = l->w;
+            l->bucket_hi = hi;
+            hi = l->w;
+            bytes = 0;
+        }
+    }
+    if (first >= 0 && hi > 0) {             /* the rest goes with the first layer's */
+        n->layers[first].bucket_lo = 0;
+        n->layers[first].bucket_hi = hi;
+    }
+}
+
+/* One net (one replica) on device `device` of backend be. */
+static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batch,
+                      const backend *be, int device, int rank, const net_solver *solver,
+                      uint64_t seed, char *err, size_t errlen)
 {
     net *n = calloc(1, sizeof *n);
     net *ret = NULL;
@@ -760,6 +810,9 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         eng_err(err, errlen, "out of memory");
         return NULL;
     }
+    n->nrep = 1;
+    n->rank = rank;
+    n->global_batch = max_batch;
     if (spec_parse(spec, in, classes, &n->spec, err, errlen) < 0)
         goto out;
     if (max_batch < 1) {
@@ -772,25 +825,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
               !strcmp(n->solver.precision, "amp-fp16") ? BE_F16 : BE_F32;
     amp_scaler_init(&n->scaler, n->solver.loss_scaling == 1 ||
                     (n->solver.loss_scaling == 0 && n->half == BE_F16));
-    /* "cuda:1": a backend and the device to run on (0 when not said) */
-    char bname[32];
-    int device = 0;
-    snprintf(bname, sizeof bname, "%s", backend_name ? backend_name : "cpu");
-    char *colon = strchr(bname, ':');
-    if (colon) {
-        char *end;
-        long d = strtol(colon + 1, &end, 10);
-        if (end == colon + 1 || *end || d < 0 || d > 1024) {
-            eng_err(err, errlen, "backend \"%s\": the device must be a number", bname);
-            goto out;
-        }
-        *colon = '\0';
-        device = (int)d;
-    }
-    if (!(n->be = backend_find(bname))) {
-        eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", bname);
-        goto out;
-    }
+    n->be = be;
     if (!n->be->mem_info && check_memory(n, max_batch, err, errlen) < 0)
         goto out;
     n->max_batch = max_batch;
@@ -804,7 +839,8 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         layer *l = &n->layers[i];
         l->s = &n->spec.layers[i];
         l->w = l->b = l->rm = l->rv = -1;
-        l->seed = rng_derive(seed, l->s->name);
+        /* replicas drop other elements than the primary: other images */
+        l->seed = rng_derive(seed, l->s->name) ^ ((uint64_t)rank * 0x9e3779b97f4a7c15ULL);
     }
     n->seed = seed;
     if (n->be->ctx_create(device, &n->ctx, err, errlen) < 0 ||
@@ -817,6 +853,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         !plans_for(n, max_batch, err, errlen) ||
         !(n->opt = optim_create(n, &n->solver, err, errlen)))
         goto out;
+    plan_buckets(n);
     ret = n;
     n = NULL;
 out:
@@ -824,11 +861,124 @@ out:
     return ret;
 }
 
+#define NET_MAX_DEVICES 64
+
+/* "cuda:0,1": a backend and the devices to run on (device 0 when none is
+ * said); *nd devices into devs. */
+static const backend *parse_backend(const char *spec, int *devs, int *nd, char *err,
+                                    size_t errlen)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s", spec ? spec : "cpu");
+    char *colon = strchr(name, ':');
+    *nd = 1;
+    devs[0] = 0;
+    if (colon) {
+        *colon = '\0';
+        *nd = 0;
+        for (char *p = colon + 1;; p++) {
+            char *end;
+            long d = strtol(p, &end, 10);
+            if (end == p || (*end && *end != ',') || d < 0 || d > 1024 ||
+                *nd == NET_MAX_DEVICES) {
+                eng_err(err, errlen, "backend \"%s\": the devices must be numbers, such as "
+                        "cuda:0 or cuda:0,1", spec);
+                return NULL;
+            }
+            for (int k = 0; k < *nd; k++)
+                if (devs[k] == (int)d) {
+                    eng_err(err, errlen, "backend \"%s\": device %ld is listed twice", spec, d);
+                    return NULL;
+                }
+            devs[(*nd)++] = (int)d;
+            p = end;
+            if (!*p)
+                break;
+        }
+    }
+    const backend *be = backend_find(name);
+    if (!be)
+        eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", name);
+    return be;
+}
+
+/* Makes the calling thread ready to run n's operations (a GPU's replica). */
+static void bind(const net *n)
+{
+    if (n->be->ctx_bind)
+        n->be->ctx_bind(n->ctx);
+}
+
+net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
+                const char *backend_name, const net_solver *solver, uint64_t seed,
+                char *err, size_t errlen)
+{
+    int devs[NET_MAX_DEVICES], nd;
+    const backend *be = parse_backend(backend_name, devs, &nd, err, errlen);
+    if (!be)
+        return NULL;
+    if (nd == 1)
+        return net_build(spec, in, classes, max_batch, be, devs[0], 0, solver, seed, err,
+                         errlen);
+    if (!be->comm_create) {
+        eng_err(err, errlen, "backend \"%s\" cannot train on several devices", be->name);
+        return NULL;
+    }
+    if (max_batch < nd) {
+        eng_err(err, errlen, "batch size %d is smaller than the %d devices it is split across",
+                max_batch, nd);
+        return NULL;
+    }
+    /* Each replica takes its share of the global batch. */
+    int per = (max_batch + nd - 1) / nd;
+    net *n = net_build(spec, in, classes, per, be, devs[0], 0, solver, seed, err, errlen);
+    if (!n)
+        return NULL;
+    be_ctx *ctxs[NET_MAX_DEVICES];
+    if (!(n->rep = calloc((size_t)nd, sizeof *n->rep))) {
+        eng_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    n->rep[0] = n;
+    n->nrep = nd;
+    n->global_batch = max_batch;
+    ctxs[0] = n->ctx;
+    for (int r = 1; r < nd; r++) {
+        char where[48];
+        if (!(n->rep[r] = net_build(spec, in, classes, per, be, devs[r], r, solver, seed, err,
+                                    errlen))) {
+            snprintf(where, sizeof where, "%s device %d", be->name, devs[r]);
+            eng_err_prefix(err, errlen, where);
+            goto fail;
+        }
+        n->rep[r]->nrep = nd;
+        ctxs[r] = n->rep[r]->ctx;
+    }
+    if (be->comm_create(ctxs, nd, &n->comm, err, errlen) < 0)
+        goto fail;
+    for (int r = 1; r < nd; r++)
+        n->rep[r]->comm = n->comm;
+    bind(n);
+    return n;
+fail:
+    net_free(n);
+    return NULL;
+}
+
 void net_free(net *n)
 {
     if (!n)
         return;
     const backend *be = n->be;
+    if (n->rep) {                           /* the primary: the communicator, the replicas */
+        if (n->comm)
+            be->comm_free(n->comm);
+        for (int r = 1; r < n->nrep; r++)
+            net_free(n->rep[r]);
+        free(n->rep);
+        bind(n);
+    }
+    free(n->zeros);
     if (be) {
         for (int i = 0; i < NET_PLAN_SETS; i++)
             plan_set_clear(n, &n->sets[i]);
@@ -940,13 +1090,9 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
                                  training, x, l->mask, y, dropout_seed(n, l), err, errlen);
             break;
         case LAYER_BATCHNORM:
-            if (training) {
+            if (training) {             /* the running statistics follow an applied step */
                 rc = be->bn_fwd(n->ctx, p, true, x, param_w(n, l->w), param_w(n, l->b),
                                 l->mean, l->var, y, err, errlen);
-                if (rc == 0)
-                    rc = be->bn_running(n->ctx, n->stats[l->rm].w, n->stats[l->rv].w, l->mean,
-                                        l->var, s->in.c, s->u.bn.momentum,
-                                        (int64_t)bn * s->in.h * s->in.w, err, errlen);
             } else {
                 rc = be->bn_fwd(n->ctx, p, false, x, param_w(n, l->w), param_w(n, l->b),
                                 n->stats[l->rm].w, n->stats[l->rv].w, y, err, errlen);
@@ -1057,13 +1203,35 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     return rc;
 }
 
+/* Data parallelism: sums parameters [lo, hi)'s gradients over the replicas
+ * (engine/backend.h, allreduce). */
+static int allreduce_params(net *n, int lo, int hi, char *err, size_t errlen)
+{
+    be_buf *bufs[64];
+    size_t counts[64];
+    while (lo < hi) {
+        int k = 0;
+        for (; lo < hi && k < 64; lo++, k++) {
+            bufs[k] = n->params[lo].g;
+            counts[k] = n->params[lo].count;
+        }
+        if (n->be->allreduce(n->ctx, n->comm, n->rank, bufs, counts, k, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int backward(net *n, plan_set *ps, int bn, char *err, size_t errlen)
 {
     for (int i = n->nlayers - 1; i >= 0; i--) {
+        const layer *l = &n->layers[i];
         if (!n->need_grad[i + 1])
             continue;                       /* nothing before this layer learns */
         if (backward_layer(n, ps, i, bn, err, errlen) < 0)
-            return layer_fail(&n->layers[i], err, errlen);
+            return layer_fail(l, err, errlen);
+        if (n->comm && l->bucket_hi > l->bucket_lo &&
+            allreduce_params(n, l->bucket_lo, l->bucket_hi, err, errlen) < 0)
+            return -1;
     }
     return 0;
 }
@@ -1124,17 +1292,49 @@ static int check_grads(net *n, const param **bad, char *err, size_t errlen)
     return 0;
 }
 
-int net_train_step(net *n, const float *x, const int32_t *labels, int count,
-                   float lr, net_stats *out, char *err, size_t errlen)
+/* Host zeros for count floats (a replica without images in a step). */
+static const float *zeros(net *n, size_t count, char *err, size_t errlen)
 {
-    double loss_sum = 0;
-    int correct = 0;
+    if (count > n->zeros_count) {
+        free(n->zeros);
+        n->zeros_count = 0;
+        if (!(n->zeros = calloc(count, sizeof *n->zeros))) {
+            eng_err(err, errlen, "out of memory");
+            return NULL;
+        }
+        n->zeros_count = count;
+    }
+    return n->zeros;
+}
+
+/* The first half of a training step on one replica: forward, loss and
+ * backward on its count images, the loss's gradient divided by the total
+ * images of the step over all replicas, so that the gradients summed over
+ * the replicas are those of the whole batch. A replica without images
+ * contributes zeros. Leaves the gradients summed (allreduced) over the
+ * replicas, and this replica's loss sum and hits in *loss_sum, *correct. */
+static int step_grads(net *n, const float *x, const int32_t *labels, int count, int total,
+                      double *loss_sum, int *correct, char *err, size_t errlen)
+{
     const int L = n->nlayers;
-    const float scale = n->scaler.scale;
-    if (check_batch(n, labels, count, false, err, errlen) < 0)
-        return -1;
-    if (!isfinite(lr) || lr < 0)
-        return eng_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
+    *loss_sum = 0;
+    *correct = 0;
+    n->last_batch = count;
+    if (count == 0) {
+        n->steps++;
+        for (int i = 0; i < n->nparams; i++) {
+            const float *z = zeros(n, n->params[i].count, err, errlen);
+            if (!z || n->be->buf_upload(n->ctx, n->params[i].g, 0, z,
+                                        n->params[i].count * sizeof *z, err, errlen) < 0)
+                return -1;
+        }
+        for (int i = L - 1; i >= 0; i--)
+            if (n->layers[i].bucket_hi > n->layers[i].bucket_lo &&
+                allreduce_params(n, n->layers[i].bucket_lo, n->layers[i].bucket_hi, err,
+                                 errlen) < 0)
+                return -1;
+        return n->be->allreduce_wait(n->ctx, n->comm, n->rank, err, errlen);
+    }
     plan_set *ps = load_and_forward(n, x, labels, count, true, err, errlen);
     if (!ps)
         return -1;
@@ -1143,48 +1343,240 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
      * mean over the batch. */
     be_buf *dl = n->dlogits32 ? n->dlogits32 : n->grad[L];
     if (n->be->xent(n->ctx, ps->plans[L], logits_f32(n), n->labels, n->solver.label_smoothing,
-                    scale / (float)count, dl, NULL, &loss_sum, &correct, err, errlen) < 0)
+                    n->scaler.scale / (float)total, dl, NULL, loss_sum, correct, err,
+                    errlen) < 0)
         return -1;
     /* Under dynamic scaling a non-finite loss is an overflow like any other
      * (the gradients will show it); without, the run has diverged. */
-    if (!isfinite(loss_sum) && !n->scaler.dynamic)
+    if (!isfinite(*loss_sum) && !n->scaler.dynamic)
         return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
-                       "learning rate)", isnan(loss_sum) ? "NaN" : "infinite");
+                       "learning rate)", isnan(*loss_sum) ? "NaN" : "infinite");
     if ((n->dlogits32 && n->be->cast(n->ctx, n->dlogits32, BE_F32, n->grad[L], n->dtype[L],
                                      (size_t)count * (size_t)n->classes, err, errlen) < 0) ||
         backward(n, ps, count, err, errlen) < 0)
         return -1;
+    return n->comm ? n->be->allreduce_wait(n->ctx, n->comm, n->rank, err, errlen) : 0;
+}
+
+/* Batch norm's running statistics after an applied step, from the batch
+ * statistics of the step (a replica without images keeps its own). With
+ * replicas, averaged over those that had images, so that every replica
+ * keeps the same ones (the average of their batches' statistics). */
+static int update_running(net *n, int active, char *err, size_t errlen)
+{
+    for (int i = 0; i < n->nlayers && n->last_batch > 0; i++) {
+        const layer *l = &n->layers[i];
+        const layer_spec *s = l->s;
+        if (s->kind == LAYER_BATCHNORM &&
+            n->be->bn_running(n->ctx, n->stats[l->rm].w, n->stats[l->rv].w, l->mean, l->var,
+                              s->in.c, s->u.bn.momentum,
+                              (int64_t)n->last_batch * s->in.h * s->in.w, err, errlen) < 0)
+            return layer_fail(l, err, errlen);
+    }
+    if (!n->comm || n->nstats == 0)
+        return 0;
+    be_buf *bufs[64];
+    size_t counts[64];
+    for (int i = 0; i < n->nstats; i += 64) {
+        int k = 0;
+        for (; i + k < n->nstats && k < 64; k++) {
+            bufs[k] = n->stats[i + k].w;
+            counts[k] = n->stats[i + k].count;
+            const float *z = n->last_batch > 0 ? NULL : zeros(n, counts[k], err, errlen);
+            if (n->last_batch == 0 &&
+                (!z || n->be->buf_upload(n->ctx, bufs[k], 0, z, counts[k] * sizeof *z, err,
+                                         errlen) < 0))
+                return -1;
+        }
+        if (n->be->allreduce(n->ctx, n->comm, n->rank, bufs, counts, k, err, errlen) < 0)
+            return -1;
+    }
+    if (n->be->allreduce_wait(n->ctx, n->comm, n->rank, err, errlen) < 0)
+        return -1;
+    for (int i = 0; i < n->nstats && active > 1; i++) {
+        bool found = false;
+        if (n->be->unscale(n->ctx, n->stats[i].w, n->stats[i].count, 1.0f / (float)active,
+                           &found, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The second half of a training step, on every replica alike (their
+ * gradients are the same bits): unscale and check the gradients, let the
+ * loss scaler decide, update. loss_finite: the step's loss over all
+ * replicas is finite; mean_loss for the divergence message. */
+static int step_update(net *n, float lr, bool loss_finite, double mean_loss, int active,
+                       bool *skipped, char *err, size_t errlen)
+{
     /* A NaN can hide from the loss (a ReLU maps it to 0) and still reach a
      * gradient; refuse the update before any weight changes. */
     const param *bad;
     if (check_grads(n, &bad, err, errlen) < 0)
         return -1;
-    bool overflow = bad || !isfinite(loss_sum);
+    bool overflow = bad || !loss_finite;
+    *skipped = overflow;
     switch (amp_scaler_update(&n->scaler, overflow)) {
     case AMP_DIVERGED:
         if (n->scaler.dynamic)
             return eng_err(err, errlen, "training diverged: the gradients overflowed %s %lld "
-                           "times until the loss scale fell below %g (the loss is %g; try a "
+                           "times until the loss scale fell below %g (the loss is %s; try a "
                            "smaller learning rate)", n->half == BE_F16 ? "FP16" : "bfloat16",
-                           (long long)n->scaler.skipped, (double)AMP_SCALE_FLOOR, loss_sum / count);
-        if (!isfinite(loss_sum))
+                           (long long)n->scaler.skipped, (double)AMP_SCALE_FLOOR,
+                           isnan(mean_loss) ? "NaN" : isinf(mean_loss) ? "infinite" : "finite");
+        if (!loss_finite)
             return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
-                           "learning rate)", isnan(loss_sum) ? "NaN" : "infinite");
+                           "learning rate)", isnan(mean_loss) ? "NaN" : "infinite");
         return eng_err(err, errlen, "training diverged: the gradient of %s is not finite "
                        "(check the data, or try a smaller learning rate)", bad->name);
     case AMP_SKIP:
-        break;
+        return 0;               /* nothing changes, the running statistics included */
     case AMP_APPLY:
-        if (optim_step(n->opt, lr, NULL, err, errlen) < 0 || refresh_copies(n, err, errlen) < 0)
-            return -1;
         break;
     }
+    if (optim_step(n->opt, lr, NULL, err, errlen) < 0 || refresh_copies(n, err, errlen) < 0 ||
+        update_running(n, active, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+/* Data parallelism: what one replica's thread does in a step's half. */
+typedef struct rep_work {
+    net *n;
+    int phase;                      /* 1: step_grads; 2: step_update */
+    const float *x;
+    const int32_t *labels;
+    int count, total, active;
+    float lr;
+    bool loss_finite;
+    double mean_loss;
+    double loss_sum;                /* out */
+    int correct;
+    bool skipped;
+    int rc;
+    char err[512];
+} rep_work;
+
+static void *rep_run(void *arg)
+{
+    rep_work *w = arg;
+    bind(w->n);
+    w->rc = w->phase == 1 ?
+        step_grads(w->n, w->x, w->labels, w->count, w->total, &w->loss_sum, &w->correct,
+                   w->err, sizeof w->err) :
+        step_update(w->n, w->lr, w->loss_finite, w->mean_loss, w->active, &w->skipped, w->err,
+                    sizeof w->err);
+    if (w->rc < 0 && w->n->comm)    /* the others must not wait for this one */
+        w->n->be->comm_abort(w->n->comm);
+    return NULL;
+}
+
+/* Runs one phase on every replica at once, one thread each (the calling
+ * thread runs the primary's). Returns 0, or -1 with the first failure's
+ * message (a replica's own failure, before the aborts it caused). */
+static int rep_phase(net *n, rep_work *w, char *err, size_t errlen)
+{
+    pthread_t th[NET_MAX_DEVICES];
+    bool started[NET_MAX_DEVICES] = { false };
+    for (int r = 1; r < n->nrep; r++)
+        started[r] = pthread_create(&th[r], NULL, rep_run, &w[r]) == 0;
+    for (int r = 1; r < n->nrep; r++)
+        if (!started[r]) {                  /* run it here, after the primary cannot */
+            w[r].rc = -1;
+            snprintf(w[r].err, sizeof w[r].err, "could not start a thread for replica %d", r);
+            n->be->comm_abort(n->comm);
+        }
+    rep_run(&w[0]);
+    for (int r = 1; r < n->nrep; r++)
+        if (started[r])
+            pthread_join(th[r], NULL);
+    bind(n);
+    /* a replica's own failure, not the abandoned collectives it caused */
+    int first = -1;
+    for (int r = 0; r < n->nrep; r++)
+        if (w[r].rc < 0 && (first < 0 || (strstr(w[first].err, "abandoned") &&
+                                          !strstr(w[r].err, "abandoned"))))
+            first = r;
+    if (first < 0)
+        return 0;
+    n->broken = true;
+    if (first == 0)
+        return eng_err(err, errlen, "%s", w[first].err);
+    return eng_err(err, errlen, "replica %d: %s", first, w[first].err);
+}
+
+/* A data-parallel step: the batch split over the replicas in order. */
+static int group_step(net *n, const float *x, const int32_t *labels, int count, float lr,
+                      net_stats *out, char *err, size_t errlen)
+{
+    rep_work w[NET_MAX_DEVICES];
+    size_t in_size = (size_t)spec_shape_size(n->spec.in);
+    const float scale = n->scaler.scale;
+    int done = 0, active = 0;
+    if (n->broken)
+        return eng_err(err, errlen, "an earlier step failed on one of the devices; the "
+                       "replicas may differ, so training cannot go on (resume from the last "
+                       "checkpoint)");
+    memset(w, 0, sizeof w[0] * (size_t)n->nrep);
+    for (int r = 0; r < n->nrep; r++) {
+        net *m = n->rep[r];
+        int part = count / n->nrep + (r < count % n->nrep);
+        /* the primary's counters are the ones checkpoints restore */
+        m->steps = n->steps;
+        m->scaler = n->scaler;
+        optim_set_steps(m->opt, optim_steps(n->opt));
+        w[r] = (rep_work){ .n = m, .phase = 1, .x = x + (size_t)done * in_size,
+                           .labels = labels + done, .count = part, .total = count, .lr = lr };
+        done += part;
+        active += part > 0;
+    }
+    if (rep_phase(n, w, err, errlen) < 0)
+        return -1;
+    double loss_sum = 0;
+    int correct = 0;
+    for (int r = 0; r < n->nrep; r++) {
+        loss_sum += w[r].loss_sum;
+        correct += w[r].correct;
+    }
+    for (int r = 0; r < n->nrep; r++) {
+        w[r].phase = 2;
+        w[r].loss_finite = isfinite(loss_sum);
+        w[r].mean_loss = loss_sum / count;
+        w[r].active = active;
+    }
+    if (rep_phase(n, w, err, errlen) < 0)
+        return -1;
+    if (out)
+        *out = (net_stats){ .loss = loss_sum / count, .correct = correct, .count = count,
+                            .loss_scale = scale, .skipped = w[0].skipped };
+    return 0;
+}
+
+int net_train_step(net *n, const float *x, const int32_t *labels, int count,
+                   float lr, net_stats *out, char *err, size_t errlen)
+{
+    double loss_sum = 0;
+    int correct = 0;
+    bool skipped = false;
+    const float scale = n->scaler.scale;
+    if (count < 1 || count > n->global_batch)
+        return eng_err(err, errlen, "batch of %d images: must be 1 to %d", count,
+                       n->global_batch);
+    if (check_batch(n, labels, count, true, err, errlen) < 0)
+        return -1;
+    if (!isfinite(lr) || lr < 0)
+        return eng_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
+    if (n->nrep > 1)
+        return group_step(n, x, labels, count, lr, out, err, errlen);
+    if (step_grads(n, x, labels, count, count, &loss_sum, &correct, err, errlen) < 0 ||
+        step_update(n, lr, isfinite(loss_sum), loss_sum / count, 1, &skipped, err, errlen) < 0)
+        return -1;
     if (out) {
         out->loss = loss_sum / count;
         out->correct = correct;
         out->count = count;
         out->loss_scale = scale;
-        out->skipped = overflow;
+        out->skipped = skipped;
     }
     return 0;
 }
@@ -1320,9 +1712,74 @@ int net_amp_set(net *n, const net_amp_state *s, char *err, size_t errlen)
     return 0;
 }
 
+static int saved_count(const net *n);
+static const param *saved_at(const net *n, int i);
+
+/* Data parallelism: count floats of src (on the primary) into dst on
+ * replica m, through the host. */
+static int copy_to_replica(net *n, const be_buf *src, net *m, be_buf *dst, size_t count,
+                           float *host, char *err, size_t errlen)
+{
+    bind(n);
+    if (n->be->buf_download(n->ctx, src, 0, host, count * sizeof *host, err, errlen) < 0)
+        return -1;
+    bind(m);
+    return m->be->buf_upload(m->ctx, dst, 0, host, count * sizeof *host, err, errlen);
+}
+
+/* The primary's parameters, statistics and optimizer state copied to every
+ * replica (after a checkpoint or a file was loaded into the primary). */
+static int broadcast(net *n, char *err, size_t errlen)
+{
+    size_t most = 0, nos = optim_state_tensors(n->opt, NULL, 0);
+    optim_state *os = calloc(nos ? nos : 1, sizeof *os), *ms = calloc(nos ? nos : 1, sizeof *ms);
+    float *host = NULL;
+    int rc = -1;
+    if (!os || !ms)
+        goto oom;
+    optim_state_tensors(n->opt, os, nos);
+    for (int i = 0; i < saved_count(n); i++)
+        most = saved_at(n, i)->count > most ? saved_at(n, i)->count : most;
+    for (size_t i = 0; i < nos; i++)
+        most = os[i].count > most ? os[i].count : most;
+    if (!(host = malloc((most ? most : 1) * sizeof *host)))
+        goto oom;
+    for (int r = 1; r < n->nrep; r++) {
+        net *m = n->rep[r];
+        if (optim_state_tensors(m->opt, ms, nos) != nos) {
+            eng_err(err, errlen, "replica %d has another optimizer state", r);
+            goto out;
+        }
+        for (int i = 0; i < saved_count(n); i++)
+            if (copy_to_replica(n, saved_at(n, i)->w, m, saved_at(m, i)->w,
+                                saved_at(n, i)->count, host, err, errlen) < 0)
+                goto out;
+        for (size_t i = 0; i < nos; i++)
+            if (copy_to_replica(n, os[i].buf, m, ms[i].buf, os[i].count, host, err, errlen) < 0)
+                goto out;
+        bind(m);
+        if (refresh_copies(m, err, errlen) < 0)
+            goto out;
+    }
+    rc = 0;
+    goto out;
+oom:
+    eng_err(err, errlen, "out of memory");
+out:
+    bind(n);
+    free(host);
+    free(os);
+    free(ms);
+    return rc;
+}
+
 int net_params_changed(net *n, char *err, size_t errlen)
 {
-    return refresh_copies(n, err, errlen);
+    bind(n);
+    if (refresh_copies(n, err, errlen) < 0 || (n->rep && broadcast(n, err, errlen) < 0))
+        return -1;
+    n->broken = false;          /* the replicas agree again */
+    return 0;
 }
 
 /* What net_save writes and net_load reads: the parameters, then the state
@@ -1412,7 +1869,7 @@ int net_load(net *n, const char *path, char *err, size_t errlen)
         if (n->be->buf_upload(n->ctx, p->w, 0, t->data, t->bytes, err, errlen) < 0)
             goto out;
     }
-    rc = refresh_copies(n, err, errlen);
+    rc = net_params_changed(n, err, errlen);
 out:
     st_close(f);
     return rc;

@@ -202,4 +202,12 @@ static inline void *cpu_ptr(const be_buf *b)
     return b ? b->p : NULL;
 }
 
+/* comm.c: the data-parallel communicator (engine/backend.h). */
+int cpu_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_t errlen);
+void cpu_comm_free(be_comm *c);
+void cpu_comm_abort(be_comm *c);
+int cpu_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const size_t *counts,
+                  int k, char *err, size_t errlen);
+int cpu_allreduce_wait(be_ctx *ctx, be_comm *c, int rank, char *err, size_t errlen);
+
 #endif

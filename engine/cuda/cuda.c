@@ -11,6 +11,7 @@
 #include "engine/errors.h"
 
 #include "engine/cuda/internal.h"
+#include "engine/cuda/cuda_comm.h"
 
 int cu_err(cudaError_t e, const char *what, char *err, size_t errlen)
 {
@@ -400,4 +401,10 @@ const backend cuda_backend = {
     .sgd_update = sgd_update,
     .optim_update = optim_update,
     .sumsq = sumsq,
+    .ctx_bind = cuda_ctx_bind,
+    .comm_create = cuda_comm_create,
+    .comm_free = cuda_comm_free,
+    .allreduce = cuda_allreduce,
+    .allreduce_wait = cuda_allreduce_wait,
+    .comm_abort = cuda_comm_abort,
 };
