@@ -129,6 +129,7 @@ struct net {
      * is this net, rank 0 (the primary), and nrep - 1 replicas, nets of
      * their own built alike from the same seed, one per device. */
     int nrep, rank;
+    int device;                     /* the backend's device number this net runs on */
     int global_batch;               /* the primary: the largest batch a step takes in all */
     net **rep;                      /* the primary: nrep nets, rep[0] itself; else NULL */
     be_comm *comm;                  /* shared by the replicas; the primary owns it */
@@ -604,17 +605,20 @@ static int check_memory(const net *n, int max_batch, char *err, size_t errlen)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     int64_t have = pages > 0 && psize > 0 ? (int64_t)pages * (int64_t)psize : 0;
-    const char *where = "this machine's";
+    char where[48] = "this machine's";
     uint64_t dev_free = 0, dev_total = 0;
     if (n->be->mem_info) {                  /* a GPU: what is free on it now */
         if (n->be->mem_info(n->ctx, &dev_free, &dev_total, err, errlen) < 0)
             return -1;
         have = (int64_t)dev_free;
-        where = "the GPU's free";
+        if (n->nrep > 1)
+            snprintf(where, sizeof where, "GPU %d's free", n->device);
+        else
+            snprintf(where, sizeof where, "the GPU's free");
     }
     int states = summary_opt_states(n->solver.type, n->solver.momentum > 0);
     return summary_check_memory(&n->spec, states < 0 ? 2 : states, n->solver.precision,
-                                max_batch, have, where, err, errlen);
+                                max_batch, n->nrep, have, where, err, errlen);
 }
 
 static int check_solver(const net_solver *sv, net_solver *out, char *err, size_t errlen)
@@ -801,8 +805,8 @@ static void plan_buckets(net *n)
 
 /* One net (one replica) on device `device` of backend be. */
 static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batch,
-                      const backend *be, int device, int rank, const net_solver *solver,
-                      uint64_t seed, char *err, size_t errlen)
+                      const backend *be, int device, int rank, int nrep,
+                      const net_solver *solver, uint64_t seed, char *err, size_t errlen)
 {
     net *n = calloc(1, sizeof *n);
     net *ret = NULL;
@@ -810,8 +814,9 @@ static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batc
         eng_err(err, errlen, "out of memory");
         return NULL;
     }
-    n->nrep = 1;
+    n->nrep = nrep;
     n->rank = rank;
+    n->device = device;
     n->global_batch = max_batch;
     if (spec_parse(spec, in, classes, &n->spec, err, errlen) < 0)
         goto out;
@@ -860,8 +865,6 @@ out:
     net_free(n);
     return ret;
 }
-
-#define NET_MAX_DEVICES 64
 
 /* "cuda:0,1": a backend and the devices to run on (device 0 when none is
  * said); *nd devices into devs. */
@@ -918,7 +921,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     if (!be)
         return NULL;
     if (nd == 1)
-        return net_build(spec, in, classes, max_batch, be, devs[0], 0, solver, seed, err,
+        return net_build(spec, in, classes, max_batch, be, devs[0], 0, 1, solver, seed, err,
                          errlen);
     if (!be->comm_create) {
         eng_err(err, errlen, "backend \"%s\" cannot train on several devices", be->name);
@@ -931,7 +934,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     }
     /* Each replica takes its share of the global batch. */
     int per = (max_batch + nd - 1) / nd;
-    net *n = net_build(spec, in, classes, per, be, devs[0], 0, solver, seed, err, errlen);
+    net *n = net_build(spec, in, classes, per, be, devs[0], 0, nd, solver, seed, err, errlen);
     if (!n)
         return NULL;
     be_ctx *ctxs[NET_MAX_DEVICES];
@@ -945,13 +948,12 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     ctxs[0] = n->ctx;
     for (int r = 1; r < nd; r++) {
         char where[48];
-        if (!(n->rep[r] = net_build(spec, in, classes, per, be, devs[r], r, solver, seed, err,
-                                    errlen))) {
+        if (!(n->rep[r] = net_build(spec, in, classes, per, be, devs[r], r, nd, solver, seed,
+                                    err, errlen))) {
             snprintf(where, sizeof where, "%s device %d", be->name, devs[r]);
             eng_err_prefix(err, errlen, where);
             goto fail;
         }
-        n->rep[r]->nrep = nd;
         ctxs[r] = n->rep[r]->ctx;
     }
     if (be->comm_create(ctxs, nd, &n->comm, err, errlen) < 0)

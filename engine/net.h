@@ -58,8 +58,17 @@ typedef struct net_solver {
 } net_solver;
 
 /* Builds a network for batches of up to max_batch images on the named backend
- * ("cpu"), parameters initialised from seed. Returns a new net owned by the
- * caller, or NULL with err set. */
+ * ("cpu", "cuda", "cuda:1"), parameters initialised from seed. Returns a new
+ * net owned by the caller, or NULL with err set.
+ *
+ * Several devices ("cuda:0,1", up to NET_MAX_DEVICES) train synchronously
+ * data parallel: one replica per device, each batch split across them (the
+ * first count % n replicas take one image more), gradients summed across
+ * them in buckets while the backward pass goes on, every replica making the
+ * same update. The result is the one net trained on the whole batch, within
+ * rounding; the net's functions are used as for one device. ("cpu:0,1" runs
+ * replicas on the one CPU: it exists to test this code.) */
+#define NET_MAX_DEVICES 64
 net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
                 const char *backend, const net_solver *solver, uint64_t seed,
                 char *err, size_t errlen);

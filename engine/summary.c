@@ -213,7 +213,8 @@ static int64_t mib_up(int64_t v)
 }
 
 int summary_check_memory(const net_spec *s, int opt_states, const char *precision, int batch,
-                         int64_t memory, const char *where, char *err, size_t errlen)
+                         int devices, int64_t memory, const char *where, char *err,
+                         size_t errlen)
 {
     summary_mem m;
     if (summary_memory(s, opt_states, precision, &m, err, errlen) < 0)
@@ -242,13 +243,21 @@ int summary_check_memory(const net_spec *s, int opt_states, const char *precisio
     }
     int64_t most = summary_max_batch(&m, memory);
     grouped(need_s, sizeof need_s, mib_up(need));
+    /* Data parallel: batch is each device's share; the advice is for the
+     * whole batch the user gives. */
+    char at[64];
+    if (devices > 1)
+        snprintf(at, sizeof at, "%d on each of %d devices", batch, devices);
+    else
+        snprintf(at, sizeof at, "%d", batch);
     if (most < 1)
-        return eng_err(err, errlen, "the network needs at least %s MiB at batch size %d, more "
+        return eng_err(err, errlen, "the network needs at least %s MiB at batch size %s, more "
                        "than %s %s MiB%s; not even one image fits: use smaller layers or a "
-                       "smaller input", need_s, batch, where, have_s, largest);
-    return eng_err(err, errlen, "the network needs at least %s MiB at batch size %d, more than "
-                   "%s %s MiB%s; use a smaller batch (at most %s fits)", need_s, batch, where,
-                   have_s, largest, grouped(count_s, sizeof count_s, most));
+                       "smaller input", need_s, at, where, have_s, largest);
+    return eng_err(err, errlen, "the network needs at least %s MiB at batch size %s, more than "
+                   "%s %s MiB%s; use a smaller batch (at most %s fits)", need_s, at, where,
+                   have_s, largest,
+                   grouped(count_s, sizeof count_s, most * (devices > 1 ? devices : 1)));
 }
 
 /* Each device's memory against the estimate. */

@@ -249,8 +249,10 @@ typedef struct request {
     double epochs, batch_size, seed, snapshot_interval;
     const char *precision;
     const char *loss_scaling;   /* "dynamic" or "off", resolved from the precision */
-    bool gpu;                   /* train on a GPU (the CUDA backend) */
-    int gpu_index;              /* which one; -1: any free one, chosen by the scheduler */
+    int ngpus;                  /* GPUs to train on (the CUDA backend); 0: the CPU */
+    bool gpus_listed;           /* gpu_ids names them; else any free ones, chosen by the
+                                 * scheduler */
+    int gpu_ids[NET_MAX_DEVICES];
     const char *solver_type;
     double lr, momentum, weight_decay;
     bool nesterov, decay_bias;
@@ -413,48 +415,64 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
     return 0;
 }
 
-/* "devices": absent, a GPU when the machine has one (any free one), else the
- * CPU; 0 or [] the CPU; 1 any one GPU; [i] GPU i. Several GPUs (data
- * parallelism) are not in this build: 422. */
+/* "devices": absent, one GPU when the machine has one (any free one), else
+ * the CPU; 0 or [] the CPU; N any N GPUs, chosen by the scheduler when the
+ * job starts; [i, j, ...] those GPUs. Several GPUs train data parallel
+ * (engine/net.h), so the batch must have an image for each. */
 static int parse_devices(const cJSON *v, struct request *r, job_error *e)
 {
-    engine_device d[17];
-    int n = engine_devices(d, 17), gpus = n - 1;
-    r->gpu = false;
-    r->gpu_index = -1;
+    engine_device d[NET_MAX_DEVICES + 1];
+    int n = engine_devices(d, NET_MAX_DEVICES + 1);
+    int gpus = (n > NET_MAX_DEVICES + 1 ? NET_MAX_DEVICES + 1 : n) - 1;
+    r->ngpus = 0;
+    r->gpus_listed = false;
     if (!v) {
-        r->gpu = gpus > 0;
+        r->ngpus = gpus > 0;
         return 0;
     }
-    int want = -1, index = -1;
-    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1024 &&
-        v->valuedouble == (int)v->valuedouble) {
-        want = (int)v->valuedouble;
+    const char *form = "devices must be a GPU count (0: the CPU) or a list of GPU numbers, "
+                       "such as 2 or [0, 1]";
+    if (cJSON_IsNumber(v)) {
+        if (!(v->valuedouble >= 0 && v->valuedouble <= 1024 &&
+              v->valuedouble == (int)v->valuedouble))
+            return fail(e, 400, "invalid_field", "%s", form);
+        r->ngpus = (int)v->valuedouble;
     } else if (cJSON_IsArray(v)) {
-        want = cJSON_GetArraySize(v);
-        const cJSON *x = cJSON_GetArrayItem(v, 0);
-        if (want >= 1 && !(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1024 &&
-                           x->valuedouble == (int)x->valuedouble))
-            return fail(e, 400, "invalid_field", "devices must list GPU numbers, such as [0]");
-        if (want >= 1)
-            index = (int)x->valuedouble;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, v) {
+            if (!(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble <= 1024 &&
+                  x->valuedouble == (int)x->valuedouble))
+                return fail(e, 400, "invalid_field", "devices must list GPU numbers, such as "
+                            "[0, 1]");
+            if (r->ngpus == NET_MAX_DEVICES)
+                return fail(e, 400, "invalid_field", "devices lists more than %d GPUs",
+                            NET_MAX_DEVICES);
+            for (int k = 0; k < r->ngpus; k++)
+                if (r->gpu_ids[k] == (int)x->valuedouble)
+                    return fail(e, 400, "invalid_field", "devices lists GPU %d twice",
+                                r->gpu_ids[k]);
+            r->gpu_ids[r->ngpus++] = (int)x->valuedouble;
+        }
+        r->gpus_listed = true;
     } else {
-        return fail(e, 400, "invalid_field", "devices must be a GPU count (0: the CPU) or a list "
-                    "of GPU numbers, such as [0]");
+        return fail(e, 400, "invalid_field", "%s", form);
     }
-    if (want == 0)
+    if (r->ngpus == 0)
         return 0;
+    if (r->ngpus > r->batch_size)
+        return fail(e, 400, "invalid_field", "batch_size %.0f is smaller than the %d GPUs in "
+                    "devices: each GPU needs at least one image of every batch",
+                    r->batch_size, r->ngpus);
     if (gpus == 0)
         return fail(e, 422, "no_gpu", "devices asks for a GPU, but this machine has none (or this "
                     "kiln was built without CUDA); leave devices out or give 0 to train on the CPU");
-    if (want > 1)
-        return fail(e, 422, "not_supported", "training on %d GPUs (data parallelism) is not in "
-                    "this build yet; give one", want);
-    if (index >= gpus)
-        return fail(e, 422, "unknown_device", "there is no GPU %d (this machine has %d)", index,
-                    gpus);
-    r->gpu = true;
-    r->gpu_index = index;
+    for (int k = 0; r->gpus_listed && k < r->ngpus; k++)
+        if (r->gpu_ids[k] >= gpus)
+            return fail(e, 422, "unknown_device", "there is no GPU %d (this machine has %d: 0 "
+                        "to %d)", r->gpu_ids[k], gpus, gpus - 1);
+    if (r->ngpus > gpus)
+        return fail(e, 422, "unknown_device", "devices asks for %d GPUs, but this machine has %d",
+                    r->ngpus, gpus);
     return 0;
 }
 
@@ -572,6 +590,45 @@ static int add_lr_policy(cJSON *cfg, const request *r, const ds_info *info)
     return o && lr_to_json(&p, o) == 0 ? 0 : -1;
 }
 
+int jobspec_gpus(const cJSON *cfg, int *ids, int max, bool *listed)
+{
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(cfg, "backend");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(cfg, "gpu_count");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(cfg, "gpus");
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(cfg, "gpu");
+    *listed = false;
+    if (!cJSON_IsString(be) || strcmp(be->valuestring, "cuda") != 0)
+        return 0;
+    if (!cJSON_IsNumber(count)) {                   /* written before multi-GPU jobs */
+        *listed = cJSON_IsNumber(one) && one->valueint >= 0 && max > 0;
+        if (*listed)
+            ids[0] = one->valueint;
+        return 1;
+    }
+    int n = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, list) {
+        if (cJSON_IsNumber(x) && n < max)
+            ids[n++] = x->valueint;
+    }
+    *listed = n > 0;
+    return *listed ? n : count->valueint < 1 ? 1 : count->valueint;
+}
+
+/* The GPUs of a CUDA job in job.json (jobs/scheduler.c reads them):
+ * "gpu_count", and "gpus", the list the request named ([]: any free ones). */
+static bool add_gpus(cJSON *cfg, const request *r)
+{
+    if (!r->ngpus)
+        return true;
+    cJSON *list = cJSON_CreateIntArray(r->gpu_ids, r->gpus_listed ? r->ngpus : 0);
+    if (!cJSON_AddItemToObject(cfg, "gpus", list)) {
+        cJSON_Delete(list);
+        return false;
+    }
+    return cJSON_AddNumberToObject(cfg, "gpu_count", r->ngpus) != NULL;
+}
+
 static cJSON *build_config(const request *r, const char *dataset_dir, const ds_info *info,
                            const char *net_name, cJSON *spec)
 {
@@ -613,8 +670,8 @@ static cJSON *build_config(const request *r, const char *dataset_dir, const ds_i
          cJSON_AddNumberToObject(cfg, "batch_size", r->batch_size) &&
          cJSON_AddStringToObject(cfg, "precision", r->precision) &&
          cJSON_AddStringToObject(cfg, "loss_scaling", r->loss_scaling) &&
-         cJSON_AddStringToObject(cfg, "backend", r->gpu ? "cuda" : "cpu") &&
-         cJSON_AddNumberToObject(cfg, "gpu", r->gpu ? r->gpu_index : -1) &&
+         cJSON_AddStringToObject(cfg, "backend", r->ngpus ? "cuda" : "cpu") &&
+         add_gpus(cfg, r) &&
          cJSON_AddNumberToObject(cfg, "seed", r->seed) &&
          cJSON_AddNumberToObject(cfg, "snapshot_interval", r->snapshot_interval) &&
          add_solver(solver, r);

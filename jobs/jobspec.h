@@ -8,6 +8,7 @@
 #ifndef KILN_JOBS_JOBSPEC_H
 #define KILN_JOBS_JOBSPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include "db/store.h"
@@ -26,6 +27,12 @@ int jobspec_create(store *st, const char *data_dir, const cJSON *request, int64_
  * dataset_id (giving one is an error). Returns the resolved job.json object
  * ("id" 0), owned by the caller, or NULL with e filled. */
 cJSON *jobspec_resolve_local(const cJSON *request, const char *dataset_dir, job_error *e);
+
+/* The GPUs a job's job.json asks for: returns how many (0: a CPU job), with
+ * ids[0..n) filled when it names them (*listed), else any free ones will do.
+ * Reads what older versions wrote too ("gpu": one GPU's number, or -1 for
+ * any). ids has room for max. */
+int jobspec_gpus(const cJSON *cfg, int *ids, int max, bool *listed);
 
 /* The folder of a job: <data_dir>/jobs/<id> (into buf). */
 void jobspec_dir(const char *data_dir, int64_t id, char *buf, size_t n);

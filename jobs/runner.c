@@ -59,6 +59,7 @@
 #include "engine/fileio.h"    /* fio_read_file, fio_mkdir_p */
 #include "engine/lr.h"        /* lr_from_json, lr_at */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
+#include "jobs/jobspec.h"     /* jobspec_gpus */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
 #define REPORTS_PER_EPOCH 20
@@ -104,8 +105,8 @@ static double mono_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The GPU the scheduler gave this worker (kiln worker --gpu N), or -1. */
-static int worker_gpu = -1;
+/* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1), or NULL. */
+static const char *worker_gpus;
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -170,7 +171,7 @@ typedef struct job_cfg {
     char network_name[64];
     const cJSON *network;        /* the spec, inside root */
     int epochs, batch;
-    char backend[16];
+    char backend[NET_MAX_DEVICES * 4 + 8];   /* "cuda:0,1" */
     char precision[12];
     uint64_t seed;
     int snapshot_interval;
@@ -236,15 +237,28 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
     snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dd->valuestring);
     const cJSON *nn = cJSON_GetObjectItemCaseSensitive(r, "network_name");
     snprintf(c->network_name, sizeof c->network_name, "%s", cJSON_IsString(nn) ? nn->valuestring : "custom");
-    /* "cuda" runs on the GPU the scheduler gave (--gpu), else the job's own
-     * "gpu", else GPU 0: net_create takes "cuda:N" */
+    /* "cuda" runs on the GPUs the scheduler gave (--gpus), else the ones the
+     * job names, else the first gpu_count (kiln train): net_create takes
+     * "cuda:0,1" */
     const cJSON *be = cJSON_GetObjectItemCaseSensitive(r, "backend");
-    const cJSON *gi = cJSON_GetObjectItemCaseSensitive(r, "gpu");
-    int gpu = worker_gpu >= 0 ? worker_gpu : cJSON_IsNumber(gi) && gi->valueint >= 0 ? gi->valueint : 0;
-    if (cJSON_IsString(be) && !strcmp(be->valuestring, "cuda"))
-        snprintf(c->backend, sizeof c->backend, "cuda:%d", gpu);
-    else
+    int ids[NET_MAX_DEVICES];
+    bool listed;
+    int ngpus = jobspec_gpus(r, ids, NET_MAX_DEVICES, &listed);
+    if (ngpus > NET_MAX_DEVICES) {
+        set_err(err, errlen, "%s: %d GPUs, more than the %d a job can use", path, ngpus,
+                NET_MAX_DEVICES);
+        return -1;
+    }
+    if (ngpus && worker_gpus) {
+        snprintf(c->backend, sizeof c->backend, "cuda:%s", worker_gpus);
+    } else if (ngpus) {
+        int at = snprintf(c->backend, sizeof c->backend, "cuda:");
+        for (int k = 0; k < ngpus; k++)
+            at += snprintf(c->backend + at, sizeof c->backend - (size_t)at, "%s%d",
+                           k ? "," : "", listed ? ids[k] : k);
+    } else {
         snprintf(c->backend, sizeof c->backend, "%s", cJSON_IsString(be) ? be->valuestring : "cpu");
+    }
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(r, "precision");
     snprintf(c->precision, sizeof c->precision, "%s", cJSON_IsString(pr) ? pr->valuestring : "fp32");
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scaling");
@@ -731,7 +745,7 @@ static void solver_desc(const net_solver *s, const lr_policy *lp, char *buf, siz
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kiln worker --job-dir DIR [--gpu N]\n"
+            "usage: kiln worker --job-dir DIR [--gpus N,...]\n"
             "\n"
             "Runs one training job: reads DIR/job.json, trains, and writes the TensorBoard\n"
             "file, checkpoints/epoch-N.safetensors and model.safetensors into DIR.\n"
@@ -740,6 +754,8 @@ static void usage(FILE *f)
             "checkpoint. Normally started by `kiln serve`, not by hand.\n"
             "\n"
             "  --job-dir DIR   the job's folder (<data>/jobs/<id>)\n"
+            "  --gpus N,...    the GPUs to train on, given by the scheduler (default: the\n"
+            "                  ones job.json names, else the first ones)\n"
             "  --help          this text\n");
 }
 
@@ -770,8 +786,8 @@ int runner_main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--job-dir") && i + 1 < argc)
             dir = argv[++i];
-        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
-            worker_gpu = atoi(argv[++i]);
+        else if ((!strcmp(argv[i], "--gpus") || !strcmp(argv[i], "--gpu")) && i + 1 < argc)
+            worker_gpus = argv[++i];          /* net_create checks the list */
         else if (!strncmp(argv[i], "--job-dir=", 10))
             dir = argv[i] + 10;
         else if (i > 0 && argv[i][0] == '-') {

@@ -1,9 +1,10 @@
 /* jobs/scheduler.c: queued jobs -> `kiln worker` processes (contract in scheduler.h).
  *
- * One thread does everything: it starts queued jobs (oldest first, at most
- * max_cpu_jobs at a time; a GPU job only when its GPU is free: each GPU runs
- * one job at a time, and a job asking for any GPU gets the lowest free one,
- * passed to its worker as --gpu) and supervises the running ones, in a poll loop over
+ * One thread does everything: it starts queued jobs (oldest first: CPU jobs
+ * at most max_cpu_jobs at a time; a GPU job when every GPU it needs is free,
+ * as each GPU runs one job at a time; a job asking for any N GPUs gets the
+ * lowest free ones, passed to its worker as --gpus 0,1) and supervises the
+ * running ones, in a poll loop over
  * the workers' stdout pipes and a self-pipe that sched_wake/sched_cancel/
  * sched_stop write to. It also looks at the queue every QUEUE_POLL_MS, so a job
  * queued by another process (or whose job.json appeared late) still starts.
@@ -84,7 +85,7 @@ typedef struct worker {
     bool shutdown;                /* stopped by sched_stop: requeue */
     double kill_at;               /* monotonic time for SIGKILL; 0 = none */
     bool killed;
-    int gpu;                      /* the GPU this worker has to itself, or -1 */
+    uint64_t gpus;                /* bit i: GPU i, which it has to itself; 0: a CPU job */
     char dir[PATH_MAX];
     struct worker *next;
 } worker;
@@ -96,7 +97,8 @@ struct sched {
     char *worker_exe;
     char **worker_env;            /* environ, plus OMP_NUM_THREADS when jobs share the CPU */
     char *omp_threads;            /* the "OMP_NUM_THREADS=N" string in worker_env, or NULL */
-    int max_jobs;
+    int max_jobs;                 /* CPU jobs at once */
+    int ngpus;                    /* GPUs to share out (at most 64) */
     int grace_ms;
 
     pthread_t thread;
@@ -107,6 +109,7 @@ struct sched {
     worker *workers;
     int nworkers;
     uint64_t gpu_busy;            /* bit i: GPU i runs a job */
+    int ncpu_workers;             /* workers of CPU jobs */
     bool queue_dirty;
     double last_queue_check;
 };
@@ -490,10 +493,12 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
         goto out;
     }
 
-    char gpu[16];
-    snprintf(gpu, sizeof gpu, "%d", w->gpu);
+    char gpus[64 * 3] = "";
+    for (int i = 0, len = 0; i < 64; i++)
+        if (w->gpus & (1ULL << i))
+            len += snprintf(gpus + len, sizeof gpus - (size_t)len, "%s%d", len ? "," : "", i);
     char *argv[] = { s->worker_exe, "worker", "--job-dir", w->dir,
-                     w->gpu >= 0 ? "--gpu" : NULL, gpu, NULL };
+                     w->gpus ? "--gpus" : NULL, gpus, NULL };
     rc = posix_spawn(&w->pid, s->worker_exe, &fa, &at, argv, s->worker_env);
     if (rc) {
         set_err(err, errlen, "cannot start %s: %s", s->worker_exe, strerror(rc));
@@ -525,33 +530,59 @@ static worker *find_worker(sched *s, int64_t job_id)
     return NULL;
 }
 
-/* The GPU a job of dir gets (engine/backend "cuda" in its job.json): the one
- * it names, or the lowest free one; -1 for a CPU job; -2 when its GPU is busy
- * (it waits in the queue: each GPU runs one job at a time). */
-static int pick_gpu(sched *s, const char *dir)
+/* The GPUs a job of dir gets (jobspec_gpus of its job.json), as a mask in
+ * *mask (0 for a CPU job): the ones it names, or the lowest free ones. Older
+ * jobs still waiting hold the GPUs in *held: the ones they name, or all of
+ * them when any will do, so that a job needing several is not passed over
+ * for ever by later ones needing fewer. Returns 1: start it; 0: it waits
+ * (and its GPUs join *held); -1: it can never run here (err). */
+static int pick_gpus(sched *s, const char *dir, uint64_t *held, uint64_t *mask, char *err,
+                     size_t errlen)
 {
-    char path[PATH_MAX + 16], err[256];
+    char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/job.json", dir);
-    char *text = fio_read_file(path, 16u << 20, NULL, err, sizeof err);
+    char *text = fio_read_file(path, 16u << 20, NULL, err, errlen);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
-    const cJSON *be = cJSON_GetObjectItemCaseSensitive(j, "backend");
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(j, "gpu");
-    bool cuda = cJSON_IsString(be) && !strcmp(be->valuestring, "cuda");
-    int want = cJSON_IsNumber(g) ? g->valueint : -1;
+    int ids[64];
+    bool listed;
+    int want = jobspec_gpus(j, ids, 64, &listed);
     cJSON_Delete(j);
-    if (!cuda)
+    *mask = 0;
+    if (want == 0)
+        return 1;
+    if (want > s->ngpus) {
+        set_err(err, errlen, "the job asks for %d GPUs, but this machine has %d", want, s->ngpus);
         return -1;
-    engine_device d[65];
-    int gpus = engine_devices(d, 65) - 1;
-    for (int i = 0; i < gpus && i < 64; i++)
-        if ((want < 0 || want == i) && !(s->gpu_busy & (1ULL << i)))
-            return i;
-    return -2;
+    }
+    uint64_t need = 0;
+    for (int k = 0; listed && k < want; k++) {
+        if (ids[k] < 0 || ids[k] >= s->ngpus) {
+            set_err(err, errlen, "the job asks for GPU %d, but this machine has %d", ids[k],
+                    s->ngpus);
+            return -1;
+        }
+        need |= 1ULL << ids[k];
+    }
+    uint64_t all = s->ngpus >= 64 ? ~0ULL : (1ULL << s->ngpus) - 1;
+    uint64_t taken = s->gpu_busy | *held;
+    if (!listed)
+        for (int i = 0, got = 0; i < s->ngpus && got < want; i++)
+            if (!(taken & (1ULL << i))) {
+                need |= 1ULL << i;
+                got++;
+            }
+    if (__builtin_popcountll(need) == want && !(need & taken)) {
+        *mask = need;
+        return 1;
+    }
+    *held |= listed ? need : all;
+    return 0;
 }
 
-/* Starts one queued job. Returns true when a worker now runs it. Lock held. */
-static bool start_job(sched *s, int64_t job_id)
+/* Starts one queued job, if its device is free (held: pick_gpus). Returns
+ * true when a worker now runs it. Lock held. */
+static bool start_job(sched *s, int64_t job_id, uint64_t *held)
 {
     char dir[PATH_MAX], err[512];
     jobspec_dir(s->data_dir, job_id, dir, sizeof dir);
@@ -571,9 +602,14 @@ static bool start_job(sched *s, int64_t job_id)
         return false;                        /* jobspec is still writing it */
     }
 
-    int gpu = pick_gpu(s, dir);
-    if (gpu == -2)
-        return false;                        /* its GPU is busy: it waits its turn */
+    uint64_t gpus;
+    int pick = pick_gpus(s, dir, held, &gpus, err, sizeof err);
+    if (pick < 0) {
+        end_job(s, job_id, "failed", err);
+        return false;
+    }
+    if (pick == 0 || (!gpus && s->ncpu_workers >= s->max_jobs))
+        return false;                        /* its GPUs or the CPU are busy: it waits */
     worker *w = calloc(1, sizeof *w);
     char *line = malloc(LINE_MAX_BYTES);
     if (!w || !line) {
@@ -582,7 +618,7 @@ static bool start_job(sched *s, int64_t job_id)
         return false;                        /* try again at the next look at the queue */
     }
     w->job_id = job_id;
-    w->gpu = gpu;
+    w->gpus = gpus;
     w->fd = -1;
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
@@ -612,8 +648,8 @@ static bool start_job(sched *s, int64_t job_id)
     publish_status(s, job_id, "running", NULL);
     fprintf(stderr, "kiln: job %lld: started worker %d\n", (long long)job_id, (int)w->pid);
 
-    if (w->gpu >= 0)
-        s->gpu_busy |= 1ULL << w->gpu;
+    s->gpu_busy |= w->gpus;
+    s->ncpu_workers += !w->gpus;
     w->next = s->workers;
     s->workers = w;
     s->nworkers++;
@@ -631,9 +667,10 @@ static void start_queued(sched *s)
         return;
     for (size_t i = 0; i < n; i++)
         hub_open(s->h, ids[i]);
-    for (size_t i = 0; i < n && s->nworkers < s->max_jobs; i++)
+    uint64_t held = 0;
+    for (size_t i = 0; i < n; i++)
         if (!find_worker(s, ids[i]))
-            start_job(s, ids[i]);
+            start_job(s, ids[i], &held);
     free(ids);
 }
 
@@ -658,8 +695,8 @@ static void check_workers(sched *s, double now)
                 wstatus = WSTATUS_LOST;
             *pp = w->next;
             s->nworkers--;
-            if (w->gpu >= 0)
-                s->gpu_busy &= ~(1ULL << w->gpu);       /* its GPU is free for the next job */
+            s->gpu_busy &= ~w->gpus;                    /* its GPUs are free for the next job */
+            s->ncpu_workers -= !w->gpus;
             finish_worker(s, w, wstatus);
             worker_free(w);
             s->queue_dirty = true;
@@ -793,6 +830,14 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
     s->h = h;
     s->wake_r = s->wake_w = -1;
     s->max_jobs = cfg->max_cpu_jobs > 0 ? cfg->max_cpu_jobs : 1;
+    if (cfg->gpus > 0) {
+        s->ngpus = cfg->gpus;
+    } else {
+        engine_device d[65];
+        s->ngpus = engine_devices(d, 65) - 1;
+    }
+    if (s->ngpus > 64)
+        s->ngpus = 64;
     s->grace_ms = cfg->kill_grace_ms > 0 ? cfg->kill_grace_ms : DEFAULT_GRACE_MS;
     pthread_mutex_init(&s->mu, NULL);
     if (!realpath(cfg->data_dir, s->data_dir)) {

@@ -1,6 +1,8 @@
 /* jobs/scheduler.h: runs queued jobs as `kiln worker` processes.
  *
- * Ordering: queued jobs start oldest first, at most max_cpu_jobs at a time.
+ * Ordering: queued jobs start oldest first: CPU jobs at most max_cpu_jobs at a
+ * time, GPU jobs when every GPU they need is free (a GPU runs one job at a
+ * time; a waiting job keeps later ones off the GPUs it waits for).
  * Each job runs in its own process (crash isolation): the worker reports JSON
  * lines on its stdout (jobs/runner.h), its stderr goes to jobs/<id>/log. The
  * supervisor thread stores every metric, updates progress, and publishes to the
@@ -25,6 +27,8 @@ typedef struct sched_config {
     const char *worker_exe;     /* path of the kiln binary (/proc/self/exe) */
     int max_cpu_jobs;           /* concurrent CPU jobs (default 1) */
     int kill_grace_ms;          /* SIGTERM to SIGKILL on cancel and stop (0: 10 s) */
+    int gpus;                   /* GPUs to share out; 0: those engine_devices finds (tests
+                                 * give a number, the fake worker needs none) */
 } sched_config;
 
 sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen);

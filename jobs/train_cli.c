@@ -44,7 +44,6 @@ static const struct num_opt {
     { "--eps", "solver", "eps", false },
     { "--clip-norm", "solver", "clip_norm", false },
     { "--label-smoothing", "solver", "label_smoothing", false },
-    { "--devices", "", "devices", true },
 };
 
 static void usage(FILE *f)
@@ -65,8 +64,9 @@ static void usage(FILE *f)
             "  --epochs N               (10)       --batch N            (64)\n"
             "  --seed N                 (1)        --snapshot-interval N (1)\n"
             "  --precision P            fp32, amp-bf16 or amp-fp16 (fp32): mixed precision\n"
-            "  --devices N              GPUs to train on: 0 the CPU, 1 a GPU (default: a GPU\n"
-            "                           when there is one)\n"
+            "  --devices N|LIST         0 the CPU, N the first N GPUs, 0,1 those GPUs\n"
+            "                           (default: a GPU when there is one); several GPUs\n"
+            "                           train data parallel, the batch split across them\n"
             "  --loss-scaling dynamic|off  (dynamic for amp-fp16, else off)\n"
             "  --solver sgd|adam|adamw  (sgd)\n"
             "  --lr X                   (0.01)     --momentum X         (0.9, sgd)\n"
@@ -129,11 +129,46 @@ static cJSON *network_of(const char *arg)
     return spec;
 }
 
+/* --devices 2 is "devices": 2, a count; --devices 0,1 (or 1,) a list of GPU
+ * numbers. The request's checks say what is wrong with the numbers. */
+static int add_devices(cJSON *req, const char *v)
+{
+    cJSON *d = NULL;
+    double x;
+    if (v && !strchr(v, ',') && parse_number(v, true, &x)) {
+        d = cJSON_CreateNumber(x);
+    } else if (v && strchr(v, ',')) {
+        d = cJSON_CreateArray();
+        for (const char *p = v; d && *p;) {
+            char *end;
+            errno = 0;
+            long g = strtol(p, &end, 10);
+            if (errno || end == p || (*end && *end != ',')) {
+                cJSON_Delete(d);
+                d = NULL;
+                break;
+            }
+            cJSON_AddItemToArray(d, cJSON_CreateNumber((double)g));
+            p = *end ? end + 1 : end;
+        }
+    }
+    if (!d) {
+        fprintf(stderr, "kiln train: --devices needs a GPU count (0: the CPU) or a list of GPU "
+                "numbers, such as 0,1\n");
+        return -1;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(req, "devices");
+    cJSON_AddItemToObject(req, "devices", d);
+    return 2;
+}
+
 /* Adds one option (with its value, when it takes one) to the request;
  * returns the number of arguments used, or -1 after an error message. */
 static int add_option(cJSON *req, int argc, char **argv, int i)
 {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--devices"))
+        return add_devices(req, v);
     for (size_t k = 0; k < sizeof num_opts / sizeof num_opts[0]; k++) {
         if (strcmp(a, num_opts[k].flag) != 0)
             continue;

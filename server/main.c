@@ -28,7 +28,7 @@ static void usage(FILE *f)
             "            kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
             "                       [--static-dir DIR] [--max-jobs N]\n"
             "  worker    run one training job (started by the scheduler)\n"
-            "            kiln worker --job-dir DIR [--gpu N]\n"
+            "            kiln worker --job-dir DIR [--gpus N,...]\n"
             "  train     train from the command line, without the server\n"
             "            kiln train --dataset DIR --network NAME|SPEC.json [--epochs N]\n"
             "                       [--batch N] [--lr X] [--solver sgd|adam|adamw] ... [--out DIR]\n"

@@ -343,9 +343,10 @@ export function buildJobForm(state) {
       epochs: read(epochs, 'Epochs', { int: true }),
       batch_size: read(batch, 'Batch size', { int: true }),
     };
-    // devices: left out, a GPU when there is one; 0 the CPU; 1 any GPU; [i] GPU i.
+    // devices: left out, a GPU when there is one; 0 the CPU; N any N GPUs; [i] GPU i.
     if (device.value === 'cpu') body.devices = 0;
     else if (device.value === 'any') body.devices = 1;
+    else if (/^n\d+$/.test(device.value)) body.devices = Number(device.value.slice(1));
     else if (/^\d+$/.test(device.value)) body.devices = [Number(device.value)];
     if (precision.value !== 'fp32') {
       body.precision = precision.value;
@@ -571,7 +572,10 @@ export function buildJobForm(state) {
       h('option', { value: 'cpu' }, 'CPU'),
       gpus.length > 1 ? h('option', { value: 'any' }, 'any free GPU') : null,
       gpus.map((d) => h('option', { value: String(d.index) },
-        `GPU ${d.index}: ${d.name}${d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : ''}`)));
+        `GPU ${d.index}: ${d.name}${d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : ''}`)),
+      // Data parallel: the batch split across them, the same model as on one.
+      gpus.slice(1).map((_, k) => h('option', { value: `n${k + 2}` },
+        `${k + 2 === gpus.length ? 'all ' : 'any '}${k + 2} GPUs (data parallel)`)));
     if ([...device.options].some((o) => o.value === keep)) device.value = keep;
     deviceField.hidden = !gpus.length;
   }

@@ -321,9 +321,10 @@ test('an SGD job with Nesterov, LARC, clipping, a step policy and FP16', { timeo
 });
 
 test('a GPU listed by /info can be chosen; the API\'s refusal shows at the device', { timeout: 60_000 }, async () => {
-  // /info as on a machine with a GPU 7, which no machine here has: the server answers 422.
+  // /info as on a machine with GPUs 6 and 7, which no machine here has: the server answers 422.
   const info = await (await fetch(`${base}/api/v1/info`)).json();
-  const fake = { ...info, devices: [...info.devices, { kind: 'cuda', index: 7, name: 'Test GPU', memory_bytes: 80e9 }] };
+  const fake = { ...info, devices: [...info.devices, { kind: 'cuda', index: 6, name: 'Test GPU', memory_bytes: 80e9 },
+    { kind: 'cuda', index: 7, name: 'Test GPU', memory_bytes: 80e9 }] };
   const handler = (route) => route.fulfill({ json: fake });
   await page.route('**/api/v1/info', handler);
   try {
@@ -342,6 +343,15 @@ test('a GPU listed by /info can be chosen; the API\'s refusal shows at the devic
     // Choosing again clears the mark.
     await page.selectOption('#job-device', 'cpu');
     assert.equal(await page.getAttribute('#job-device', 'aria-invalid'), null);
+    // Both GPUs, data parallel: "devices": 2.
+    assert.equal(await page.textContent('#job-device option[value="n2"]'), 'all 2 GPUs (data parallel)');
+    await page.selectOption('#job-device', 'n2');
+    await page.click('#job-submit');
+    await page.waitForSelector('#job-device[aria-invalid="true"]', { timeout: 15_000 });
+    assert.equal(jobPosts.at(-1).devices, 2);
+    assert.match(await page.textContent('#job-error'), /GPU/);
+    await shot('form-device-2');
+    await page.selectOption('#job-device', 'cpu');
   } finally {
     await page.unroute('**/api/v1/info', handler);
     await page.goto(`${base}/`);

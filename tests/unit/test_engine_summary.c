@@ -397,17 +397,23 @@ static void test_check_memory(void **state)
     const int64_t MiB = 1 << 20;
     assert_int_equal(spec_parse(j, (net_shape){ 8, 128, 128 }, 8, &ns, err, sizeof err), 0);
     cJSON_Delete(j);
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 369124224, "this machine's", err,
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 369124224, "this machine's", err,
                                           sizeof err), 0);     /* exactly enough */
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 0, "this machine's", err,
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 0, "this machine's", err,
                                           sizeof err), 0);     /* unknown: no refusal */
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 256 * MiB, "this machine's", err,
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 256 * MiB, "this machine's", err,
                                           sizeof err), -1);
     assert_string_equal(err, "the network needs at least 353 MiB at batch size 64, more than "
                              "this machine's 256 MiB (the largest activation is layer 2 (conv2d "
                              "\"c2\"): 256 MiB for the batch); use a smaller batch (at most 46 "
                              "fits)");
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 4992 + 5767487, "the GPU's free",
+    /* Two devices, 32 images each: the advice is the whole batch, 2 x 46. */
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 2, 256 * MiB, "GPU 1's free", err,
+                                          sizeof err), -1);
+    assert_non_null(strstr(err, "at batch size 64 on each of 2 devices, more than GPU 1's free "
+                                "256 MiB"));
+    assert_non_null(strstr(err, "use a smaller batch (at most 92 fits)"));
+    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 4992 + 5767487, "the GPU's free",
                                           err, sizeof err), -1);
     assert_non_null(strstr(err, "more than the GPU's free 5 MiB (the largest activation is "
                                 "layer 2 (conv2d \"c2\")"));
@@ -417,7 +423,7 @@ static void test_check_memory(void **state)
     j = cJSON_Parse(WIDE);
     assert_int_equal(spec_parse(j, (net_shape){ 1, 32, 32 }, 8, &ns, err, sizeof err), 0);
     cJSON_Delete(j);
-    assert_int_equal(summary_check_memory(&ns, 2, "fp32", 1, 32 * MiB, "this machine's", err,
+    assert_int_equal(summary_check_memory(&ns, 2, "fp32", 1, 1, 32 * MiB, "this machine's", err,
                                           sizeof err), -1);
     assert_string_equal(err, "the network's weights, gradients and optimizer state alone need "
                              "at least 65 MiB, more than this machine's 32 MiB (the most "

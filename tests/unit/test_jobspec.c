@@ -229,10 +229,10 @@ static void given_values_are_kept(void **state)
     store_job_clear(&j);
 }
 
-/* Adam, LARC and a learning-rate policy are written resolved into job.json:
- * defaults filled, warm-up epochs turned into steps. */
-/* "devices": 0 is the CPU everywhere; a GPU asked of a machine without one is
- * a 422 naming the problem; several GPUs are not in this build. */
+/* "devices": 0 or [] is the CPU everywhere; a GPU asked of a machine
+ * without one, or more GPUs than it has, is a 422 naming the problem; a
+ * malformed list a 400. Several GPUs go into job.json as "gpu_count" and the
+ * "gpus" named, which jobspec_gpus reads back (as the scheduler does). */
 static void devices_field(void **state)
 {
     fixture *f = *state;
@@ -241,36 +241,74 @@ static void devices_field(void **state)
     char body[256];
     int64_t id = 0;
     job_error e;
-    snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", \"devices\": 0}",
-             (long long)f->ready);
-    if (create_from(f, body, &id, &e) != 0)
-        fail_msg("devices 0: %d %s: %s", e.http_status, e.code, e.message);
-    store_job j;
-    assert_int_equal(store_job_get(f->st, id, &j), 0);
-    cJSON *c = cJSON_Parse(j.config_json);
-    assert_string_equal(str(c, "backend"), "cpu");
-    cJSON_Delete(c);
-    store_job_clear(&j);
-    const struct { const char *devices; int status; const char *code; } cases[] = {
-        { "1", gpus ? 0 : 422, gpus ? NULL : "no_gpu" },
-        { "[0]", gpus ? 0 : 422, gpus ? NULL : "no_gpu" },
-        { "[0, 1]", 422, gpus ? "not_supported" : "no_gpu" },
-        { "\"all\"", 400, "invalid_field" },
-        { "[-1]", 400, "invalid_field" },
-        { "1.5", 400, "invalid_field" },
+    const struct { const char *devices; int status; const char *code; int count; int first; }
+    cases[] = {
+        { "0", 0, NULL, 0, -1 },
+        { "[]", 0, NULL, 0, -1 },
+        { "1", gpus ? 0 : 422, gpus ? NULL : "no_gpu", 1, -1 },
+        { "[0]", gpus ? 0 : 422, gpus ? NULL : "no_gpu", 1, 0 },
+        { "2", gpus >= 2 ? 0 : 422, gpus >= 2 ? NULL : gpus ? "unknown_device" : "no_gpu", 2, -1 },
+        { "[1, 0]", gpus >= 2 ? 0 : 422, gpus >= 2 ? NULL : gpus ? "unknown_device" : "no_gpu", 2,
+          1 },
+        { "[0, 0]", 400, "invalid_field", 0, 0 },         /* twice */
+        { "\"all\"", 400, "invalid_field", 0, 0 },
+        { "[-1]", 400, "invalid_field", 0, 0 },
+        { "[0, \"1\"]", 400, "invalid_field", 0, 0 },
+        { "1.5", 400, "invalid_field", 0, 0 },
+        { "2, \"batch_size\": 1", 400, "invalid_field", 0, 0 },  /* an image for each GPU */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", \"devices\": %s}",
-                 (long long)f->ready, cases[i].devices);
+        snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", "
+                 "\"devices\": %s}", (long long)f->ready, cases[i].devices);
         int rc = create_from(f, body, &id, &e);
         if (cases[i].status == 0) {
-            assert_int_equal(rc, 0);
+            if (rc != 0)
+                fail_msg("devices %s: %d %s: %s", cases[i].devices, e.http_status, e.code,
+                         e.message);
+            store_job j;
+            assert_int_equal(store_job_get(f->st, id, &j), 0);
+            cJSON *c = cJSON_Parse(j.config_json);
+            assert_string_equal(str(c, "backend"), cases[i].count ? "cuda" : "cpu");
+            int ids[4];
+            bool listed;
+            assert_int_equal(jobspec_gpus(c, ids, 4, &listed), cases[i].count);
+            assert_int_equal(listed, cases[i].first >= 0);
+            if (listed)
+                assert_int_equal(ids[0], cases[i].first);
+            cJSON_Delete(c);
+            store_job_clear(&j);
             continue;
         }
         if (rc == 0 || e.http_status != cases[i].status || strcmp(e.code, cases[i].code) != 0)
-            fail_msg("devices %s: got %d %s (%s), want %d %s", cases[i].devices, rc ? e.http_status : 0,
-                     rc ? e.code : "-", rc ? e.message : "", cases[i].status, cases[i].code);
+            fail_msg("devices %s: got %d %s (%s), want %d %s", cases[i].devices,
+                     rc ? e.http_status : 0, rc ? e.code : "-", rc ? e.message : "",
+                     cases[i].status, cases[i].code);
         assert_non_null(strstr(e.message, "GPU"));
+    }
+}
+
+/* jobspec_gpus reads job.json as written now and as written before jobs
+ * could have several GPUs ("gpu": a number, -1 for any). */
+static void gpus_of_job_json(void **state)
+{
+    (void)state;
+    const struct { const char *json; int count; bool listed; int first; } cases[] = {
+        { "{\"backend\": \"cpu\"}", 0, false, 0 },
+        { "{\"backend\": \"cpu\", \"gpu\": -1}", 0, false, 0 },
+        { "{\"backend\": \"cuda\", \"gpu\": -1}", 1, false, 0 },
+        { "{\"backend\": \"cuda\", \"gpu\": 3}", 1, true, 3 },
+        { "{\"backend\": \"cuda\", \"gpus\": [], \"gpu_count\": 4}", 4, false, 0 },
+        { "{\"backend\": \"cuda\", \"gpus\": [2, 5], \"gpu_count\": 2}", 2, true, 2 },
+        { "{}", 0, false, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *c = cJSON_Parse(cases[i].json);
+        int ids[8] = { 0 };
+        bool listed = !cases[i].listed;
+        assert_int_equal(jobspec_gpus(c, ids, 8, &listed), cases[i].count);
+        assert_int_equal(listed, cases[i].listed);
+        assert_int_equal(ids[0], cases[i].first);
+        cJSON_Delete(c);
     }
 }
 
@@ -542,6 +580,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(optimizer_options_are_resolved, setup, teardown),
         cmocka_unit_test_setup_teardown(precision_and_loss_scaling, setup, teardown),
         cmocka_unit_test_setup_teardown(devices_field, setup, teardown),
+        cmocka_unit_test(gpus_of_job_json),
         cmocka_unit_test_setup_teardown(a_spec_object_is_validated_and_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_requests_are_refused_by_name, setup, teardown),
     };

@@ -34,6 +34,7 @@ static const char fake_worker[] =
     "mode=$(cat \"$dir/mode\")\n"
     "order=\"$dir/../../order\"\n"
     "echo \"start $(basename \"$dir\")\" >> \"$order\"\n"
+    "[ \"$4\" = --gpus ] && printf '%s' \"$5\" > \"$dir/gpus\"\n"   /* the GPUs it was given */
     "echo '{\"t\":\"status\",\"status\":\"running\"}'\n"
     "echo \"fake worker: $mode\" >&2\n"
     "case \"$mode\" in\n"
@@ -151,14 +152,19 @@ static int teardown(void **state)
     return 0;
 }
 
-static void start(fixture *f, int max_jobs)
+static void start_gpus(fixture *f, int max_jobs, int gpus)
 {
     sched_config cfg = { .data_dir = f->data, .worker_exe = f->exe, .max_cpu_jobs = max_jobs,
-                         .kill_grace_ms = GRACE_MS };
+                         .kill_grace_ms = GRACE_MS, .gpus = gpus };
     char err[256] = "";
     f->s = sched_start(f->st, f->h, &cfg, err, sizeof err);
     if (!f->s)
         fail_msg("sched_start: %s", err);
+}
+
+static void start(fixture *f, int max_jobs)
+{
+    start_gpus(f, max_jobs, 0);
 }
 
 /* A queued job whose fake worker does `mode`; with_json false leaves out job.json. */
@@ -372,6 +378,111 @@ static void cancel_queued_running_and_stubborn(void **state)
     assert_true(took >= GRACE_MS / 1000.0 * 0.9);
 }
 
+/* A job whose job.json is json (what jobspec writes for "devices"). */
+static int64_t add_job_with(fixture *f, const char *mode, const char *json)
+{
+    int64_t id = add_job(f, mode, false);
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    jobspec_dir(f->data, id, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    write_text(path, json);
+    return id;
+}
+
+/* The --gpus a job's worker was given ("" for none). */
+static char *gpus_given(fixture *f, int64_t id)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    jobspec_dir(f->data, id, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/gpus", dir);
+    return slurp(path);
+}
+
+static void assert_gpus(fixture *f, int64_t id, const char *want)
+{
+    store_job j = wait_status(f, id, "running", 10);
+    store_job_clear(&j);
+    char *got = NULL;
+    for (int i = 0; i < 500; i++) {       /* the worker writes the file as it starts */
+        free(got);
+        got = gpus_given(f, id);
+        if (!want[0] || got[0])
+            break;
+        sleep_ms(10);
+    }
+    if (strcmp(got, want) != 0)
+        fail_msg("job %lld: given --gpus \"%s\", want \"%s\"", (long long)id, got, want);
+    free(got);
+}
+
+static void assert_queued(fixture *f, int64_t id)
+{
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    if (strcmp(j.status, "queued") != 0)
+        fail_msg("job %lld: %s, want queued", (long long)id, j.status);
+    store_job_clear(&j);
+}
+
+/* GPUs, three of them: each job gets its own (the ones it names, or the
+ * lowest free ones), jobs wait until theirs are free, a waiting job keeps
+ * later ones off the GPUs it waits for, CPU jobs run beside them, and a job
+ * asking for GPUs the machine lacks fails with the reason. */
+static void gpu_jobs_get_their_own_gpus(void **state)
+{
+    fixture *f = *state;
+    const char *any2 = "{\"backend\": \"cuda\", \"gpus\": [], \"gpu_count\": 2}";
+    const char *any1 = "{\"backend\": \"cuda\", \"gpus\": [], \"gpu_count\": 1}";
+    int64_t a = add_job_with(f, "wait", any2);                      /* 0,1 */
+    int64_t b = add_job_with(f, "wait", "{\"backend\": \"cuda\", \"gpus\": [1], "
+                                        "\"gpu_count\": 1}");      /* waits for 1 */
+    int64_t c = add_job_with(f, "wait", "{\"backend\": \"cpu\"}");    /* beside them */
+    int64_t d = add_job_with(f, "wait", any1);                      /* 2 */
+    int64_t e = add_job_with(f, "wait", any2);                      /* waits */
+    int64_t g = add_job_with(f, "wait", any1);                      /* waits behind e */
+    int64_t x = add_job_with(f, "wait", "{\"backend\": \"cuda\", \"gpus\": [0, 3], "
+                                        "\"gpu_count\": 2}");
+    int64_t y = add_job_with(f, "wait", "{\"backend\": \"cuda\", \"gpus\": [], "
+                                        "\"gpu_count\": 4}");
+    int64_t old = add_job_with(f, "wait", "{\"backend\": \"cuda\", \"gpu\": 2}");  /* older */
+    start_gpus(f, 1, 3);
+    assert_gpus(f, a, "0,1");
+    assert_gpus(f, c, "");
+    assert_gpus(f, d, "2");
+    store_job j = wait_status(f, x, "failed", 10);
+    assert_non_null(strstr(j.error, "GPU 3, but this machine has 3"));
+    store_job_clear(&j);
+    j = wait_status(f, y, "failed", 10);
+    assert_non_null(strstr(j.error, "4 GPUs, but this machine has 3"));
+    store_job_clear(&j);
+    sleep_ms(300);                        /* a few looks at the queue */
+    assert_queued(f, b);
+    assert_queued(f, e);
+    assert_queued(f, g);
+    assert_queued(f, old);
+
+    sleep_ms(100);                        /* let the scripts set their traps */
+    assert_int_equal(sched_cancel(f->s, a), 0);
+    assert_gpus(f, b, "1");
+    sleep_ms(300);
+    assert_queued(f, e);                  /* only GPU 0 is free */
+    assert_queued(f, g);                  /* and e waits for it first */
+    assert_int_equal(sched_cancel(f->s, d), 0);
+    assert_gpus(f, e, "0,2");
+    assert_int_equal(sched_cancel(f->s, b), 0);
+    assert_gpus(f, g, "1");
+    assert_queued(f, old);
+    assert_int_equal(sched_cancel(f->s, e), 0);
+    assert_gpus(f, old, "2");             /* a job.json from before multi-GPU jobs */
+    int64_t all[] = { c, g, old };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        sleep_ms(100);
+        assert_int_equal(sched_cancel(f->s, all[i]), 0);
+        j = wait_status(f, all[i], "cancelled", 5);
+        store_job_clear(&j);
+    }
+}
+
 static void waits_for_job_json_and_requeues_after_a_crash(void **state)
 {
     fixture *f = *state;
@@ -487,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_finished_worker_is_done_with_its_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(failures_carry_their_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(cancel_queued_running_and_stubborn, setup, teardown),
+        cmocka_unit_test_setup_teardown(gpu_jobs_get_their_own_gpus, setup, teardown),
         cmocka_unit_test_setup_teardown(waits_for_job_json_and_requeues_after_a_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(a_requeued_job_keeps_metrics_up_to_its_checkpoint, setup,
                                         teardown),
