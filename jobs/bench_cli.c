@@ -1,7 +1,7 @@
 /* jobs/bench_cli.c: `kiln bench`, the engine's throughput on synthetic data.
  *
  * Builds a network (a built-in name or a spec file) for one batch size on the
- * CPU backend, fills a batch of fixed-seed synthetic images and labels of the
+ * CPU backend (or the one --backend names: cuda:0, cuda:0,1), fills a batch of fixed-seed synthetic images and labels of the
  * network's natural input shape, runs warm-up steps (plans, page faults,
  * OpenMP's thread pool), then times each of the measured steps. A training
  * step is net_train_step (forward, loss, backward, SGD with momentum);
@@ -37,6 +37,7 @@
 typedef struct bench_opts {
     const char *network;
     const char *precision;
+    const char *backend;
     bool train;
     int batch, steps, warmup, threads, classes;
     net_shape in;
@@ -56,6 +57,8 @@ static void usage(FILE *f)
             "  --mode train|infer    a training step (SGD, momentum 0.9) or a forward pass (train)\n"
             "  --precision P         fp32, amp-bf16 or amp-fp16 (fp32); amp-fp16 on the CPU\n"
             "                        emulates FP16 storage in FP32 arithmetic: no faster\n"
+            "  --backend B           cpu, cuda:0 or cuda:0,1 (data parallel, the batch split\n"
+            "                        across the GPUs) (cpu)\n"
             "  --steps N             timed steps (50)\n"
             "  --warmup N            untimed steps first (5)\n"
             "  --threads N           OpenMP threads (default: OMP_NUM_THREADS, else every core)\n"
@@ -71,7 +74,7 @@ static void usage(FILE *f)
 /* Returns 0 (parsed), 1 (--help printed) or 2 (usage error, message printed). */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){ .precision = "fp32", .train = true, .batch = 64, .steps = 50,
+    *o = (bench_opts){ .precision = "fp32", .backend = "cpu", .train = true, .batch = 64, .steps = 50,
                        .warmup = 5 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -107,6 +110,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             ok = cli_shape(v, &o->in);
         else if (!strcmp(a, "--precision"))
             ok = v && (o->precision = v);
+        else if (!strcmp(a, "--backend"))
+            ok = v && (o->backend = v);             /* net_create names what is wrong */
         else if (!strcmp(a, "--mode")) {
             ok = v && (!strcmp(v, "train") || !strcmp(v, "infer"));
             o->train = ok && !strcmp(v, "train");
@@ -200,8 +205,8 @@ typedef struct bench_result {
 
 static void print_text(const bench_opts *o, const bench_result *r)
 {
-    printf("kiln bench: %s, %s, %s, batch %d, %d threads, input %dx%dx%d, %d classes\n",
-           o->network, o->train ? "train" : "infer", o->precision, o->batch,
+    printf("kiln bench: %s, %s, %s, batch %d, %s, %d threads, input %dx%dx%d, %d classes\n",
+           o->network, o->train ? "train" : "infer", o->precision, o->batch, o->backend,
            omp_get_max_threads(), o->in.c, o->in.h, o->in.w, o->classes);
     printf("  setup        %.1f ms (net_create), first step %.1f ms; %d warm-up, %d timed steps\n",
            r->setup_s * 1e3, r->first_step_s * 1e3, o->warmup, o->steps);
@@ -225,6 +230,7 @@ static int print_json(const bench_opts *o, const bench_result *r)
     cJSON_AddStringToObject(j, "network", o->network);
     cJSON_AddStringToObject(j, "mode", o->train ? "train" : "infer");
     cJSON_AddStringToObject(j, "precision", o->precision);
+    cJSON_AddStringToObject(j, "backend", o->backend);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
@@ -286,7 +292,7 @@ static int measure(const bench_opts *o, const cJSON *spec, bench_result *r)
         labels[i] = (int32_t)rng_splitmix64_below(&state, (uint64_t)o->classes);
 
     double t0 = now_s();
-    if (!(n = net_create(spec, o->in, o->classes, o->batch, "cpu", &solver, 1, err,
+    if (!(n = net_create(spec, o->in, o->classes, o->batch, o->backend, &solver, 1, err,
                          sizeof err))) {
         fprintf(stderr, "kiln bench: %s: %s\n", o->network, err);
         goto out;
