@@ -14,8 +14,14 @@ With --amp bf16 the steps run under torch.autocast("cpu", torch.bfloat16),
 PyTorch's mixed precision on the CPU (convolutions and matrix products in
 bfloat16 on oneDNN's AVX-512 BF16 kernels, FP32 weights).
 
+With --device cuda (tests/gpu/check) the same runs on the GPU: cuDNN's
+benchmark mode on, TF32 off (kiln's FP32 is FP32: FMA math), --amp bf16 or
+fp16 under torch.autocast("cuda"), fp16 with a GradScaler, and the clock read
+after torch.cuda.synchronize() at each step, as kiln reads each step's loss.
+
 Usage: pytorch_models.py NET [--batch N] [--steps N] [--warmup N]
-                             [--threads N] [--nchw] [--amp bf16]
+                             [--threads N] [--nchw] [--amp bf16|fp16]
+                             [--device cpu|cuda]
 """
 import argparse
 import json
@@ -70,6 +76,43 @@ class BasicBlock(nn.Module):
         return torch.relu(y + (self.proj(x) if self.proj is not None else x))
 
 
+class Bottleneck(nn.Module):
+    # engine/networks/resnet50.json (torchvision's v1.5 layout): 1x1, 3x3
+    # (with the stride), 1x1 expanded 4x, each with batch norm; a 1x1
+    # projection with batch norm where the shape changes
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return torch.relu(y + (self.proj(x) if self.proj is not None else x))
+
+
+def resnet50(classes=1000):
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if b == 0 else 1))
+            cin = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
 def resnet20(classes=10):
     layers = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
     cin = 16
@@ -81,10 +124,11 @@ def resnet20(classes=10):
     return nn.Sequential(*layers)
 
 
-NETS = {
-    "lenet": (lenet, (1, 28, 28)),
-    "cifar10-cnn": (cifar10_cnn, (3, 32, 32)),
-    "resnet20": (resnet20, (3, 32, 32)),
+NETS = {  # the model, its input, its class count (as kiln bench's)
+    "lenet": (lenet, (1, 28, 28), 10),
+    "cifar10-cnn": (cifar10_cnn, (3, 32, 32), 10),
+    "resnet20": (resnet20, (3, 32, 32), 10),
+    "resnet50": (resnet50, (3, 224, 224), 1000),
 }
 
 
@@ -96,30 +140,46 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--nchw", action="store_true", help="default layout, not channels-last")
-    ap.add_argument("--amp", choices=["bf16"], help="mixed precision (autocast)")
+    ap.add_argument("--amp", choices=["bf16", "fp16"], help="mixed precision (autocast)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
 
     torch.manual_seed(1)
     torch.set_num_threads(a.threads)
-    make, shape = NETS[a.net]
-    model = make(10)
+    dev = torch.device(a.device)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    make, shape, classes = NETS[a.net]
+    model = make(classes)
     fmt = torch.contiguous_format if a.nchw else torch.channels_last
-    model = model.to(memory_format=fmt)
+    model = model.to(dev, memory_format=fmt)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    x = (torch.rand(a.batch, *shape) * 2 - 1).contiguous(memory_format=fmt)
-    y = torch.randint(0, 10, (a.batch,))
+    x = (torch.rand(a.batch, *shape) * 2 - 1).to(dev).contiguous(memory_format=fmt)
+    y = torch.randint(0, classes, (a.batch,)).to(dev)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
+    scaler = torch.cuda.amp.GradScaler() if cuda and a.amp == "fp16" else None
 
     def step():
         opt.zero_grad(set_to_none=True)
-        if a.amp:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+        if dtype is not None:
+            with torch.autocast(a.device, dtype=dtype):
                 loss = loss_fn(model(x), y)
         else:
             loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         return loss
 
     for _ in range(a.warmup):
@@ -135,7 +195,8 @@ def main():
     json.dump({"framework": "pytorch", "version": torch.__version__, "network": a.net,
                "batch": a.batch, "steps": a.steps, "threads": torch.get_num_threads(),
                "memory_format": "nchw" if a.nchw else "channels_last",
-               "precision": "amp-bf16" if a.amp else "fp32",
+               "precision": "amp-" + a.amp if a.amp else "fp32", "device": a.device,
+               "gpu": torch.cuda.get_device_name(0) if cuda else None,
                "images_per_sec": a.batch * a.steps / total,
                "ms_per_step": 1e3 * total / a.steps,
                "ms_per_step_median": 1e3 * times[len(times) // 2]}, sys.stdout)
