@@ -36,6 +36,22 @@ static void cpu_name(char *out, size_t len)
     fclose(f);
 }
 
+/* What the kernel thinks can be allocated without swapping (MemAvailable in
+ * /proc/meminfo), or 0 where it does not say. */
+static uint64_t cpu_available(void)
+{
+    char line[256];
+    unsigned long long kib = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
 int engine_devices(engine_device *out, int max)
 {
     int n = 0;
@@ -47,6 +63,7 @@ int engine_devices(engine_device *out, int max)
         cpu_name(d->name, sizeof d->name);
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
         d->memory_bytes = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+        d->free_bytes = cpu_available();
     }
     n = 1;
 #ifdef KILN_HAVE_CUDA

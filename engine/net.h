@@ -179,6 +179,8 @@ typedef struct engine_device {
     int index;
     char name[128];
     uint64_t memory_bytes;
+    uint64_t free_bytes;   /* free now (the CPU: MemAvailable); 0: not known */
+    int cc_major, cc_minor;    /* a GPU's compute capability (0.0 for the CPU) */
 } engine_device;
 
 /* NULL-terminated names of the backends compiled into this binary. */

@@ -100,7 +100,15 @@ static int h_info(request *r)
         ok = d && cJSON_AddItemToArray(devices, d) && cJSON_AddStringToObject(d, "kind", devs[i].kind) &&
              cJSON_AddNumberToObject(d, "index", devs[i].index) &&
              cJSON_AddStringToObject(d, "name", devs[i].name) &&
-             cJSON_AddNumberToObject(d, "memory_bytes", (double)devs[i].memory_bytes);
+             cJSON_AddNumberToObject(d, "memory_bytes", (double)devs[i].memory_bytes) &&
+             (devs[i].free_bytes ? cJSON_AddNumberToObject(d, "memory_free_bytes",
+                                                          (double)devs[i].free_bytes)
+                                 : cJSON_AddNullToObject(d, "memory_free_bytes"));
+        if (ok && !strcmp(devs[i].kind, "cuda")) {
+            char cc[16];
+            snprintf(cc, sizeof cc, "%d.%d", devs[i].cc_major, devs[i].cc_minor);
+            ok = cJSON_AddStringToObject(d, "compute_capability", cc) != NULL;
+        }
     }
     ok = ok && cJSON_AddNumberToObject(queue, "queued", (double)queued) &&
          cJSON_AddNumberToObject(queue, "running", (double)running);

@@ -34,7 +34,9 @@ async function loadInfo() {
     const info = await get('/info');
     const devices = (info.devices || []).map((d) => {
       const mem = d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : '';
-      return h('span', { class: 'chip', title: `${d.kind} ${d.index}: ${d.name}${mem}` },
+      const free = d.memory_free_bytes != null ? `, ${fmtBytes(d.memory_free_bytes)} free` : '';
+      const cc = d.compute_capability ? `, compute capability ${d.compute_capability}` : '';
+      return h('span', { class: 'chip', title: `${d.kind} ${d.index}: ${d.name}${mem}${free}${cc}` },
         h('span', { class: `dot dot-${d.kind}` }), `${d.name}${mem}`);
     });
     fill(el,

@@ -572,7 +572,8 @@ export function buildJobForm(state) {
       h('option', { value: 'cpu' }, 'CPU'),
       gpus.length > 1 ? h('option', { value: 'any' }, 'any free GPU') : null,
       gpus.map((d) => h('option', { value: String(d.index) },
-        `GPU ${d.index}: ${d.name}${d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : ''}`)),
+        `GPU ${d.index}: ${d.name}${d.memory_bytes ? ` · ${fmtBytes(d.memory_bytes)}` : ''}` +
+        `${d.memory_free_bytes != null ? `, ${fmtBytes(d.memory_free_bytes)} free` : ''}`)),
       // Data parallel: the batch split across them, the same model as on one.
       gpus.slice(1).map((_, k) => h('option', { value: `n${k + 2}` },
         `${k + 2 === gpus.length ? 'all ' : 'any '}${k + 2} GPUs (data parallel)`)));

@@ -6,8 +6,9 @@
 #include "engine/net.h"
 
 /* Fills up to max entries (out may be NULL when max is 0) with kind "cuda",
- * index, name and total memory; returns how many CUDA devices there are.
- * No driver, no GPU or any CUDA error: 0. */
+ * index, name, total memory, compute capability and free memory (0 where
+ * NVML, the driver's library, cannot say); returns how many CUDA devices
+ * there are. No driver, no GPU or any CUDA error: 0. */
 int cuda_devices(engine_device *out, int max);
 
 #endif

@@ -323,8 +323,9 @@ test('an SGD job with Nesterov, LARC, clipping, a step policy and FP16', { timeo
 test('a GPU listed by /info can be chosen; the API\'s refusal shows at the device', { timeout: 60_000 }, async () => {
   // /info as on a machine with GPUs 6 and 7, which no machine here has: the server answers 422.
   const info = await (await fetch(`${base}/api/v1/info`)).json();
-  const fake = { ...info, devices: [...info.devices, { kind: 'cuda', index: 6, name: 'Test GPU', memory_bytes: 80e9 },
-    { kind: 'cuda', index: 7, name: 'Test GPU', memory_bytes: 80e9 }] };
+  const fake = { ...info, devices: [...info.devices,
+    { kind: 'cuda', index: 6, name: 'Test GPU', memory_bytes: 80e9, memory_free_bytes: 60e9, compute_capability: '9.0' },
+    { kind: 'cuda', index: 7, name: 'Test GPU', memory_bytes: 80e9, memory_free_bytes: null, compute_capability: '9.0' }] };
   const handler = (route) => route.fulfill({ json: fake });
   await page.route('**/api/v1/info', handler);
   try {
@@ -332,7 +333,8 @@ test('a GPU listed by /info can be chosen; the API\'s refusal shows at the devic
     await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
     await page.waitForSelector('#job-device option[value="7"]', { state: 'attached', timeout: 15_000 });
     assert.ok(await page.isVisible('#job-device'));
-    assert.match(await page.textContent('#job-device option[value="7"]'), /GPU 7: Test GPU · 75 GiB/);
+    assert.equal(await page.textContent('#job-device option[value="7"]'), 'GPU 7: Test GPU · 75 GiB');
+    assert.equal(await page.textContent('#job-device option[value="6"]'), 'GPU 6: Test GPU · 75 GiB, 56 GiB free');
     await page.fill('#job-epochs', '1');
     await page.selectOption('#job-device', '7');
     await page.click('#job-submit');

@@ -63,8 +63,13 @@ test('GET /api/v1/info: version, backends, devices, queue', async () => {
     assert.equal(typeof d.index, 'number');
     assert.equal(typeof d.name, 'string');
     assert.equal(typeof d.memory_bytes, 'number');
+    assert.ok(d.memory_free_bytes === null || (d.memory_free_bytes > 0 && d.memory_free_bytes <= d.memory_bytes),
+      `free memory of ${d.kind} ${d.index}: ${d.memory_free_bytes} of ${d.memory_bytes}`);
+    if (d.kind === 'cuda') assert.match(d.compute_capability, /^\d+\.\d+$/);
   }
   assert.ok(i.devices.some((d) => d.kind === 'cpu'), 'a cpu device is listed');
+  // Linux says what is available: the CPU's free memory is known here.
+  assert.ok(i.devices[0].memory_free_bytes > 0, JSON.stringify(i.devices[0]));
   assert.equal(typeof i.queue.queued, 'number');
   assert.equal(typeof i.queue.running, 'number');
 });
