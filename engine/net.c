@@ -1442,10 +1442,34 @@ static int step_update(net *n, float lr, bool loss_finite, double mean_loss, int
     return 0;
 }
 
+/* Forward and loss over count images in chunks of max_batch: the summed
+ * loss and hits. */
+static int eval_chunks(net *n, const float *x, const int32_t *labels, int count, double *total,
+                       int *correct, char *err, size_t errlen)
+{
+    size_t in_size = (size_t)spec_shape_size(n->spec.in);
+    *total = 0;
+    *correct = 0;
+    for (int done = 0; done < count;) {
+        int bn = count - done < n->max_batch ? count - done : n->max_batch;
+        double ls = 0;
+        int hits = 0;
+        plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, labels + done, bn,
+                                        false, err, errlen);
+        if (!ps || n->be->xent(n->ctx, ps->plans[n->nlayers], logits_f32(n), n->labels,
+                               0.0f, 1.0f, NULL, NULL, &ls, &hits, err, errlen) < 0)
+            return -1;
+        *total += ls;
+        *correct += hits;
+        done += bn;
+    }
+    return 0;
+}
+
 /* Data parallelism: what one replica's thread does in a step's half. */
 typedef struct rep_work {
     net *n;
-    int phase;                      /* 1: step_grads; 2: step_update */
+    int phase;                      /* 1: step_grads; 2: step_update; 3: eval_chunks */
     const float *x;
     const int32_t *labels;
     int count, total, active;
@@ -1466,9 +1490,13 @@ static void *rep_run(void *arg)
     w->rc = w->phase == 1 ?
         step_grads(w->n, w->x, w->labels, w->count, w->total, &w->loss_sum, &w->correct,
                    w->err, sizeof w->err) :
+        w->phase == 2 ?
         step_update(w->n, w->lr, w->loss_finite, w->mean_loss, w->active, &w->skipped, w->err,
+                    sizeof w->err) :
+        w->count == 0 ? 0 :
+        eval_chunks(w->n, w->x, w->labels, w->count, &w->loss_sum, &w->correct, w->err,
                     sizeof w->err);
-    if (w->rc < 0 && w->n->comm)    /* the others must not wait for this one */
+    if (w->rc < 0 && w->n->comm && w->phase != 3)   /* the others must not wait for it */
         w->n->be->comm_abort(w->n->comm);
     return NULL;
 }
@@ -1486,7 +1514,8 @@ static int rep_phase(net *n, rep_work *w, char *err, size_t errlen)
         if (!started[r]) {                  /* run it here, after the primary cannot */
             w[r].rc = -1;
             snprintf(w[r].err, sizeof w[r].err, "could not start a thread for replica %d", r);
-            n->be->comm_abort(n->comm);
+            if (w[0].phase != 3)            /* evaluation has no collectives to abort */
+                n->be->comm_abort(n->comm);
         }
     rep_run(&w[0]);
     for (int r = 1; r < n->nrep; r++)
@@ -1554,6 +1583,34 @@ static int group_step(net *n, const float *x, const int32_t *labels, int count, 
     return 0;
 }
 
+/* Evaluation on replicas: the images split over them as a training batch
+ * is, each replica's share in chunks of its batch. No collectives, so a
+ * failure leaves the replicas as they were (not broken). */
+static int group_eval(net *n, const float *x, const int32_t *labels, int count, double *total,
+                      int *correct, char *err, size_t errlen)
+{
+    rep_work w[NET_MAX_DEVICES];
+    size_t in_size = (size_t)spec_shape_size(n->spec.in);
+    int done = 0;
+    memset(w, 0, sizeof w[0] * (size_t)n->nrep);
+    for (int r = 0; r < n->nrep; r++) {
+        int part = count / n->nrep + (r < count % n->nrep);
+        w[r] = (rep_work){ .n = n->rep[r], .phase = 3, .x = x + (size_t)done * in_size,
+                           .labels = labels + done, .count = part };
+        done += part;
+    }
+    bool broken = n->broken;
+    int rc = rep_phase(n, w, err, errlen);
+    n->broken = broken;
+    *total = 0;
+    *correct = 0;
+    for (int r = 0; r < n->nrep; r++) {
+        *total += w[r].loss_sum;
+        *correct += w[r].correct;
+    }
+    return rc;
+}
+
 int net_train_step(net *n, const float *x, const int32_t *labels, int count,
                    float lr, net_stats *out, char *err, size_t errlen)
 {
@@ -1588,24 +1645,15 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
 {
     double total = 0;
     int correct = 0;
-    size_t in_size = (size_t)spec_shape_size(n->spec.in);
     if (!labels)
         return eng_err(err, errlen, "net_eval needs labels");
     if (check_batch(n, labels, count, true, err, errlen) < 0)
         return -1;
-    for (int done = 0; done < count;) {
-        int bn = count - done < n->max_batch ? count - done : n->max_batch;
-        double ls = 0;
-        int hits = 0;
-        plan_set *ps = load_and_forward(n, x + (size_t)done * in_size, labels + done, bn,
-                                        false, err, errlen);
-        if (!ps || n->be->xent(n->ctx, ps->plans[n->nlayers], logits_f32(n), n->labels,
-                               0.0f, 1.0f, NULL, NULL, &ls, &hits, err, errlen) < 0)
-            return -1;
-        total += ls;
-        correct += hits;
-        done += bn;
-    }
+    /* (replicas that may differ after a failed step: the primary alone) */
+    if (n->nrep > 1 && !n->broken ?
+        group_eval(n, x, labels, count, &total, &correct, err, errlen) < 0
+                    : eval_chunks(n, x, labels, count, &total, &correct, err, errlen) < 0)
+        return -1;
     if (out) {
         out->loss = total / count;
         out->correct = correct;

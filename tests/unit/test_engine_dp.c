@@ -175,6 +175,47 @@ static void test_three_replicas_match_whole_batch(void **state)
     split_matches("cpu:0,1,2", "1");
 }
 
+/* Evaluation splits the images over the replicas too: the same loss and
+ * hits as the whole net's, for fewer images than replicas, a batch, and more
+ * than a batch (each replica then works through its share in chunks). */
+static void test_eval_split(void **state)
+{
+    (void)state;
+    enum { B = 16 };
+    static float x[40 * SIZE];
+    int32_t y[40];
+    char err[512] = "", path[] = "/tmp/kiln-test-dp-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    net *one = make(BN, "cpu", B, &MOMENTUM), *dp = make(BN, "cpu:0,1,2", B, &MOMENTUM);
+    for (int s = 0; s < 4; s++) {                  /* trained a little: running statistics */
+        data(300 + (uint64_t)s, x, y, B);
+        step(dp, x, y, B, NULL);
+    }
+    /* the same weights and statistics in the whole net (batch norm trains
+     * per replica, so training the two would not give them) */
+    assert_int_equal(net_save(dp, path, err, sizeof err), 0);
+    assert_int_equal(net_load(one, path, err, sizeof err), 0);
+    unlink(path);
+    assert_float_equal(values_diff(one, dp), 0.0, 0.0);
+    const int counts[] = { 1, 2, 7, 16, 40 };
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        net_stats a, b;
+        data(400 + i, x, y, counts[i]);
+        assert_int_equal(net_eval(one, x, y, counts[i], &a, err, sizeof err), 0);
+        assert_int_equal(net_eval(dp, x, y, counts[i], &b, err, sizeof err), 0);
+        assert_int_equal(b.count, counts[i]);
+        assert_int_equal(a.correct, b.correct);
+        if (fabs(a.loss - b.loss) > 1e-5 * fabs(a.loss)) {
+            print_error("%d images: loss %.9g whole, %.9g split\n", counts[i], a.loss, b.loss);
+            fail();
+        }
+    }
+    net_free(one);
+    net_free(dp);
+}
+
 /* Batches smaller than the maximum, down to one image (the second replica
  * then has none and contributes zeros), and Adam's state. */
 static void test_short_batches(void **state)
@@ -393,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_two_replicas_match_whole_batch),
         cmocka_unit_test(test_three_replicas_match_whole_batch),
         cmocka_unit_test(test_short_batches),
+        cmocka_unit_test(test_eval_split),
         cmocka_unit_test(test_batchnorm_per_replica),
         cmocka_unit_test(test_running_statistics_averaged),
         cmocka_unit_test(test_load_reaches_every_replica),
