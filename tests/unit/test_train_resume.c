@@ -83,7 +83,8 @@ static const char *REQUEST =
     " \"lr_policy\": {\"type\": \"cosine\", \"warmup_steps\": 5}}";
 
 /* A job folder with job.json for REQUEST. */
-static void make_job(const char *dir)
+/* A job folder; backend NULL keeps what the request resolves to (the CPU). */
+static void make_job_on(const char *dir, const char *backend)
 {
     char ds[128], path[160], err[256];
     snprintf(ds, sizeof ds, "%s/ds", root);
@@ -92,6 +93,8 @@ static void make_job(const char *dir)
     cJSON *cfg = jobspec_resolve_local(req, ds, &e);
     if (!cfg)
         fail_msg("%s: %s", e.code, e.message);
+    if (backend)
+        cJSON_ReplaceItemInObjectCaseSensitive(cfg, "backend", cJSON_CreateString(backend));
     char *text = cJSON_Print(cfg);
     assert_int_equal(fio_mkdir_p(dir), 0);
     snprintf(path, sizeof path, "%s/job.json", dir);
@@ -99,6 +102,11 @@ static void make_job(const char *dir)
     cJSON_free(text);
     cJSON_Delete(cfg);
     cJSON_Delete(req);
+}
+
+static void make_job(const char *dir)
+{
+    make_job_on(dir, NULL);
 }
 
 /* runner_run in a child process (its signal handlers and statics stay
@@ -185,6 +193,29 @@ static void test_resume_is_exact(void **state)
     snprintf(pa, sizeof pa, "%s/checkpoints/epoch-3.safetensors", a);
     snprintf(pb, sizeof pb, "%s/checkpoints/epoch-3.safetensors", b);
     same_file(pa, pb);                  /* optimizer state too */
+}
+
+/* The same on two replicas (the CPU's stand-in for two GPUs, engine/net.h):
+ * the worker trains data parallel, its checkpoints restore every replica,
+ * and a resumed run ends bit for bit where an uninterrupted one does. */
+static void test_resume_data_parallel(void **state)
+{
+    (void)state;
+    char a[128], b[128], pa[160], pb[160];
+    snprintf(a, sizeof a, "%s/dp-a", root);
+    snprintf(b, sizeof b, "%s/dp-b", root);
+    make_job_on(a, "cpu:0,1");
+    make_job_on(b, "cpu:0,1");
+    assert_int_equal(run_job(a, 0), 0);
+    assert_int_equal(run_job(b, 11), 0);
+    assert_false(exists(b, "model.safetensors"));
+    assert_int_equal(run_job(b, 0), 0);
+    snprintf(pa, sizeof pa, "%s/model.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/model.safetensors", b);
+    same_file(pa, pb);
+    snprintf(pa, sizeof pa, "%s/checkpoints/epoch-3.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/checkpoints/epoch-3.safetensors", b);
+    same_file(pa, pb);
 }
 
 /* A checkpoint from another seed is refused, not silently mixed in. */
@@ -294,6 +325,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_is_exact),
+        cmocka_unit_test(test_resume_data_parallel),
         cmocka_unit_test(test_foreign_checkpoint_refused),
         cmocka_unit_test(test_cli),
     };
