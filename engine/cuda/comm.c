@@ -96,6 +96,13 @@ out:
     return rc;
 }
 
+/* Called by the thread of a rank that failed, while the others may be
+ * blocked on their GPUs behind collectives that will never complete: aborting
+ * every rank's communicator stops those kernels, so the others' waits return
+ * (with an error) and engine/net.c can join their threads and fail the step.
+ * A rank still inside ncclAllReduce's enqueue at that moment races with the
+ * abort; NCCL's non-blocking communicators (ncclCommGetAsyncError) would close
+ * that window and are the next step if it is ever seen on hardware. */
 void cuda_comm_abort(be_comm *c)
 {
     for (int i = 0; i < c->n; i++)
