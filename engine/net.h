@@ -66,7 +66,9 @@ typedef struct net_solver {
  * first count % n replicas take one image more), gradients summed across
  * them in buckets while the backward pass goes on, every replica making the
  * same update. The result is the one net trained on the whole batch, within
- * rounding; the net's functions are used as for one device (net_eval splits
+ * rounding, except that batch norm normalises each replica's share with its
+ * own statistics (no synchronised batch norm; running statistics are
+ * averaged across replicas); the net's functions are used as for one device (net_eval splits
  * its images over the replicas too; net_predict runs on the first). ("cpu:0,1" runs
  * replicas on the one CPU: it exists to test this code.) */
 #define NET_MAX_DEVICES 64
