@@ -56,6 +56,22 @@ static inline float *randf(rng *r, size_t n, double scale)
     return p;
 }
 
+/* Four classes of 3x16x16 images: a bright quadrant under noise. */
+static inline void synth(rng *r, float *x, int32_t *y, int count)
+{
+    for (int i = 0; i < count; i++) {
+        int c = (int)(rng_next(r) % 4);
+        y[i] = c;
+        for (int ch = 0; ch < 3; ch++)
+            for (int h = 0; h < 16; h++)
+                for (int w = 0; w < 16; w++) {
+                    int q = (h >= 8) * 2 + (w >= 8);
+                    x[(((size_t)i * 3 + ch) * 16 + h) * 16 + w] =
+                        (float)((q == c ? 1.0 : 0.0) + 0.5 * rng_normal(r));
+                }
+    }
+}
+
 static inline bool same(float a, float b)
 {
     return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b));

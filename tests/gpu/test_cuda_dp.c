@@ -30,20 +30,6 @@ static const char *NET =
 
 enum { B = 32, SIZE = 3 * 16 * 16 };
 
-/* Four classes of 3x16x16 images: a bright quadrant under noise. */
-static void synth(rng *r, float *x, int32_t *y, int count)
-{
-    for (int i = 0; i < count; i++) {
-        int c = (int)(rng_next(r) % 4);
-        y[i] = c;
-        for (int k = 0; k < SIZE; k++) {
-            int h = (k / 16) % 16, w = k % 16;
-            x[(size_t)i * SIZE + k] =
-                (float)((((h >= 8) * 2 + (w >= 8)) == c ? 1.0 : 0.0) + 0.5 * rng_normal(r));
-        }
-    }
-}
-
 static net *make(const char *where, const char *precision)
 {
     net_solver sv = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };

@@ -26,22 +26,6 @@ static const char *NET =
     " {\"type\": \"dropout\", \"rate\": 0.1},"
     " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
 
-/* Four classes of 3x16x16 images: a bright quadrant under noise. */
-static void synth(rng *r, float *x, int32_t *y, int count)
-{
-    for (int i = 0; i < count; i++) {
-        int c = (int)(rng_next(r) % 4);
-        y[i] = c;
-        for (int ch = 0; ch < 3; ch++)
-            for (int h = 0; h < 16; h++)
-                for (int w = 0; w < 16; w++) {
-                    int q = (h >= 8) * 2 + (w >= 8);
-                    x[(((size_t)i * 3 + ch) * 16 + h) * 16 + w] =
-                        (float)((q == c ? 1.0 : 0.0) + 0.5 * rng_normal(r));
-                }
-    }
-}
-
 static net *make(const char *spec_txt, net_shape in, int classes, int batch, const char *where,
                  const char *precision)
 {
