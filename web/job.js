@@ -199,7 +199,7 @@ export function renderJob(root, id) {
       row('Solver', solverText(c.solver)),
       row('Learning rate', policyText(c.lr_policy)),
       row('Precision', precision === 'fp32' ? 'fp32' : `${precision}, loss scaling ${c.loss_scaling || 'off'}`),
-      row('Backend', c.backend || '—'),
+      row('Devices', devicesText(c)),
       row('Seed', String(c.seed ?? '—')));
     renderProgress({ epoch: job.epoch, epochs: job.epochs, step: job.step, steps: job.steps,
       images_per_sec: job.images_per_sec, eta: job.eta_seconds });
@@ -208,6 +208,17 @@ export function renderJob(root, id) {
       if (job.metrics['train/loss'] !== undefined && !st.latest['train/loss']) fill(stats.loss, fmtNumber(job.metrics['train/loss']));
       if (job.metrics['val/accuracy'] !== undefined && !st.latest['val/accuracy']) fill(stats.valacc, fmtPercent(job.metrics['val/accuracy'], 2));
     }
+  }
+
+  /* What job.json asks for: the CPU, GPUs by number, or any N (the
+   * scheduler's choice, which the log names); older jobs carry "gpu". */
+  function devicesText(c) {
+    if (c.backend !== 'cuda') return c.backend === 'cpu' ? 'CPU' : (c.backend || '—');
+    const n = c.gpu_count ?? 1;
+    const dp = n > 1 ? ' (data parallel)' : '';
+    if (Array.isArray(c.gpus) && c.gpus.length) return `GPU${c.gpus.length > 1 ? 's' : ''} ${c.gpus.join(', ')}${dp}`;
+    if (typeof c.gpu === 'number' && c.gpu >= 0) return `GPU ${c.gpu}`;
+    return n > 1 ? `any ${n} free GPUs${dp}` : 'any free GPU';
   }
 
   /* The worker's log (GET /jobs/{id}/log, plain text): its last LOG_LINES lines,

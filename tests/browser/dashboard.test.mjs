@@ -381,6 +381,8 @@ test('start LeNet from the form; the job page draws curves live and reaches done
 
   await page.waitForSelector('main[data-status="done"]', { timeout: 900_000 });
   assert.equal((await page.textContent('#job-status')).trim(), 'done');
+  // The job's settings, devices included (this machine: the CPU).
+  assert.match(await page.textContent('#job-config'), /Devices(CPU|any free GPU)/);
   // The final val/accuracy point reaches the accuracy chart.
   await page.waitForFunction(() => window.kilnCharts?.accuracy?.countOf('val/accuracy') >= 1,
     null, { timeout: 30_000 });
