@@ -1205,17 +1205,19 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     return rc;
 }
 
-/* Data parallelism: sums parameters [lo, hi)'s gradients over the replicas
- * (engine/backend.h, allreduce). */
-static int allreduce_params(net *n, int lo, int hi, char *err, size_t errlen)
+/* Data parallelism: sums tensors [lo, hi) of ps over the replicas, their
+ * gradients or (grads false) their values (engine/backend.h, allreduce).
+ * Nothing when lo == hi. */
+static int allreduce_params(net *n, const param *ps, int lo, int hi, bool grads, char *err,
+                            size_t errlen)
 {
     be_buf *bufs[64];
     size_t counts[64];
     while (lo < hi) {
         int k = 0;
         for (; lo < hi && k < 64; lo++, k++) {
-            bufs[k] = n->params[lo].g;
-            counts[k] = n->params[lo].count;
+            bufs[k] = grads ? ps[lo].g : ps[lo].w;
+            counts[k] = ps[lo].count;
         }
         if (n->be->allreduce(n->ctx, n->comm, n->rank, bufs, counts, k, err, errlen) < 0)
             return -1;
@@ -1231,8 +1233,8 @@ static int backward(net *n, plan_set *ps, int bn, char *err, size_t errlen)
             continue;                       /* nothing before this layer learns */
         if (backward_layer(n, ps, i, bn, err, errlen) < 0)
             return layer_fail(l, err, errlen);
-        if (n->comm && l->bucket_hi > l->bucket_lo &&
-            allreduce_params(n, l->bucket_lo, l->bucket_hi, err, errlen) < 0)
+        if (n->comm && allreduce_params(n, n->params, l->bucket_lo, l->bucket_hi, true, err,
+                                        errlen) < 0)
             return -1;
     }
     return 0;
@@ -1330,10 +1332,9 @@ static int step_grads(net *n, const float *x, const int32_t *labels, int count, 
                                         n->params[i].count * sizeof *z, err, errlen) < 0)
                 return -1;
         }
-        for (int i = L - 1; i >= 0; i--)
-            if (n->layers[i].bucket_hi > n->layers[i].bucket_lo &&
-                allreduce_params(n, n->layers[i].bucket_lo, n->layers[i].bucket_hi, err,
-                                 errlen) < 0)
+        for (int i = L - 1; i >= 0; i--)    /* the buckets in backward's order */
+            if (allreduce_params(n, n->params, n->layers[i].bucket_lo, n->layers[i].bucket_hi,
+                                 true, err, errlen) < 0)
                 return -1;
         return n->be->allreduce_wait(n->ctx, n->comm, n->rank, err, errlen);
     }
@@ -1377,23 +1378,14 @@ static int update_running(net *n, int active, char *err, size_t errlen)
     }
     if (!n->comm || n->nstats == 0)
         return 0;
-    be_buf *bufs[64];
-    size_t counts[64];
-    for (int i = 0; i < n->nstats; i += 64) {
-        int k = 0;
-        for (; i + k < n->nstats && k < 64; k++) {
-            bufs[k] = n->stats[i + k].w;
-            counts[k] = n->stats[i + k].count;
-            const float *z = n->last_batch > 0 ? NULL : zeros(n, counts[k], err, errlen);
-            if (n->last_batch == 0 &&
-                (!z || n->be->buf_upload(n->ctx, bufs[k], 0, z, counts[k] * sizeof *z, err,
-                                         errlen) < 0))
-                return -1;
-        }
-        if (n->be->allreduce(n->ctx, n->comm, n->rank, bufs, counts, k, err, errlen) < 0)
+    for (int i = 0; i < n->nstats && n->last_batch == 0; i++) {   /* it adds nothing */
+        const float *z = zeros(n, n->stats[i].count, err, errlen);
+        if (!z || n->be->buf_upload(n->ctx, n->stats[i].w, 0, z, n->stats[i].count * sizeof *z,
+                                    err, errlen) < 0)
             return -1;
     }
-    if (n->be->allreduce_wait(n->ctx, n->comm, n->rank, err, errlen) < 0)
+    if (allreduce_params(n, n->stats, 0, n->nstats, false, err, errlen) < 0 ||
+        n->be->allreduce_wait(n->ctx, n->comm, n->rank, err, errlen) < 0)
         return -1;
     for (int i = 0; i < n->nstats && active > 1; i++) {
         bool found = false;
@@ -1466,6 +1458,13 @@ static int eval_chunks(net *n, const float *x, const int32_t *labels, int count,
     return 0;
 }
 
+/* Replica r's share of count images split over nrep (the first ones take
+ * the remainder, one each). */
+static int share(int count, int nrep, int r)
+{
+    return count / nrep + (r < count % nrep);
+}
+
 /* Data parallelism: what one replica's thread does in a step's half. */
 typedef struct rep_work {
     net *n;
@@ -1487,15 +1486,19 @@ static void *rep_run(void *arg)
 {
     rep_work *w = arg;
     bind(w->n);
-    w->rc = w->phase == 1 ?
-        step_grads(w->n, w->x, w->labels, w->count, w->total, &w->loss_sum, &w->correct,
-                   w->err, sizeof w->err) :
-        w->phase == 2 ?
-        step_update(w->n, w->lr, w->loss_finite, w->mean_loss, w->active, &w->skipped, w->err,
-                    sizeof w->err) :
-        w->count == 0 ? 0 :
-        eval_chunks(w->n, w->x, w->labels, w->count, &w->loss_sum, &w->correct, w->err,
-                    sizeof w->err);
+    switch (w->phase) {
+    case 1:
+        w->rc = step_grads(w->n, w->x, w->labels, w->count, w->total, &w->loss_sum,
+                           &w->correct, w->err, sizeof w->err);
+        break;
+    case 2:
+        w->rc = step_update(w->n, w->lr, w->loss_finite, w->mean_loss, w->active, &w->skipped,
+                            w->err, sizeof w->err);
+        break;
+    default:
+        w->rc = eval_chunks(w->n, w->x, w->labels, w->count, &w->loss_sum, &w->correct,
+                            w->err, sizeof w->err);
+    }
     if (w->rc < 0 && w->n->comm && w->phase != 3)   /* the others must not wait for it */
         w->n->be->comm_abort(w->n->comm);
     return NULL;
@@ -1551,7 +1554,7 @@ static int group_step(net *n, const float *x, const int32_t *labels, int count, 
     memset(w, 0, sizeof w[0] * (size_t)n->nrep);
     for (int r = 0; r < n->nrep; r++) {
         net *m = n->rep[r];
-        int part = count / n->nrep + (r < count % n->nrep);
+        int part = share(count, n->nrep, r);
         /* the primary's counters are the ones checkpoints restore */
         m->steps = n->steps;
         m->scaler = n->scaler;
@@ -1594,7 +1597,7 @@ static int group_eval(net *n, const float *x, const int32_t *labels, int count, 
     int done = 0;
     memset(w, 0, sizeof w[0] * (size_t)n->nrep);
     for (int r = 0; r < n->nrep; r++) {
-        int part = count / n->nrep + (r < count % n->nrep);
+        int part = share(count, n->nrep, r);
         w[r] = (rep_work){ .n = n->rep[r], .phase = 3, .x = x + (size_t)done * in_size,
                            .labels = labels + done, .count = part };
         done += part;

@@ -13,7 +13,7 @@
 #include <nccl.h>
 #include <stdlib.h>
 
-#include "engine/cuda/cuda_comm.h"
+#include "engine/cuda/internal.h"
 #include "engine/errors.h"
 
 struct be_comm {

@@ -11,7 +11,6 @@
 #include "engine/errors.h"
 
 #include "engine/cuda/internal.h"
-#include "engine/cuda/cuda_comm.h"
 
 int cu_err(cudaError_t e, const char *what, char *err, size_t errlen)
 {

@@ -106,4 +106,13 @@ int cu_concat_plan(be_ctx *, const be_concat_desc *, be_plan **, char *, size_t)
 int cu_concat_fwd(be_ctx *, be_plan *, const be_buf *const *, be_buf *, char *, size_t);
 int cu_concat_bwd(be_ctx *, be_plan *, const be_buf *, int, be_buf *, float, char *, size_t);
 
+/* Data parallelism with NCCL (comm.c). */
+void cuda_ctx_bind(be_ctx *ctx);
+int cuda_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_t errlen);
+void cuda_comm_free(be_comm *c);
+void cuda_comm_abort(be_comm *c);
+int cuda_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const size_t *counts,
+                   int k, char *err, size_t errlen);
+int cuda_allreduce_wait(be_ctx *ctx, be_comm *c, int rank, char *err, size_t errlen);
+
 #endif
