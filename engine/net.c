@@ -1698,6 +1698,11 @@ size_t net_param_count(const net *n)
     return total;
 }
 
+int net_devices(const net *n)
+{
+    return n->nrep;
+}
+
 size_t net_param_tensors(const net *n, net_param *out, size_t max)
 {
     for (int i = 0; i < n->nparams && (size_t)i < max; i++) {

@@ -68,9 +68,10 @@ typedef struct net_solver {
  * same update. The result is the one net trained on the whole batch, within
  * rounding, except that batch norm normalises each replica's share with its
  * own statistics (no synchronised batch norm; running statistics are
- * averaged across replicas); the net's functions are used as for one device (net_eval splits
- * its images over the replicas too; net_predict runs on the first). ("cpu:0,1" runs
- * replicas on the one CPU: it exists to test this code.) */
+ * averaged across replicas). The net's functions are used as for one
+ * device: net_eval splits its images over the replicas too, net_predict
+ * runs on the first. ("cpu:0,1" runs replicas on the one CPU: it exists to
+ * test this code.) */
 #define NET_MAX_DEVICES 64
 net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
                 const char *backend, const net_solver *solver, uint64_t seed,
@@ -109,6 +110,8 @@ int net_load(net *n, const char *path, char *err, size_t errlen);
 
 /* Parameter count, for logs and info.json. */
 size_t net_param_count(const net *n);
+/* The devices n trains on: 1, or its replicas under data parallelism. */
+int net_devices(const net *n);
 
 /* ---- parameters for optimizers (engine/optim.*, engine/checkpoint.*) ------ */
 

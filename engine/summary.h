@@ -175,11 +175,12 @@ int64_t summary_max_batch(const summary_mem *m, int64_t memory);
 
 /* net_create's check before it allocates: whether s trained at `batch` fits
  * in `memory` bytes, which `where` names for the message ("this machine's",
- * "the GPU's free"). With devices > 1 (data parallel), batch is one device's
- * share and the largest batch the message advises is for all of them. Returns 0 when it fits or memory is 0 (unknown); else -1
- * with err saying how much is needed and naming the layer responsible (the
- * one with the largest activations, or with the most parameters when they
- * alone do not fit) and the largest batch that does fit. */
+ * "the GPU's free"). With devices > 1 (data parallel), batch is one
+ * device's share and the largest batch the message advises is for all of
+ * them. Returns 0 when it fits or memory is 0 (unknown); else -1 with err
+ * saying how much is needed and naming the layer responsible (the one with
+ * the largest activations, or with the most parameters when they alone do
+ * not fit) and the largest batch that does fit. */
 int summary_check_memory(const net_spec *s, int opt_states, const char *precision, int batch,
                          int devices, int64_t memory, const char *where, char *err,
                          size_t errlen);

@@ -1,9 +1,10 @@
 /* jobs/bench_cli.c: `kiln bench`, the engine's throughput on synthetic data.
  *
  * Builds a network (a built-in name or a spec file) for one batch size on the
- * CPU backend (or the one --backend names: cuda:0, cuda:0,1), fills a batch of fixed-seed synthetic images and labels of the
- * network's natural input shape, runs warm-up steps (plans, page faults,
- * OpenMP's thread pool), then times each of the measured steps. A training
+ * CPU backend (or the one --backend names: cuda:0, cuda:0,1), fills a batch
+ * of fixed-seed synthetic images and labels of the network's natural input
+ * shape, runs warm-up steps (plans, page faults, OpenMP's thread pool),
+ * then times each of the measured steps. A training
  * step is net_train_step (forward, loss, backward, SGD with momentum);
  * inference is net_eval (forward and loss, no dropout). Figures: images per
  * second over all timed steps, the per-step times (median, min, max) and the
@@ -74,8 +75,8 @@ static void usage(FILE *f)
 /* Returns 0 (parsed), 1 (--help printed) or 2 (usage error, message printed). */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){ .precision = "fp32", .backend = "cpu", .train = true, .batch = 64, .steps = 50,
-                       .warmup = 5 };
+    *o = (bench_opts){ .precision = "fp32", .backend = "cpu", .train = true, .batch = 64,
+                       .steps = 50, .warmup = 5 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
