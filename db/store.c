@@ -13,6 +13,7 @@
  * table of SQL texts, prepared lazily and kept) and always use bound
  * parameters; no value ever reaches SQL text.
  */
+#include "base/err.h"
 #include "db/store.h"
 
 #include <math.h>
@@ -103,18 +104,6 @@ struct store {
     sqlite3_stmt *stmt[ST_COUNT];
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* For the functions whose contract has no err: the reason goes to stderr,
  * where the server's log has it next to the request that failed. */

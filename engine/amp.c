@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 /* The op lists of engine/amp.h, one line per layer kind. A switch with no
  * default: a new layer kind does not compile (-Wswitch) until it is listed. */
@@ -40,7 +40,7 @@ int amp_plan(const net_spec *s, bool amp, bool *low, char *err, size_t errlen)
         } else {
             for (int k = 1; k < l->ninputs; k++)
                 if (low[l->inputs[k]] != t)
-                    return eng_err(err, errlen, "layer %d (%s \"%s\") joins a %s input with a "
+                    return set_err(err, errlen, "layer %d (%s \"%s\") joins a %s input with a "
                                    "%s one: mixed precision keeps the images in FP32 until a "
                                    "convolution or dense layer, so join them after one",
                                    l->number, l->type, l->name, t ? "16-bit" : "32-bit",

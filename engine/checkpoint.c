@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/backend.h"       /* buf_download, buf_upload */
-#include "engine/errors.h"
+#include "base/err.h"
 #include "engine/optim.h"         /* optim_state_tensors, optim_steps */
 #include "engine/safetensors.h"   /* st_write, st_open, st_find, st_meta */
 
@@ -59,7 +59,7 @@ static int set_collect(net *n, ckpt_set *s, char *err, size_t errlen)
     s->counts = calloc(s->n + 1, sizeof *s->counts);
     if (!s->params || !s->states || !s->names || !s->bufs || !s->counts) {
         set_free(s);
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     }
     net_param_tensors(n, s->params, s->np);
     net_state_tensors(n, s->params + s->np, s->ns);
@@ -105,7 +105,7 @@ int ckpt_save(net *n, const char *path, const ckpt_info *info, char *err, size_t
     host = malloc((total ? total : 1) * sizeof *host);
     t = calloc(s.n + 1, sizeof *t);
     if (!host || !t) {
-        eng_err(err, errlen, "out of memory saving a checkpoint of %zu values", total);
+        set_err(err, errlen, "out of memory saving a checkpoint of %zu values", total);
         goto out;
     }
     size_t off = 0;
@@ -168,14 +168,14 @@ static int info_from_meta(const char *path, const char *format, const char *step
 {
     uint64_t a, b, c, d;
     if (!format)
-        return eng_err(err, errlen, "%s is not a kiln checkpoint (no kiln_checkpoint metadata)",
+        return set_err(err, errlen, "%s is not a kiln checkpoint (no kiln_checkpoint metadata)",
                        path);
     if (strcmp(format, CKPT_FORMAT) != 0)
-        return eng_err(err, errlen, "%s is a checkpoint of format %s; this kiln reads format %s "
+        return set_err(err, errlen, "%s is a checkpoint of format %s; this kiln reads format %s "
                        "(use the kiln that wrote it)", path, format, CKPT_FORMAT);
     if (!parse_u64(step, &a) || !parse_u64(epoch, &b) || !parse_u64(estep, &c) ||
         !parse_u64(seed, &d) || a > INT64_MAX || b > INT_MAX || c > INT64_MAX)
-        return eng_err(err, errlen, "%s: the checkpoint's step, epoch or seed is missing or bad",
+        return set_err(err, errlen, "%s: the checkpoint's step, epoch or seed is missing or bad",
                        path);
     if (info)
         *info = (ckpt_info){ .step = (int64_t)a, .epoch = (int)b, .epoch_step = (int64_t)c,
@@ -205,13 +205,13 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
     const char *solver = st_meta(f, "solver");
     const char *want = optim_solver(net_optim(n))->type;
     if (!solver || strcmp(solver, want) != 0) {
-        eng_err(err, errlen, "%s was written by solver %s; this run uses %s", path,
+        set_err(err, errlen, "%s was written by solver %s; this run uses %s", path,
                 solver ? solver : "(none)", want);
         goto out;
     }
     if (!parse_u64(st_meta(f, "optim_steps"), &osteps) ||
         !parse_u64(st_meta(f, "net_steps"), &nsteps)) {
-        eng_err(err, errlen, "%s: the checkpoint's optim_steps or net_steps is missing", path);
+        set_err(err, errlen, "%s: the checkpoint's optim_steps or net_steps is missing", path);
         goto out;
     }
     /* Mixed precision (issue 4): checkpoints from before it are fp32 runs. */
@@ -219,7 +219,7 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
     if (!precision)
         precision = "fp32";
     if (strcmp(precision, net_precision(n)) != 0) {
-        eng_err(err, errlen, "%s was written by a %s run; this run is %s", path, precision,
+        set_err(err, errlen, "%s was written by a %s run; this run is %s", path, precision,
                 net_precision(n));
         goto out;
     }
@@ -234,7 +234,7 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
         if (*end || !parse_u64(st_meta(f, "loss_scale_clean_steps"), &clean) ||
             !parse_u64(st_meta(f, "skipped_steps"), &skipped) || clean > INT64_MAX ||
             skipped > INT64_MAX) {
-            eng_err(err, errlen, "%s: the checkpoint's loss scale state is missing or bad", path);
+            set_err(err, errlen, "%s: the checkpoint's loss scale state is missing or bad", path);
             goto out;
         }
         amp.clean = (int64_t)clean;
@@ -246,20 +246,20 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
         int64_t shape[4];
         shape_of(&s, i, &ndim, shape);
         if (!t) {
-            eng_err(err, errlen, "%s has no tensor \"%s\" (was it saved from this network and "
+            set_err(err, errlen, "%s has no tensor \"%s\" (was it saved from this network and "
                     "solver?)", path, s.names[i]);
             goto out;
         }
         if (t->dtype != ST_F32 || t->ndim != ndim ||
             memcmp(t->shape, shape, (size_t)ndim * sizeof *shape) != 0 ||
             t->bytes != s.counts[i] * sizeof(float)) {
-            eng_err(err, errlen, "%s: tensor \"%s\" has another dtype or shape than this "
+            set_err(err, errlen, "%s: tensor \"%s\" has another dtype or shape than this "
                     "network's", path, s.names[i]);
             goto out;
         }
     }
     if (net_amp_set(n, &amp, err, errlen) < 0) {
-        eng_err_prefix(err, errlen, path);
+        set_err_prefix(err, errlen, path);
         goto out;
     }
     for (size_t i = 0; i < s.n; i++) {
@@ -288,27 +288,27 @@ static cJSON *read_meta(const char *path, char *err, size_t errlen)
     char *text = NULL;
     cJSON *root = NULL, *meta = NULL;
     if (!fp) {
-        eng_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
     if (fread(lenb, 1, 8, fp) != 8) {
-        eng_err(err, errlen, "%s is not a safetensors file (too short)", path);
+        set_err(err, errlen, "%s is not a safetensors file (too short)", path);
         goto out;
     }
     uint64_t len = 0;
     for (int i = 7; i >= 0; i--)
         len = len << 8 | lenb[i];
     if (len == 0 || len > HEADER_PEEK_MAX) {
-        eng_err(err, errlen, "%s is not a safetensors file (header of %" PRIu64 " bytes)", path,
+        set_err(err, errlen, "%s is not a safetensors file (header of %" PRIu64 " bytes)", path,
                 len);
         goto out;
     }
     if (!(text = malloc((size_t)len + 1))) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         goto out;
     }
     if (fread(text, 1, (size_t)len, fp) != len) {
-        eng_err(err, errlen, "%s: its header is cut short", path);
+        set_err(err, errlen, "%s: its header is cut short", path);
         goto out;
     }
     text[len] = '\0';
@@ -317,7 +317,7 @@ static cJSON *read_meta(const char *path, char *err, size_t errlen)
     if (!cJSON_IsObject(meta)) {
         cJSON_Delete(meta);
         meta = NULL;
-        eng_err(err, errlen, "%s is not a kiln checkpoint (no metadata)", path);
+        set_err(err, errlen, "%s is not a kiln checkpoint (no metadata)", path);
     }
 out:
     cJSON_Delete(root);
@@ -352,7 +352,7 @@ int ckpt_latest(const char *dir, char *path, size_t pathlen, ckpt_info *info,
     if (!d) {
         if (errno == ENOENT)
             return 0;
-        return eng_err(err, errlen, "cannot read %s: %s", dir, strerror(errno));
+        return set_err(err, errlen, "cannot read %s: %s", dir, strerror(errno));
     }
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -385,7 +385,7 @@ int ckpt_export_weights(const char *ckpt_path, const char *out_path, char *err, 
     int rc = -1, n = st_count(f), k = 0;
     st_tensor *keep = calloc((size_t)(n > 0 ? n : 1), sizeof *keep);
     if (!keep) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         goto out;
     }
     for (int i = 0; i < n; i++) {

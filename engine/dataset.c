@@ -15,6 +15,7 @@
  *   must be called from one thread at a time (the consumer); the loader
  *   synchronises them with its producer.
  */
+#include "base/err.h"
 #include "engine/dataset.h"
 
 #include "engine/fileio.h"   /* fio_commit, fio_write_atomic, fio_read_file */
@@ -41,16 +42,6 @@
 #define INFO_FORMAT 1
 #define INFO_MAX_BYTES (64u << 20)  /* header.json */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 

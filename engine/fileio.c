@@ -1,6 +1,7 @@
 /* engine/fileio.c: atomic writes, whole-file reads, mkdir -p, rm -rf
  * (contract in engine/fileio.h). */
 #define _GNU_SOURCE           /* nftw's FTW_PHYS and FTW_DEPTH */
+#include "base/err.h"
 #include "engine/fileio.h"
 
 #include <dirent.h>
@@ -17,18 +18,6 @@
 
 #define FIO_READ_MAX (SIZE_MAX / 2)   /* keeps the buffer arithmetic below from overflowing */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int fio_fsync_dir(const char *dir)
 {

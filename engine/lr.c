@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 #define LR_PI 3.14159265358979323846
 
@@ -63,43 +63,43 @@ lr_policy lr_fixed(double base)
 int lr_check(const lr_policy *p, char *err, size_t errlen)
 {
     if ((size_t)p->kind >= NKINDS)
-        return eng_err(err, errlen, "lr_policy.type is unknown");
+        return set_err(err, errlen, "lr_policy.type is unknown");
     if (!isfinite(p->base) || p->base < 0)
-        return eng_err(err, errlen, "lr must be a finite number >= 0");
+        return set_err(err, errlen, "lr must be a finite number >= 0");
     if (p->warmup_steps < 0)
-        return eng_err(err, errlen, "lr_policy warm-up must be >= 0 steps");
+        return set_err(err, errlen, "lr_policy warm-up must be >= 0 steps");
     switch (p->kind) {
     case LR_STEP:
         if (p->step_size < 1)
-            return eng_err(err, errlen, "lr_policy.step_size must be an integer >= 1");
+            return set_err(err, errlen, "lr_policy.step_size must be an integer >= 1");
         /* fall through */
     case LR_MULTISTEP:
     case LR_EXPONENTIAL:
         if (!isfinite(p->gamma) || p->gamma <= 0 || p->gamma > 1)
-            return eng_err(err, errlen, "lr_policy.gamma must be a number above 0 and at most 1");
+            return set_err(err, errlen, "lr_policy.gamma must be a number above 0 and at most 1");
         break;
     case LR_POLYNOMIAL:
         if (!isfinite(p->power) || p->power <= 0)
-            return eng_err(err, errlen, "lr_policy.power must be a number above 0");
+            return set_err(err, errlen, "lr_policy.power must be a number above 0");
         break;
     case LR_COSINE:
         if (!isfinite(p->min_lr) || p->min_lr < 0 || p->min_lr > p->base)
-            return eng_err(err, errlen, "lr_policy.min_lr must be a number from 0 to lr");
+            return set_err(err, errlen, "lr_policy.min_lr must be a number from 0 to lr");
         break;
     case LR_FIXED:
         break;
     }
     if (p->kind == LR_MULTISTEP) {
         if (p->nmilestones < 1 || p->nmilestones > LR_MAX_MILESTONES)
-            return eng_err(err, errlen, "lr_policy.milestones must list 1 to %d steps",
+            return set_err(err, errlen, "lr_policy.milestones must list 1 to %d steps",
                            LR_MAX_MILESTONES);
         for (int i = 0; i < p->nmilestones; i++)
             if (p->milestones[i] < 1 || (i > 0 && p->milestones[i] <= p->milestones[i - 1]))
-                return eng_err(err, errlen, "lr_policy.milestones must be increasing integers "
+                return set_err(err, errlen, "lr_policy.milestones must be increasing integers "
                                ">= 1");
     }
     if ((p->kind == LR_POLYNOMIAL || p->kind == LR_COSINE) && p->max_steps < 1)
-        return eng_err(err, errlen, "lr_policy %s needs the run's step count", lr_kind_name(p->kind));
+        return set_err(err, errlen, "lr_policy %s needs the run's step count", lr_kind_name(p->kind));
     return 0;
 }
 
@@ -145,7 +145,7 @@ static int bad(bool *unknown, bool is_unknown, char *err, size_t errlen, const c
 {
     if (unknown)
         *unknown = is_unknown;
-    return eng_err(err, errlen, msg, key);
+    return set_err(err, errlen, msg, key);
 }
 
 static bool get_count(const cJSON *v, int64_t lo, int64_t *out)
@@ -182,7 +182,7 @@ int lr_from_json(const cJSON *obj, double base, int64_t max_steps, int64_t steps
         if (i == sizeof keys / sizeof keys[0] || !(keys[i].kinds & (1u << p.kind))) {
             if (unknown)
                 *unknown = true;
-            return eng_err(err, errlen, "unknown field \"lr_policy.%.64s\" for lr_policy type %s",
+            return set_err(err, errlen, "unknown field \"lr_policy.%.64s\" for lr_policy type %s",
                            c->string ? c->string : "", lr_kind_name(p.kind));
         }
     }

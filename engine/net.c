@@ -44,7 +44,7 @@
 
 #include "engine/amp.h"
 #include "engine/backend.h"
-#include "engine/errors.h"
+#include "base/err.h"
 #include "engine/init.h"
 #include "engine/rng.h"       /* rng_derive, rng_splitmix64: dropout streams */
 #include "engine/safetensors.h"   /* st_write, st_open, st_find */
@@ -185,14 +185,14 @@ static int layer_fail(const layer *l, char *err, size_t errlen)
     char prefix[SPEC_NAME_MAX + 48];
     snprintf(prefix, sizeof prefix, "layer %d (%s \"%s\")", l->s->number, l->s->type,
              l->s->name);
-    eng_err_prefix(err, errlen, prefix);
+    set_err_prefix(err, errlen, prefix);
     return -1;
 }
 
 static be_buf *alloc_floats(net *n, size_t count, char *err, size_t errlen)
 {
     if (count > SIZE_MAX / sizeof(float)) {
-        eng_err(err, errlen, "buffer of %zu floats is too large", count);
+        set_err(err, errlen, "buffer of %zu floats is too large", count);
         return NULL;
     }
     return n->be->buf_alloc(n->ctx, count * sizeof(float), err, errlen);
@@ -220,7 +220,7 @@ static int add_param(net *n, const layer_spec *s, const char *suffix, int ndim,
         goto out;
     if (init != INIT_ZERO) {                 /* buffers start zeroed */
         if (!(host = malloc(p->count * sizeof *host))) {
-            eng_err(err, errlen, "out of memory initialising %s", p->name);
+            set_err(err, errlen, "out of memory initialising %s", p->name);
             goto out;
         }
         init_fill(host, p->count, init, fan_in, fan_out, seed, p->name);
@@ -276,7 +276,7 @@ static int make_params(net *n, uint64_t seed, char *err, size_t errlen)
     /* one spare slot: make_bn_params passes statistics through it */
     if (max && (!(n->params = calloc((size_t)max + 1, sizeof *n->params)) ||
                 !(n->stats = calloc((size_t)max, sizeof *n->stats))))
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     for (int i = 0; i < n->nlayers; i++) {
         layer *l = &n->layers[i];
         const layer_spec *s = l->s;
@@ -376,7 +376,7 @@ static size_t act_bytes(const net *n, int a)
 static be_buf *alloc_act(net *n, int a, char *err, size_t errlen)
 {
     if (act_count(n, a) > SIZE_MAX / 4) {
-        eng_err(err, errlen, "activation %d of %zu values is too large", a, act_count(n, a));
+        set_err(err, errlen, "activation %d of %zu values is too large", a, act_count(n, a));
         return NULL;
     }
     return n->be->buf_alloc(n->ctx, act_bytes(n, a), err, errlen);
@@ -454,7 +454,7 @@ static int plan_layouts(net *n, char *err, size_t errlen)
     if (!parent || !bad) {
         free(parent);
         free(bad);
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     }
     for (int a = 0; a <= L; a++)
         parent[a] = a;
@@ -498,7 +498,7 @@ static int plan_dtypes(net *n, char *err, size_t errlen)
 {
     bool *low = calloc((size_t)n->nlayers + 1, sizeof *low);
     if (!low)
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     int rc = amp_plan(&n->spec, n->half != BE_F32, low, err, errlen);
     for (int a = 0; rc == 0 && a <= n->nlayers; a++)
         n->dtype[a] = low[a] ? n->half : BE_F32;
@@ -529,12 +529,12 @@ static int make_buffers(net *n, char *err, size_t errlen)
         !(n->need_grad = calloc((size_t)L + 1, sizeof *n->need_grad)) ||
         !(n->layout = calloc((size_t)L + 1, sizeof *n->layout)) ||
         !(n->dtype = calloc((size_t)L + 1, sizeof *n->dtype)))
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     if (plan_layouts(n, err, errlen) < 0 || plan_dtypes(n, err, errlen) < 0)
         return -1;
     bool *seen = calloc((size_t)L + 1, sizeof *seen);
     if (!seen)
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     plan_gradients(n, seen);
     free(seen);
     for (int a = 0; a <= L; a++) {
@@ -644,7 +644,7 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
 {
     const backend *be = n->be;
     if (!(ps->plans = calloc((size_t)n->nlayers + 1, sizeof *ps->plans)))
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     ps->n = bn;
     for (int i = 0; i < n->nlayers; i++) {
         const layer *l = &n->layers[i];
@@ -811,7 +811,7 @@ static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batc
     net *n = calloc(1, sizeof *n);
     net *ret = NULL;
     if (!n) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         return NULL;
     }
     n->nrep = nrep;
@@ -821,7 +821,7 @@ static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batc
     if (spec_parse(spec, in, classes, &n->spec, err, errlen) < 0)
         goto out;
     if (max_batch < 1) {
-        eng_err(err, errlen, "batch size must be positive (got %d)", max_batch);
+        set_err(err, errlen, "batch size must be positive (got %d)", max_batch);
         goto out;
     }
     if (check_solver(solver, &n->solver, err, errlen) < 0)
@@ -837,7 +837,7 @@ static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batc
     n->classes = classes;
     n->nlayers = n->spec.nlayers;
     if (!(n->layers = calloc((size_t)n->nlayers, sizeof *n->layers))) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         goto out;
     }
     for (int i = 0; i < n->nlayers; i++) {
@@ -883,14 +883,14 @@ static const backend *parse_backend(const char *spec, int *devs, int *nd, char *
             char *end;
             long d = strtol(p, &end, 10);
             if (end == p || (*end && *end != ',') || d < 0 || d > 1024 ||
-                *nd == NET_MAX_DEVICES) {
-                eng_err(err, errlen, "backend \"%s\": the devices must be numbers, such as "
+                *nd == KILN_MAX_DEVICES) {
+                set_err(err, errlen, "backend \"%s\": the devices must be numbers, such as "
                         "cuda:0 or cuda:0,1", spec);
                 return NULL;
             }
             for (int k = 0; k < *nd; k++)
                 if (devs[k] == (int)d) {
-                    eng_err(err, errlen, "backend \"%s\": device %ld is listed twice", spec, d);
+                    set_err(err, errlen, "backend \"%s\": device %ld is listed twice", spec, d);
                     return NULL;
                 }
             devs[(*nd)++] = (int)d;
@@ -901,7 +901,7 @@ static const backend *parse_backend(const char *spec, int *devs, int *nd, char *
     }
     const backend *be = backend_find(name);
     if (!be)
-        eng_err(err, errlen, "backend \"%s\" is not compiled into this kiln", name);
+        set_err(err, errlen, "backend \"%s\" is not compiled into this kiln", name);
     return be;
 }
 
@@ -916,7 +916,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
                 const char *backend_name, const net_solver *solver, uint64_t seed,
                 char *err, size_t errlen)
 {
-    int devs[NET_MAX_DEVICES], nd;
+    int devs[KILN_MAX_DEVICES], nd;
     const backend *be = parse_backend(backend_name, devs, &nd, err, errlen);
     if (!be)
         return NULL;
@@ -924,11 +924,11 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         return net_build(spec, in, classes, max_batch, be, devs[0], 0, 1, solver, seed, err,
                          errlen);
     if (!be->comm_create) {
-        eng_err(err, errlen, "backend \"%s\" cannot train on several devices", be->name);
+        set_err(err, errlen, "backend \"%s\" cannot train on several devices", be->name);
         return NULL;
     }
     if (max_batch < nd) {
-        eng_err(err, errlen, "batch size %d is smaller than the %d devices it is split across",
+        set_err(err, errlen, "batch size %d is smaller than the %d devices it is split across",
                 max_batch, nd);
         return NULL;
     }
@@ -937,9 +937,9 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     net *n = net_build(spec, in, classes, per, be, devs[0], 0, nd, solver, seed, err, errlen);
     if (!n)
         return NULL;
-    be_ctx *ctxs[NET_MAX_DEVICES];
+    be_ctx *ctxs[KILN_MAX_DEVICES];
     if (!(n->rep = calloc((size_t)nd, sizeof *n->rep))) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         goto fail;
     }
     n->rep[0] = n;
@@ -951,7 +951,7 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
         if (!(n->rep[r] = net_build(spec, in, classes, per, be, devs[r], r, nd, solver, seed,
                                     err, errlen))) {
             snprintf(where, sizeof where, "%s device %d", be->name, devs[r]);
-            eng_err_prefix(err, errlen, where);
+            set_err_prefix(err, errlen, where);
             goto fail;
         }
         ctxs[r] = n->rep[r]->ctx;
@@ -1244,10 +1244,10 @@ static int check_batch(const net *n, const int32_t *labels, int count, bool chun
                        char *err, size_t errlen)
 {
     if (count < 1 || (!chunked && count > n->max_batch))
-        return eng_err(err, errlen, "batch of %d images: must be 1 to %d", count, n->max_batch);
+        return set_err(err, errlen, "batch of %d images: must be 1 to %d", count, n->max_batch);
     for (int i = 0; labels && i < count; i++)
         if (labels[i] < 0 || labels[i] >= n->classes)
-            return eng_err(err, errlen, "label %d of image %d is outside [0, %d)",
+            return set_err(err, errlen, "label %d of image %d is outside [0, %d)",
                            (int)labels[i], i, n->classes);
     return 0;
 }
@@ -1303,7 +1303,7 @@ static const float *zeros(net *n, size_t count, char *err, size_t errlen)
         free(n->zeros);
         n->zeros_count = 0;
         if (!(n->zeros = calloc(count, sizeof *n->zeros))) {
-            eng_err(err, errlen, "out of memory");
+            set_err(err, errlen, "out of memory");
             return NULL;
         }
         n->zeros_count = count;
@@ -1352,7 +1352,7 @@ static int step_grads(net *n, const float *x, const int32_t *labels, int count, 
     /* Under dynamic scaling a non-finite loss is an overflow like any other
      * (the gradients will show it); without, the run has diverged. */
     if (!isfinite(*loss_sum) && !n->scaler.dynamic)
-        return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
+        return set_err(err, errlen, "training diverged: the loss is %s (try a smaller "
                        "learning rate)", isnan(*loss_sum) ? "NaN" : "infinite");
     if ((n->dlogits32 && n->be->cast(n->ctx, n->dlogits32, BE_F32, n->grad[L], n->dtype[L],
                                      (size_t)count * (size_t)n->classes, err, errlen) < 0) ||
@@ -1413,15 +1413,15 @@ static int step_update(net *n, float lr, bool loss_finite, double mean_loss, int
     switch (amp_scaler_update(&n->scaler, overflow)) {
     case AMP_DIVERGED:
         if (n->scaler.dynamic)
-            return eng_err(err, errlen, "training diverged: the gradients overflowed %s %lld "
+            return set_err(err, errlen, "training diverged: the gradients overflowed %s %lld "
                            "times until the loss scale fell below %g (the loss is %s; try a "
                            "smaller learning rate)", n->half == BE_F16 ? "FP16" : "bfloat16",
                            (long long)n->scaler.skipped, (double)AMP_SCALE_FLOOR,
                            isnan(mean_loss) ? "NaN" : isinf(mean_loss) ? "infinite" : "finite");
         if (!loss_finite)
-            return eng_err(err, errlen, "training diverged: the loss is %s (try a smaller "
+            return set_err(err, errlen, "training diverged: the loss is %s (try a smaller "
                            "learning rate)", isnan(mean_loss) ? "NaN" : "infinite");
-        return eng_err(err, errlen, "training diverged: the gradient of %s is not finite "
+        return set_err(err, errlen, "training diverged: the gradient of %s is not finite "
                        "(check the data, or try a smaller learning rate)", bad->name);
     case AMP_SKIP:
         return 0;               /* nothing changes, the running statistics included */
@@ -1509,8 +1509,8 @@ static void *rep_run(void *arg)
  * message (a replica's own failure, before the aborts it caused). */
 static int rep_phase(net *n, rep_work *w, char *err, size_t errlen)
 {
-    pthread_t th[NET_MAX_DEVICES];
-    bool started[NET_MAX_DEVICES] = { false };
+    pthread_t th[KILN_MAX_DEVICES];
+    bool started[KILN_MAX_DEVICES] = { false };
     for (int r = 1; r < n->nrep; r++)
         started[r] = pthread_create(&th[r], NULL, rep_run, &w[r]) == 0;
     for (int r = 1; r < n->nrep; r++)
@@ -1535,20 +1535,20 @@ static int rep_phase(net *n, rep_work *w, char *err, size_t errlen)
         return 0;
     n->broken = true;
     if (first == 0)
-        return eng_err(err, errlen, "%s", w[first].err);
-    return eng_err(err, errlen, "replica %d: %s", first, w[first].err);
+        return set_err(err, errlen, "%s", w[first].err);
+    return set_err(err, errlen, "replica %d: %s", first, w[first].err);
 }
 
 /* A data-parallel step: the batch split over the replicas in order. */
 static int group_step(net *n, const float *x, const int32_t *labels, int count, float lr,
                       net_stats *out, char *err, size_t errlen)
 {
-    rep_work w[NET_MAX_DEVICES];
+    rep_work w[KILN_MAX_DEVICES];
     size_t in_size = (size_t)spec_shape_size(n->spec.in);
     const float scale = n->scaler.scale;
     int done = 0, active = 0;
     if (n->broken)
-        return eng_err(err, errlen, "an earlier step failed on one of the devices; the "
+        return set_err(err, errlen, "an earlier step failed on one of the devices; the "
                        "replicas may differ, so training cannot go on (resume from the last "
                        "checkpoint)");
     memset(w, 0, sizeof w[0] * (size_t)n->nrep);
@@ -1592,7 +1592,7 @@ static int group_step(net *n, const float *x, const int32_t *labels, int count, 
 static int group_eval(net *n, const float *x, const int32_t *labels, int count, double *total,
                       int *correct, char *err, size_t errlen)
 {
-    rep_work w[NET_MAX_DEVICES];
+    rep_work w[KILN_MAX_DEVICES];
     size_t in_size = (size_t)spec_shape_size(n->spec.in);
     int done = 0;
     memset(w, 0, sizeof w[0] * (size_t)n->nrep);
@@ -1622,12 +1622,12 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
     bool skipped = false;
     const float scale = n->scaler.scale;
     if (count < 1 || count > n->global_batch)
-        return eng_err(err, errlen, "batch of %d images: must be 1 to %d", count,
+        return set_err(err, errlen, "batch of %d images: must be 1 to %d", count,
                        n->global_batch);
     if (check_batch(n, labels, count, true, err, errlen) < 0)
         return -1;
     if (!isfinite(lr) || lr < 0)
-        return eng_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
+        return set_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
     if (n->nrep > 1)
         return group_step(n, x, labels, count, lr, out, err, errlen);
     if (step_grads(n, x, labels, count, count, &loss_sum, &correct, err, errlen) < 0 ||
@@ -1649,7 +1649,7 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
     double total = 0;
     int correct = 0;
     if (!labels)
-        return eng_err(err, errlen, "net_eval needs labels");
+        return set_err(err, errlen, "net_eval needs labels");
     if (check_batch(n, labels, count, true, err, errlen) < 0)
         return -1;
     /* (replicas that may differ after a failed step: the primary alone) */
@@ -1762,10 +1762,10 @@ void net_amp_get(const net *n, net_amp_state *out)
 int net_amp_set(net *n, const net_amp_state *s, char *err, size_t errlen)
 {
     if (s->dynamic != n->scaler.dynamic)
-        return eng_err(err, errlen, "the saved state %s loss scaling; this run %s",
+        return set_err(err, errlen, "the saved state %s loss scaling; this run %s",
                        s->dynamic ? "uses" : "has no", n->scaler.dynamic ? "uses it" : "does not");
     if (!amp_scaler_restore(&n->scaler, s->dynamic, s->scale, s->clean, s->skipped))
-        return eng_err(err, errlen, "loss scale %g (after %lld clean steps) is not a state the "
+        return set_err(err, errlen, "loss scale %g (after %lld clean steps) is not a state the "
                        "scaler can be in", s->scale, (long long)s->clean);
     return 0;
 }
@@ -1805,7 +1805,7 @@ static int broadcast(net *n, char *err, size_t errlen)
     for (int r = 1; r < n->nrep; r++) {
         net *m = n->rep[r];
         if (optim_state_tensors(m->opt, ms, nos) != nos) {
-            eng_err(err, errlen, "replica %d has another optimizer state", r);
+            set_err(err, errlen, "replica %d has another optimizer state", r);
             goto out;
         }
         for (int i = 0; i < saved_count(n); i++)
@@ -1822,7 +1822,7 @@ static int broadcast(net *n, char *err, size_t errlen)
     rc = 0;
     goto out;
 oom:
-    eng_err(err, errlen, "out of memory");
+    set_err(err, errlen, "out of memory");
 out:
     bind(n);
     free(host);
@@ -1862,7 +1862,7 @@ int net_save(const net *n, const char *path, char *err, size_t errlen)
     st_tensor *t = calloc((size_t)saved_count(n) + 1, sizeof *t);
     const char *meta[] = { "kiln_format", "1", "network", n->spec.name, NULL };
     if (!host || !t) {
-        eng_err(err, errlen, "out of memory saving %zu parameters", total);
+        set_err(err, errlen, "out of memory saving %zu parameters", total);
         goto out;
     }
     for (int i = 0; i < saved_count(n); i++) {
@@ -1904,19 +1904,19 @@ int net_load(net *n, const char *path, char *err, size_t errlen)
         const st_tensor *t = st_find(f, p->name);
         char want[96], got[96];
         if (!t) {
-            eng_err(err, errlen, "%s has no tensor \"%s\" (was it saved from this network?)",
+            set_err(err, errlen, "%s has no tensor \"%s\" (was it saved from this network?)",
                     path, p->name);
             goto out;
         }
         if (t->dtype != ST_F32) {
-            eng_err(err, errlen, "%s: tensor \"%s\" is %s, expected F32", path, p->name,
+            set_err(err, errlen, "%s: tensor \"%s\" is %s, expected F32", path, p->name,
                     st_dtype_name(t->dtype));
             goto out;
         }
         if (t->ndim != p->ndim || memcmp(t->shape, p->shape, (size_t)p->ndim * sizeof(int64_t))) {
             shape_str(want, sizeof want, p->shape, p->ndim);
             shape_str(got, sizeof got, t->shape, t->ndim);
-            eng_err(err, errlen, "%s: tensor \"%s\" has shape %s, this network needs %s",
+            set_err(err, errlen, "%s: tensor \"%s\" has shape %s, this network needs %s",
                     path, p->name, got, want);
             goto out;
         }

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
+#include "base/limits.h"   /* KILN_MAX_DEVICES */
+
 typedef struct net_shape { int c, h, w; } net_shape;
 
 /* ---- built-in networks ---------------------------------------------------- */
@@ -61,7 +63,7 @@ typedef struct net_solver {
  * ("cpu", "cuda", "cuda:1"), parameters initialised from seed. Returns a new
  * net owned by the caller, or NULL with err set.
  *
- * Several devices ("cuda:0,1", up to NET_MAX_DEVICES) train synchronously
+ * Several devices ("cuda:0,1", up to KILN_MAX_DEVICES) train synchronously
  * data parallel: one replica per device, each batch split across them (the
  * first count % n replicas take one image more), gradients summed across
  * them in buckets while the backward pass goes on, every replica making the
@@ -72,7 +74,6 @@ typedef struct net_solver {
  * device: net_eval splits its images over the replicas too, net_predict
  * runs on the first. ("cpu:0,1" runs replicas on the one CPU: it exists to
  * test this code.) */
-#define NET_MAX_DEVICES 64
 net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
                 const char *backend, const net_solver *solver, uint64_t seed,
                 char *err, size_t errlen);

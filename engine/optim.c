@@ -10,7 +10,7 @@
 
 #include "engine/backend.h"       /* be_optim, optim_update, sgd_update, sumsq */
 #include "engine/elementwise.h"   /* ew_larc_factor */
-#include "engine/errors.h"
+#include "base/err.h"
 
 #define ADAM_BETA1 0.9f
 #define ADAM_BETA2 0.999f
@@ -66,37 +66,37 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
     r.type[sizeof r.type - 1] = '\0';
     r.larc[sizeof r.larc - 1] = '\0';
     if (kind_of(r.type, &k) < 0)
-        return eng_err(err, errlen, "solver type \"%.16s\" is unknown (use sgd, adam or adamw)",
+        return set_err(err, errlen, "solver type \"%.16s\" is unknown (use sgd, adam or adamw)",
                        r.type);
     if (!finite_in(r.lr, 0, false, INFINITY, false))
-        return eng_err(err, errlen, "solver lr must be a finite number >= 0");
+        return set_err(err, errlen, "solver lr must be a finite number >= 0");
     if (!finite_in(r.momentum, 0, false, 1, true))
-        return eng_err(err, errlen, "solver momentum must be in [0, 1)");
+        return set_err(err, errlen, "solver momentum must be in [0, 1)");
     if (!finite_in(r.weight_decay, 0, false, INFINITY, false))
-        return eng_err(err, errlen, "solver weight_decay must be a finite number >= 0");
+        return set_err(err, errlen, "solver weight_decay must be a finite number >= 0");
     if (!finite_in(r.clip_norm, 0, false, INFINITY, false))
-        return eng_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
+        return set_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
     if (!finite_in(r.label_smoothing, 0, false, 1, true))
-        return eng_err(err, errlen, "label_smoothing must be in [0, 1) (0: off)");
+        return set_err(err, errlen, "label_smoothing must be in [0, 1) (0: off)");
     r.precision[sizeof r.precision - 1] = '\0';
     if (!r.precision[0])
         snprintf(r.precision, sizeof r.precision, "fp32");
     if (strcmp(r.precision, "fp32") && strcmp(r.precision, "amp-bf16") &&
         strcmp(r.precision, "amp-fp16"))
-        return eng_err(err, errlen, "precision \"%.12s\" is unknown (use fp32, amp-bf16 or "
+        return set_err(err, errlen, "precision \"%.12s\" is unknown (use fp32, amp-bf16 or "
                        "amp-fp16)", r.precision);
     if (r.loss_scaling < -1 || r.loss_scaling > 1)
-        return eng_err(err, errlen, "loss_scaling must be -1 (off), 0 (the precision's default) "
+        return set_err(err, errlen, "loss_scaling must be -1 (off), 0 (the precision's default) "
                        "or 1 (on)");
     if (r.loss_scaling == 1 && !strcmp(r.precision, "fp32"))
-        return eng_err(err, errlen, "loss scaling is for mixed precision (amp-bf16, amp-fp16), "
+        return set_err(err, errlen, "loss scaling is for mixed precision (amp-bf16, amp-fp16), "
                        "not fp32");
     if (k == OPT_SGD) {
         if (r.nesterov && r.momentum <= 0)
-            return eng_err(err, errlen, "solver nesterov needs a momentum above 0");
+            return set_err(err, errlen, "solver nesterov needs a momentum above 0");
     } else {
         if (r.nesterov || r.momentum != 0)
-            return eng_err(err, errlen, "solver %s takes beta1 and beta2, not momentum or "
+            return set_err(err, errlen, "solver %s takes beta1 and beta2, not momentum or "
                            "nesterov", r.type);
         if (r.beta1 == 0 && r.beta2 == 0 && r.eps == 0) {
             r.beta1 = ADAM_BETA1;
@@ -104,20 +104,20 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
             r.eps = ADAM_EPS;
         }
         if (!finite_in(r.beta1, 0, false, 1, true) || !finite_in(r.beta2, 0, false, 1, true))
-            return eng_err(err, errlen, "solver beta1 and beta2 must be in [0, 1)");
+            return set_err(err, errlen, "solver beta1 and beta2 must be in [0, 1)");
         if (!finite_in(r.eps, 0, true, INFINITY, false))
-            return eng_err(err, errlen, "solver eps must be a finite number > 0");
+            return set_err(err, errlen, "solver eps must be a finite number > 0");
     }
     if (r.larc[0]) {
         if (strcmp(r.larc, "clip") != 0 && strcmp(r.larc, "scale") != 0)
-            return eng_err(err, errlen, "solver larc policy \"%s\" is unknown (use clip or "
+            return set_err(err, errlen, "solver larc policy \"%s\" is unknown (use clip or "
                            "scale)", r.larc);
         if (k != OPT_SGD)
-            return eng_err(err, errlen, "solver larc works with type sgd only");
+            return set_err(err, errlen, "solver larc works with type sgd only");
         if (r.larc_eta == 0)
             r.larc_eta = LARC_ETA;
         if (!finite_in(r.larc_eta, 0, true, INFINITY, false))
-            return eng_err(err, errlen, "solver larc eta must be a finite number > 0");
+            return set_err(err, errlen, "solver larc eta must be a finite number > 0");
     } else {
         r.larc_eta = 0;
     }
@@ -130,12 +130,12 @@ optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
     optim *o = calloc(1, sizeof *o);
     optim *ret = NULL;
     if (!o) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         return NULL;
     }
     o->s = *s;
     if (kind_of(s->type, &o->kind) < 0) {
-        eng_err(err, errlen, "solver type \"%.16s\" is unknown", s->type);
+        set_err(err, errlen, "solver type \"%.16s\" is unknown", s->type);
         goto out;
     }
     o->larc = s->larc[0] != '\0';
@@ -146,20 +146,20 @@ optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
         o->params = calloc(o->np, sizeof *o->params);
         o->sq = calloc(o->np, sizeof *o->sq);
         if (!o->params || !o->sq) {
-            eng_err(err, errlen, "out of memory");
+            set_err(err, errlen, "out of memory");
             goto out;
         }
         net_param_tensors(n, o->params, o->np);
     }
     if (o->kind != OPT_SGD && o->np) {
         if (!(o->second = calloc(o->np, sizeof *o->second))) {
-            eng_err(err, errlen, "out of memory");
+            set_err(err, errlen, "out of memory");
             goto out;
         }
         for (size_t i = 0; i < o->np; i++) {
             size_t count = o->params[i].count;
             if (count > SIZE_MAX / sizeof(float)) {
-                eng_err(err, errlen, "%s is too large", o->params[i].name);
+                set_err(err, errlen, "%s is too large", o->params[i].name);
                 goto out;
             }
             if (!(o->second[i] = o->be->buf_alloc(o->ctx, count * sizeof(float), err, errlen)))
@@ -248,7 +248,7 @@ int optim_step(optim *o, float lr, double *grad_norm, char *err, size_t errlen)
                                      err, errlen);
         }
         if (rc < 0) {
-            eng_err_prefix(err, errlen, p->name);
+            set_err_prefix(err, errlen, p->name);
             return -1;
         }
     }

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 #include "engine/fileio.h"   /* fio_commit, fio_read_file */
 
 static const struct {
@@ -100,7 +100,7 @@ static char *build_header(const st_tensor *t, int count, const char *const *meta
             goto oom;
         for (int i = 0; meta[i]; i += 2) {
             if (!meta[i + 1]) {
-                eng_err(err, errlen, "safetensors: metadata key \"%s\" has no value", meta[i]);
+                set_err(err, errlen, "safetensors: metadata key \"%s\" has no value", meta[i]);
                 goto fail;
             }
             if (!cJSON_AddStringToObject(m, meta[i], meta[i + 1]))
@@ -110,16 +110,16 @@ static char *build_header(const st_tensor *t, int count, const char *const *meta
     for (int i = 0; i < count; i++) {
         size_t bytes, esz = st_dtype_size(t[i].dtype);
         if (!t[i].name || !t[i].name[0] || strcmp(t[i].name, "__metadata__") == 0) {
-            eng_err(err, errlen, "safetensors: tensor %d has no usable name", i);
+            set_err(err, errlen, "safetensors: tensor %d has no usable name", i);
             goto fail;
         }
         if (cJSON_GetObjectItemCaseSensitive(root, t[i].name)) {
-            eng_err(err, errlen, "safetensors: two tensors are named \"%s\"", t[i].name);
+            set_err(err, errlen, "safetensors: two tensors are named \"%s\"", t[i].name);
             goto fail;
         }
         if (esz == 0 || t[i].ndim < 0 || t[i].ndim > ST_MAX_DIMS ||
             !shape_bytes(t[i].shape, t[i].ndim, esz, &bytes) || bytes != t[i].bytes) {
-            eng_err(err, errlen, "safetensors: tensor \"%s\": shape and size do not agree",
+            set_err(err, errlen, "safetensors: tensor \"%s\": shape and size do not agree",
                     t[i].name);
             goto fail;
         }
@@ -158,7 +158,7 @@ static char *build_header(const st_tensor *t, int count, const char *const *meta
     *len = padded;
     goto done;
 oom:
-    eng_err(err, errlen, "safetensors: out of memory building the header");
+    set_err(err, errlen, "safetensors: out of memory building the header");
 fail:
     free(out);
     out = NULL;
@@ -204,11 +204,11 @@ int st_write(const char *path, const st_tensor *tensors, int count, const char *
     if (!header)
         return -1;
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        eng_err(err, errlen, "safetensors: path too long: %s", path);
+        set_err(err, errlen, "safetensors: path too long: %s", path);
         goto out;
     }
     if (!(f = fopen(tmp, "wb"))) {
-        eng_err(err, errlen, "safetensors: cannot create %s: %s", tmp, strerror(errno));
+        set_err(err, errlen, "safetensors: cannot create %s: %s", tmp, strerror(errno));
         goto out;
     }
     unsigned char len8[8];
@@ -226,7 +226,7 @@ int st_write(const char *path, const st_tensor *tensors, int count, const char *
     rc = 0;
     goto out;
 io:
-    eng_err(err, errlen, "safetensors: cannot write %s: %s", tmp, strerror(errno));
+    set_err(err, errlen, "safetensors: cannot write %s: %s", tmp, strerror(errno));
 out:
     if (f)
         fclose(f);
@@ -281,30 +281,30 @@ static int parse_entry(const cJSON *e, size_t data_size, st_tensor *t, size_t *b
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     uint64_t b, en;
     if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of))
-        return eng_err(err, errlen, "tensor \"%s\" needs dtype, shape and data_offsets", name);
+        return set_err(err, errlen, "tensor \"%s\" needs dtype, shape and data_offsets", name);
     if (!dtype_parse(dt->valuestring, &t->dtype))
-        return eng_err(err, errlen, "tensor \"%s\" has unknown dtype \"%s\"", name,
+        return set_err(err, errlen, "tensor \"%s\" has unknown dtype \"%s\"", name,
                        dt->valuestring);
     int nd = cJSON_GetArraySize(sh);
     if (nd > ST_MAX_DIMS)
-        return eng_err(err, errlen, "tensor \"%s\" has %d dimensions (at most %d)", name, nd,
+        return set_err(err, errlen, "tensor \"%s\" has %d dimensions (at most %d)", name, nd,
                        ST_MAX_DIMS);
     t->ndim = nd;
     for (int d = 0; d < nd; d++) {
         uint64_t v;
         if (!json_u64(cJSON_GetArrayItem(sh, d), &v) || v > INT64_MAX)
-            return eng_err(err, errlen, "tensor \"%s\" has a bad shape", name);
+            return set_err(err, errlen, "tensor \"%s\" has a bad shape", name);
         t->shape[d] = (int64_t)v;
     }
     if (cJSON_GetArraySize(of) != 2 || !json_u64(cJSON_GetArrayItem(of, 0), &b) ||
         !json_u64(cJSON_GetArrayItem(of, 1), &en) || b > en || en > data_size)
-        return eng_err(err, errlen, "tensor \"%s\" has data_offsets outside the %zu data bytes",
+        return set_err(err, errlen, "tensor \"%s\" has data_offsets outside the %zu data bytes",
                        name, data_size);
     size_t bytes;
     if (!shape_bytes(t->shape, nd, st_dtype_size(t->dtype), &bytes))
-        return eng_err(err, errlen, "tensor \"%s\" has a shape too large to hold", name);
+        return set_err(err, errlen, "tensor \"%s\" has a shape too large to hold", name);
     if (bytes != en - b)
-        return eng_err(err, errlen, "tensor \"%s\": its shape needs %zu bytes but its offsets "
+        return set_err(err, errlen, "tensor \"%s\": its shape needs %zu bytes but its offsets "
                        "hold %llu", name, bytes, (unsigned long long)(en - b));
     t->name = name;
     t->bytes = bytes;
@@ -319,32 +319,32 @@ st_file *st_open(const char *path, char *err, size_t errlen)
     st_tensor *sorted = NULL;
     size_t *sbegin = NULL;
     if (!f) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         return NULL;
     }
     if (!(f->buf = (unsigned char *)fio_read_file(path, SIZE_MAX, &f->size, err, errlen)))
         goto fail;
     if (f->size < 8) {
-        eng_err(err, errlen, "%s is not a safetensors file (%zu bytes)", path, f->size);
+        set_err(err, errlen, "%s is not a safetensors file (%zu bytes)", path, f->size);
         goto fail;
     }
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)f->buf[i] << (8 * i);
     if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
-        eng_err(err, errlen, "%s is not a safetensors file (header length %llu, file %zu bytes)",
+        set_err(err, errlen, "%s is not a safetensors file (header length %llu, file %zu bytes)",
                 path, (unsigned long long)hlen, f->size);
         goto fail;
     }
     const char *htxt = (const char *)f->buf + 8, *end = NULL;
     f->header = cJSON_ParseWithLengthOpts(htxt, (size_t)hlen, &end, 0);
     if (!f->header || !cJSON_IsObject(f->header)) {
-        eng_err(err, errlen, "%s: the safetensors header is not a JSON object", path);
+        set_err(err, errlen, "%s: the safetensors header is not a JSON object", path);
         goto fail;
     }
     for (; end && end < htxt + hlen; end++)
         if (*end != ' ' && *end != '\n' && *end != '\t' && *end != '\r') {
-            eng_err(err, errlen, "%s: trailing bytes after the safetensors header", path);
+            set_err(err, errlen, "%s: trailing bytes after the safetensors header", path);
             goto fail;
         }
     size_t data_size = f->size - 8 - (size_t)hlen;
@@ -360,7 +360,7 @@ st_file *st_open(const char *path, char *err, size_t errlen)
     sorted = calloc(n ? (size_t)n : 1, sizeof *sorted);
     sbegin = calloc(n ? (size_t)n : 1, sizeof *sbegin);
     if (!f->t || !f->begin || !order || !sorted || !sbegin) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         goto fail;
     }
     int i = 0;
@@ -376,11 +376,11 @@ st_file *st_open(const char *path, char *err, size_t errlen)
         }
         for (int j = 0; j < i; j++)
             if (strcmp(f->t[j].name, e->string) == 0) {
-                eng_err(err, errlen, "%s: tensor \"%s\" appears twice", path, e->string);
+                set_err(err, errlen, "%s: tensor \"%s\" appears twice", path, e->string);
                 goto fail;
             }
         if (parse_entry(e, data_size, &f->t[i], &f->begin[i], err, errlen) < 0) {
-            eng_err_prefix(err, errlen, path);
+            set_err_prefix(err, errlen, path);
             goto fail;
         }
         order[i].begin = f->begin[i];
@@ -396,7 +396,7 @@ st_file *st_open(const char *path, char *err, size_t errlen)
         sorted[i] = f->t[order[i].index];
         sbegin[i] = order[i].begin;
         if (sbegin[i] != pos) {
-            eng_err(err, errlen, "%s: tensor \"%s\" starts at data byte %zu, expected %zu "
+            set_err(err, errlen, "%s: tensor \"%s\" starts at data byte %zu, expected %zu "
                     "(gap or overlap)", path, sorted[i].name, sbegin[i], pos);
             goto fail;
         }
@@ -407,7 +407,7 @@ st_file *st_open(const char *path, char *err, size_t errlen)
 #endif
     }
     if (pos != data_size) {
-        eng_err(err, errlen, "%s: %zu data bytes after the last tensor", path, data_size - pos);
+        set_err(err, errlen, "%s: %zu data bytes after the last tensor", path, data_size - pos);
         goto fail;
     }
     free(f->t);
@@ -417,7 +417,7 @@ st_file *st_open(const char *path, char *err, size_t errlen)
     free(order);
     return f;
 badmeta:
-    eng_err(err, errlen, "%s: __metadata__ must map names to strings", path);
+    set_err(err, errlen, "%s: __metadata__ must map names to strings", path);
 fail:
     free(order);
     free(sorted);

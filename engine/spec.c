@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 /* Largest value any size key takes, and most elements in one image's tensor. */
 #define SPEC_INT_MAX 1000000000
@@ -95,7 +95,7 @@ static int lerr(lctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return eng_err(c->err, c->errlen, "layer %d (%s \"%s\"): %s", c->l->number, c->l->type,
+    return set_err(c->err, c->errlen, "layer %d (%s \"%s\"): %s", c->l->number, c->l->type,
                    c->l->name, msg);
 }
 
@@ -550,12 +550,12 @@ static int parse_layer(net_spec *s, int index, const cJSON *obj, char *err, size
     l->number = number;
     c.s = s;
     if (!cJSON_IsObject(obj))
-        return eng_err(err, errlen, "layer %d: must be a JSON object", number);
+        return set_err(err, errlen, "layer %d: must be a JSON object", number);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!t)
-        return eng_err(err, errlen, "layer %d: \"type\" is required", number);
+        return set_err(err, errlen, "layer %d: \"type\" is required", number);
     if (!cJSON_IsString(t))
-        return eng_err(err, errlen, "layer %d: \"type\" must be a string", number);
+        return set_err(err, errlen, "layer %d: \"type\" must be a string", number);
     const struct layer_type *lt = NULL;
     for (size_t i = 0; i < sizeof layer_types / sizeof layer_types[0]; i++)
         if (strcmp(layer_types[i].type, t->valuestring) == 0)
@@ -566,11 +566,11 @@ static int parse_layer(net_spec *s, int index, const cJSON *obj, char *err, size
             strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
             strncat(known, layer_types[i].type, sizeof known - strlen(known) - 1);
         }
-        return eng_err(err, errlen, "layer %d: unknown type \"%.64s\" (known types: %s)",
+        return set_err(err, errlen, "layer %d: unknown type \"%.64s\" (known types: %s)",
                        number, t->valuestring, known);
     }
     if (!lt->parse)
-        return eng_err(err, errlen, "layer %d: type \"%s\" is not supported yet", number,
+        return set_err(err, errlen, "layer %d: type \"%s\" is not supported yet", number,
                        lt->type);
     l->kind = lt->kind;
     l->type = lt->type;
@@ -578,10 +578,10 @@ static int parse_layer(net_spec *s, int index, const cJSON *obj, char *err, size
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(obj, "name");
     if (nm) {
         if (!cJSON_IsString(nm) || !nm->valuestring[0])
-            return eng_err(err, errlen, "layer %d (%s): \"name\" must be a non-empty string",
+            return set_err(err, errlen, "layer %d (%s): \"name\" must be a non-empty string",
                            number, lt->type);
         if (strlen(nm->valuestring) >= SPEC_NAME_MAX)
-            return eng_err(err, errlen, "layer %d (%s): name \"%.20s...\" is longer than %d "
+            return set_err(err, errlen, "layer %d (%s): name \"%.20s...\" is longer than %d "
                            "bytes", number, lt->type, nm->valuestring, SPEC_NAME_MAX - 1);
         snprintf(l->name, sizeof l->name, "%s", nm->valuestring);
     } else {
@@ -624,7 +624,7 @@ static int parse_input(const cJSON *json, net_shape in, net_shape *out, char *er
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, "input");
     net_shape si = { 0, 0, 0 };
     if (!shape_zero(in) && (in.c < 1 || in.h < 1 || in.w < 1))
-        return eng_err(err, errlen, "input shape [%d, %d, %d] must be positive", in.c, in.h,
+        return set_err(err, errlen, "input shape [%d, %d, %d] must be positive", in.c, in.h,
                        in.w);
     if (v) {
         int d[3];
@@ -632,21 +632,21 @@ static int parse_input(const cJSON *json, net_shape in, net_shape *out, char *er
             !json_int(cJSON_GetArrayItem(v, 0), &d[0]) ||
             !json_int(cJSON_GetArrayItem(v, 1), &d[1]) ||
             !json_int(cJSON_GetArrayItem(v, 2), &d[2]))
-            return eng_err(err, errlen, "\"input\" must be [C, H, W] (three integers)");
+            return set_err(err, errlen, "\"input\" must be [C, H, W] (three integers)");
         if (d[0] < 1 || d[1] < 1 || d[2] < 1)
-            return eng_err(err, errlen, "\"input\" [%d, %d, %d] must be positive", d[0], d[1],
+            return set_err(err, errlen, "\"input\" [%d, %d, %d] must be positive", d[0], d[1],
                            d[2]);
         si = (net_shape){ d[0], d[1], d[2] };
         if (!shape_zero(in) && (si.c != in.c || si.h != in.h || si.w != in.w))
-            return eng_err(err, errlen, "the spec's input [%d, %d, %d] does not match the "
+            return set_err(err, errlen, "the spec's input [%d, %d, %d] does not match the "
                            "data's [%d, %d, %d]", si.c, si.h, si.w, in.c, in.h, in.w);
     }
     if (shape_zero(in) && !v)
-        return eng_err(err, errlen, "no input shape: the spec has no \"input\" and none was "
+        return set_err(err, errlen, "no input shape: the spec has no \"input\" and none was "
                        "given");
     *out = shape_zero(in) ? si : in;
     if (spec_shape_size(*out) > SPEC_ELEMS_MAX)
-        return eng_err(err, errlen, "input [%d, %d, %d] is too large", out->c, out->h, out->w);
+        return set_err(err, errlen, "input [%d, %d, %d] is too large", out->c, out->h, out->w);
     return 0;
 }
 
@@ -658,35 +658,35 @@ int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
 
     memset(out, 0, sizeof *out);
     if (!cJSON_IsObject(json))
-        return eng_err(err, errlen, "the network spec must be a JSON object");
+        return set_err(err, errlen, "the network spec must be a JSON object");
     const cJSON *it;
     cJSON_ArrayForEach(it, json) {
         if (!in_list(top_keys, it->string))
-            return eng_err(err, errlen, "unknown key \"%.64s\" in the network spec (it takes "
+            return set_err(err, errlen, "unknown key \"%.64s\" in the network spec (it takes "
                            "name, description, input and layers)", it->string);
     }
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(json, "name");
     if (nm && !cJSON_IsString(nm))
-        return eng_err(err, errlen, "the spec's \"name\" must be a string");
+        return set_err(err, errlen, "the spec's \"name\" must be a string");
     if (nm)
         snprintf(s.name, sizeof s.name, "%s", nm->valuestring);
     const cJSON *desc = cJSON_GetObjectItemCaseSensitive(json, "description");
     if (desc && !cJSON_IsString(desc))
-        return eng_err(err, errlen, "the spec's \"description\" must be a string");
+        return set_err(err, errlen, "the spec's \"description\" must be a string");
     if (classes < 1)
-        return eng_err(err, errlen, "the class count must be positive (got %d)", classes);
+        return set_err(err, errlen, "the class count must be positive (got %d)", classes);
     if (parse_input(json, in, &s.in, err, errlen) < 0)
         return -1;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(json, "layers");
     if (!layers)
-        return eng_err(err, errlen, "the spec has no \"layers\"");
+        return set_err(err, errlen, "the spec has no \"layers\"");
     if (!cJSON_IsArray(layers))
-        return eng_err(err, errlen, "\"layers\" must be a list of layers");
+        return set_err(err, errlen, "\"layers\" must be a list of layers");
     int n = cJSON_GetArraySize(layers);
     if (n < 1)
-        return eng_err(err, errlen, "\"layers\" is empty: a network needs at least one layer");
+        return set_err(err, errlen, "\"layers\" is empty: a network needs at least one layer");
     if (!(s.layers = calloc((size_t)n, sizeof *s.layers)))
-        return eng_err(err, errlen, "out of memory for %d layers", n);
+        return set_err(err, errlen, "out of memory for %d layers", n);
     s.nlayers = n;
     int i = 0;
     cJSON_ArrayForEach(it, layers) {
@@ -700,7 +700,7 @@ int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
             for (int q = 0; q < s.layers[k].ninputs; q++)
                 used = used || s.layers[k].inputs[q] == j + 1;
         if (!used) {
-            eng_err(err, errlen, "layer %d (%s \"%s\"): its output is not used by any later "
+            set_err(err, errlen, "layer %d (%s \"%s\"): its output is not used by any later "
                     "layer (only the last layer's output reaches the loss)", j + 1,
                     s.layers[j].type, s.layers[j].name);
             goto out;
@@ -708,7 +708,7 @@ int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
     }
     const layer_spec *last = &s.layers[n - 1];
     if (spec_shape_size(last->out) != classes) {
-        eng_err(err, errlen, "layer %d (%s \"%s\"): the last layer gives %lld values per image "
+        set_err(err, errlen, "layer %d (%s \"%s\"): the last layer gives %lld values per image "
                 "but there are %d classes; the loss needs one per class (end with a dense "
                 "layer of \"units\": \"classes\")", last->number, last->type, last->name,
                 (long long)spec_shape_size(last->out), classes);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "engine/amp.h"             /* amp_plan: which outputs are 16-bit */
-#include "engine/errors.h"          /* eng_err */
+#include "base/err.h"          /* set_err */
 
 #define BYTES_PER_NUMBER 4          /* fp32 */
 #define BYTES_LOW 2                 /* bfloat16, fp16 */
@@ -157,12 +157,12 @@ int summary_memory(const net_spec *s, int opt_states, const char *precision, sum
     if (!precision || !*precision)
         precision = "fp32";
     if (!summary_precision_known(precision))
-        return eng_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
+        return set_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
                        precision);
     bool amp = strcmp(precision, "fp32") != 0;
     bool *low = calloc((size_t)s->nlayers + 1, sizeof *low);
     if (!low)
-        return eng_err(err, errlen, "out of memory");
+        return set_err(err, errlen, "out of memory");
     if (amp_plan(s, amp, low, err, errlen) < 0) {
         free(low);
         return -1;
@@ -226,7 +226,7 @@ int summary_check_memory(const net_spec *s, int opt_states, const char *precisio
     grouped(have_s, sizeof have_s, memory >> 20);
     if (m.fixed >= memory && m.param_layer >= 0) {
         const layer_spec *p = &s->layers[m.param_layer];
-        return eng_err(err, errlen, "the network's weights, gradients and optimizer state alone "
+        return set_err(err, errlen, "the network's weights, gradients and optimizer state alone "
                        "need at least %s MiB, more than %s %s MiB (the most parameters are in "
                        "layer %d (%s \"%s\"): %s of them, %s MiB with their gradients and "
                        "optimizer state); use fewer or smaller layers",
@@ -251,10 +251,10 @@ int summary_check_memory(const net_spec *s, int opt_states, const char *precisio
     else
         snprintf(at, sizeof at, "%d", batch);
     if (most < 1)
-        return eng_err(err, errlen, "the network needs at least %s MiB at batch size %s, more "
+        return set_err(err, errlen, "the network needs at least %s MiB at batch size %s, more "
                        "than %s %s MiB%s; not even one image fits: use smaller layers or a "
                        "smaller input", need_s, at, where, have_s, largest);
-    return eng_err(err, errlen, "the network needs at least %s MiB at batch size %s, more than "
+    return set_err(err, errlen, "the network needs at least %s MiB at batch size %s, more than "
                    "%s %s MiB%s; use a smaller batch (at most %s fits)", need_s, at, where,
                    have_s, largest,
                    grouped(count_s, sizeof count_s, most * (devices > 1 ? devices : 1)));
@@ -291,15 +291,15 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     int rc = -1;
     memset(out, 0, sizeof *out);
     if (batch < 1)
-        return eng_err(err, errlen, "the batch size must be positive (got %d)", batch);
+        return set_err(err, errlen, "the batch size must be positive (got %d)", batch);
     s.opt_states = summary_opt_states(solver, momentum);
     if (s.opt_states < 0)
-        return eng_err(err, errlen, "unknown solver \"%s\" (sgd, adam or adamw)",
+        return set_err(err, errlen, "unknown solver \"%s\" (sgd, adam or adamw)",
                        solver ? solver : "");
     if (!precision)
         precision = "fp32";
     if (!summary_precision_known(precision))
-        return eng_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
+        return set_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
                        precision);
     if (spec_parse(spec, in, classes, &ns, err, errlen) < 0)
         return -1;
@@ -308,7 +308,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     bool *low = calloc((size_t)ns.nlayers + 1, sizeof *low);
     summary_mem mem;
     if (!low) {
-        eng_err(err, errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         goto out;
     }
     if (amp_plan(&ns, strcmp(precision, "fp32") != 0, low, err, errlen) < 0 ||
@@ -323,7 +323,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     s.batch = batch;
     s.layers = calloc((size_t)ns.nlayers, sizeof *s.layers);
     if (!s.layers) {
-        eng_err(err, errlen, "out of memory for a summary of %d layers", ns.nlayers);
+        set_err(err, errlen, "out of memory for a summary of %d layers", ns.nlayers);
         goto out;
     }
     s.nlayers = ns.nlayers;
@@ -362,7 +362,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     rc = 0;
     goto out;
 oom:
-    eng_err(err, errlen, "out of memory for a summary's warnings");
+    set_err(err, errlen, "out of memory for a summary's warnings");
 out:
     free(low);
     summary_free(&s);

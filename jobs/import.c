@@ -24,6 +24,7 @@
  * - Files are written atomically (engine/dataset.h writers, tmp + rename); on
  *   failure only temporary files may remain.
  */
+#include "base/err.h"
 #include "jobs/import.h"
 
 #include <errno.h>
@@ -61,16 +62,6 @@
 
 #define NO_IMAGES_MSG "archive holds no images (expected one folder of PNG or JPEG images per class)"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void report(import_progress_fn progress, void *arg, double fraction) {
     if (progress) progress(arg, fraction < 0 ? 0 : fraction > 1 ? 1 : fraction);

@@ -18,6 +18,7 @@
  * jobspec_resolve_local runs the same checks for `kiln train`, against a
  * dataset folder instead of the store.
  */
+#include "base/err.h"
 #include "jobs/jobspec.h"
 
 #include <errno.h>
@@ -79,34 +80,6 @@ static const char *const loss_scalings[] = { "dynamic", "off", NULL };
 static const char *const solvers_ok[] = { "sgd", "adam", "adamw", NULL };
 static const char *const solvers_later[] = { NULL };
 
-static int fail(job_error *e, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(job_error *e, int status, const char *code, const char *fmt, ...)
-{
-    e->http_status = status;
-    snprintf(e->code, sizeof e->code, "%s", code);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err (when not NULL) with a message; a long path in it is cut short. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static bool fmt_path(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Formats a path into buf; false when it does not fit. */
@@ -150,19 +123,19 @@ void jobspec_dir(const char *data_dir, int64_t id, char *buf, size_t n)
 /* 400 unknown_field for the first key of obj not in allowed; 400 invalid_field
  * for a key given twice. where is "" or "solver.". */
 static int check_fields(const cJSON *obj, const char *const *allowed, const char *where,
-                        const char *what, job_error *e)
+                        const char *what, api_error *e)
 {
     for (const cJSON *c = obj->child; c; c = c->next) {
         const char *key = c->string ? c->string : "";
         if (!in_list(allowed, key)) {
             char names[256];
             join_list(allowed, names, sizeof names);
-            return fail(e, 400, "unknown_field", "unknown field \"%s%.64s\": %s takes %s", where, key,
+            return api_fail(e, 400, "unknown_field", "unknown field \"%s%.64s\": %s takes %s", where, key,
                         what, names);
         }
         for (const cJSON *d = obj->child; d != c; d = d->next)
             if (d->string && !strcmp(d->string, key))
-                return fail(e, 400, "invalid_field", "field \"%s%.64s\" is given twice", where, key);
+                return api_fail(e, 400, "invalid_field", "field \"%s%.64s\" is given twice", where, key);
     }
     return 0;
 }
@@ -181,7 +154,7 @@ static bool is_integer(const cJSON *v)
 
 /* An integer field in [lo, hi], or def when absent. */
 static int get_int(const cJSON *obj, const char *where, const char *name, double def, double lo,
-                   double hi, double *out, job_error *e)
+                   double hi, double *out, api_error *e)
 {
     const cJSON *v = opt_field(obj, name);
     if (!v) {
@@ -189,7 +162,7 @@ static int get_int(const cJSON *obj, const char *where, const char *name, double
         return 0;
     }
     if (!is_integer(v) || v->valuedouble < lo || v->valuedouble > hi)
-        return fail(e, 400, "invalid_field", "%s%s must be an integer from %.0f to %.0f", where, name,
+        return api_fail(e, 400, "invalid_field", "%s%s must be an integer from %.0f to %.0f", where, name,
                     lo, hi);
     *out = v->valuedouble;
     return 0;
@@ -197,7 +170,7 @@ static int get_int(const cJSON *obj, const char *where, const char *name, double
 
 /* A number field in [lo, hi] (or (lo, hi] with lo_open, [lo, hi) with hi_open). */
 static int get_num(const cJSON *obj, const char *where, const char *name, double def, double lo,
-                   bool lo_open, double hi, bool hi_open, double *out, job_error *e)
+                   bool lo_open, double hi, bool hi_open, double *out, api_error *e)
 {
     const cJSON *v = opt_field(obj, name);
     if (!v) {
@@ -207,7 +180,7 @@ static int get_num(const cJSON *obj, const char *where, const char *name, double
     double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     bool ok = isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
     if (!ok)
-        return fail(e, 400, "invalid_field", "%s%s must be a number %s %g and %s %g", where, name,
+        return api_fail(e, 400, "invalid_field", "%s%s must be a number %s %g and %s %g", where, name,
                     lo_open ? "greater than" : "at least", lo, hi_open ? "below" : "at most", hi);
     *out = x;
     return 0;
@@ -216,7 +189,7 @@ static int get_num(const cJSON *obj, const char *where, const char *name, double
 /* A string field naming one of ok (or of later: 422 not_supported). */
 static int get_choice(const cJSON *obj, const char *where, const char *name, const char *def,
                       const char *const *ok, const char *const *later, const char **out,
-                      job_error *e)
+                      api_error *e)
 {
     const cJSON *v = opt_field(obj, name);
     if (!v) {
@@ -230,18 +203,18 @@ static int get_choice(const cJSON *obj, const char *where, const char *name, con
     char oks[128];
     join_list(ok, oks, sizeof oks);
     if (cJSON_IsString(v) && in_list(later, v->valuestring))
-        return fail(e, 422, "not_supported", "%s%s \"%s\" is not supported yet; use %s", where, name,
+        return api_fail(e, 422, "not_supported", "%s%s \"%s\" is not supported yet; use %s", where, name,
                     v->valuestring, oks);
     char all[300], laters[128];
     join_list(later, laters, sizeof laters);
     snprintf(all, sizeof all, "%s%s%s", oks, laters[0] ? ", " : "", laters);
-    return fail(e, 400, "invalid_field", "%s%s must be one of %s", where, name, all);
+    return api_fail(e, 400, "invalid_field", "%s%s must be one of %s", where, name, all);
 }
 
 /* ---- the request ---------------------------------------------------------- */
 
 struct request;
-static int parse_devices(const cJSON *v, struct request *r, job_error *e);
+static int parse_devices(const cJSON *v, struct request *r, api_error *e);
 
 typedef struct request {
     double dataset_id;
@@ -252,7 +225,7 @@ typedef struct request {
     int ngpus;                  /* GPUs to train on (the CUDA backend); 0: the CPU */
     bool gpus_listed;           /* gpu_ids names them; else any free ones, chosen by the
                                  * scheduler */
-    int gpu_ids[NET_MAX_DEVICES];
+    int gpu_ids[KILN_MAX_DEVICES];
     const char *solver_type;
     double lr, momentum, weight_decay;
     bool nesterov, decay_bias;
@@ -265,7 +238,7 @@ typedef struct request {
 
 /* An optional boolean field, def when absent. */
 static int get_bool(const cJSON *obj, const char *where, const char *name, bool def, bool *out,
-                    job_error *e)
+                    api_error *e)
 {
     const cJSON *v = opt_field(obj, name);
     if (!v) {
@@ -273,14 +246,14 @@ static int get_bool(const cJSON *obj, const char *where, const char *name, bool 
         return 0;
     }
     if (!cJSON_IsBool(v))
-        return fail(e, 400, "invalid_field", "%s%s must be true or false", where, name);
+        return api_fail(e, 400, "invalid_field", "%s%s must be true or false", where, name);
     *out = cJSON_IsTrue(v);
     return 0;
 }
 
 /* The solver object: every key, its type and range, and which keys go with
  * which type (400 invalid_field: "solver.beta1 is for adam and adamw"). */
-static int parse_solver(const cJSON *solver, request *r, job_error *e)
+static int parse_solver(const cJSON *solver, request *r, api_error *e)
 {
     static const char *const sgd_only[] = { "momentum", "nesterov", "larc", NULL };
     static const char *const adam_only[] = { "beta1", "beta2", "eps", NULL };
@@ -300,11 +273,11 @@ static int parse_solver(const cJSON *solver, request *r, job_error *e)
                                        !strcmp(ty->valuestring, "adamw"));
     for (size_t i = 0; sgd_only[i] && adam; i++)
         if (opt_field(solver, sgd_only[i]))
-            return fail(e, 400, "invalid_field", "solver.%s is for type sgd; %s takes beta1, "
+            return api_fail(e, 400, "invalid_field", "solver.%s is for type sgd; %s takes beta1, "
                         "beta2 and eps", sgd_only[i], ty->valuestring);
     for (size_t i = 0; adam_only[i] && sgd; i++)
         if (opt_field(solver, adam_only[i]))
-            return fail(e, 400, "invalid_field", "solver.%s is for types adam and adamw",
+            return api_fail(e, 400, "invalid_field", "solver.%s is for types adam and adamw",
                         adam_only[i]);
     if (get_num(solver, "solver.", "momentum", adam ? 0 : MOMENTUM_DEFAULT, 0, false, 1, true,
                 &r->momentum, e) ||
@@ -314,14 +287,14 @@ static int parse_solver(const cJSON *solver, request *r, job_error *e)
         get_num(solver, "solver.", "eps", EPS_DEFAULT, 0, true, 1, false, &r->eps, e))
         return -1;
     if (r->nesterov && r->momentum <= 0)
-        return fail(e, 400, "invalid_field", "solver.nesterov needs a momentum above 0");
+        return api_fail(e, 400, "invalid_field", "solver.nesterov needs a momentum above 0");
 
     r->larc_policy = NULL;
     r->larc_eta = 0;
     const cJSON *larc = opt_field(solver, "larc");
     if (larc) {
         if (!cJSON_IsObject(larc))
-            return fail(e, 400, "invalid_field", "solver.larc must be an object: {\"policy\": "
+            return api_fail(e, 400, "invalid_field", "solver.larc must be an object: {\"policy\": "
                         "\"clip\" or \"scale\", \"eta\": 0.001}");
         if (check_fields(larc, larc_fields, "solver.larc.", "solver.larc", e) ||
             get_num(larc, "solver.larc.", "eta", LARC_ETA_DEFAULT, 0, true, 1, false,
@@ -334,28 +307,28 @@ static int parse_solver(const cJSON *solver, request *r, job_error *e)
 }
 
 /* local: kiln train, with a dataset folder instead of dataset_id. */
-static int parse_request(const cJSON *body, bool local, request *r, job_error *e)
+static int parse_request(const cJSON *body, bool local, request *r, api_error *e)
 {
     if (!cJSON_IsObject(body))
-        return fail(e, 400, "invalid_request", "the request body must be a JSON object");
+        return api_fail(e, 400, "invalid_request", "the request body must be a JSON object");
     if (check_fields(body, job_fields, "", "a job", e))
         return -1;
 
     const cJSON *ds = opt_field(body, "dataset_id");
     r->dataset_id = 0;
     if (local && ds)
-        return fail(e, 400, "invalid_field", "dataset_id is not used with a dataset folder");
+        return api_fail(e, 400, "invalid_field", "dataset_id is not used with a dataset folder");
     if (!local && !ds)
-        return fail(e, 400, "missing_field", "dataset_id is required (the id of a ready dataset)");
+        return api_fail(e, 400, "missing_field", "dataset_id is required (the id of a ready dataset)");
     if (!local && get_int(body, "", "dataset_id", 0, 1, DATASET_ID_MAX, &r->dataset_id, e))
         return -1;
 
     r->network = opt_field(body, "network");
     if (!r->network)
-        return fail(e, 400, "missing_field",
+        return api_fail(e, 400, "missing_field",
                     "network is required: a built-in network name (e.g. \"lenet\") or a spec object");
     if (!cJSON_IsString(r->network) && !cJSON_IsObject(r->network))
-        return fail(e, 400, "invalid_field",
+        return api_fail(e, 400, "invalid_field",
                     "network must be a built-in network name (a string) or a spec object");
 
     if (get_int(body, "", "epochs", EPOCHS_DEFAULT, 1, EPOCHS_MAX, &r->epochs, e) ||
@@ -369,7 +342,7 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
     const cJSON *name = opt_field(body, "name");
     if (name) {
         if (!cJSON_IsString(name) || strlen(name->valuestring) > NAME_MAX_LEN)
-            return fail(e, 400, "invalid_field", "name must be a string of at most %d bytes",
+            return api_fail(e, 400, "invalid_field", "name must be a string of at most %d bytes",
                         NAME_MAX_LEN);
         if (name->valuestring[0])
             r->name = name->valuestring;
@@ -380,7 +353,7 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
     if (!solver)
         solver = &empty;
     if (!cJSON_IsObject(solver))
-        return fail(e, 400, "invalid_field",
+        return api_fail(e, 400, "invalid_field",
                     "solver must be an object: {\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9, "
                     "\"weight_decay\": 0}");
     if (parse_solver(solver, r, e))
@@ -394,7 +367,7 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
         bool unknown = false;
         lr_policy p;
         if (lr_from_json(r->lr_policy, r->lr, 1, 1, &p, &unknown, err, sizeof err) != 0)
-            return fail(e, 400, unknown ? "unknown_field" : "invalid_field", "%s", err);
+            return api_fail(e, 400, unknown ? "unknown_field" : "invalid_field", "%s", err);
     }
 
     /* What this build cannot run comes after every 400, before the dataset. */
@@ -410,7 +383,7 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
     if (!r->loss_scaling)
         r->loss_scaling = !strcmp(r->precision, "amp-fp16") ? "dynamic" : "off";
     else if (fp32 && !strcmp(r->loss_scaling, "dynamic"))
-        return fail(e, 400, "invalid_field", "loss_scaling \"dynamic\" is for mixed precision "
+        return api_fail(e, 400, "invalid_field", "loss_scaling \"dynamic\" is for mixed precision "
                     "(precision amp-bf16 or amp-fp16), not fp32");
     return 0;
 }
@@ -419,11 +392,11 @@ static int parse_request(const cJSON *body, bool local, request *r, job_error *e
  * the CPU; 0 or [] the CPU; N any N GPUs, chosen by the scheduler when the
  * job starts; [i, j, ...] those GPUs. Several GPUs train data parallel
  * (engine/net.h), so the batch must have an image for each. */
-static int parse_devices(const cJSON *v, struct request *r, job_error *e)
+static int parse_devices(const cJSON *v, struct request *r, api_error *e)
 {
-    engine_device d[NET_MAX_DEVICES + 1];
-    int n = engine_devices(d, NET_MAX_DEVICES + 1);
-    int gpus = (n > NET_MAX_DEVICES + 1 ? NET_MAX_DEVICES + 1 : n) - 1;
+    engine_device d[KILN_MAX_DEVICES + 1];
+    int n = engine_devices(d, KILN_MAX_DEVICES + 1);
+    int gpus = (n > KILN_MAX_DEVICES + 1 ? KILN_MAX_DEVICES + 1 : n) - 1;
     r->ngpus = 0;
     r->gpus_listed = false;
     if (!v) {
@@ -435,43 +408,43 @@ static int parse_devices(const cJSON *v, struct request *r, job_error *e)
     if (cJSON_IsNumber(v)) {
         if (!(v->valuedouble >= 0 && v->valuedouble <= 1024 &&
               v->valuedouble == (int)v->valuedouble))
-            return fail(e, 400, "invalid_field", "%s", form);
+            return api_fail(e, 400, "invalid_field", "%s", form);
         r->ngpus = (int)v->valuedouble;
     } else if (cJSON_IsArray(v)) {
         const cJSON *x;
         cJSON_ArrayForEach(x, v) {
             if (!(cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble <= 1024 &&
                   x->valuedouble == (int)x->valuedouble))
-                return fail(e, 400, "invalid_field", "devices must list GPU numbers, such as "
+                return api_fail(e, 400, "invalid_field", "devices must list GPU numbers, such as "
                             "[0, 1]");
-            if (r->ngpus == NET_MAX_DEVICES)
-                return fail(e, 400, "invalid_field", "devices lists more than %d GPUs",
-                            NET_MAX_DEVICES);
+            if (r->ngpus == KILN_MAX_DEVICES)
+                return api_fail(e, 400, "invalid_field", "devices lists more than %d GPUs",
+                            KILN_MAX_DEVICES);
             for (int k = 0; k < r->ngpus; k++)
                 if (r->gpu_ids[k] == (int)x->valuedouble)
-                    return fail(e, 400, "invalid_field", "devices lists GPU %d twice",
+                    return api_fail(e, 400, "invalid_field", "devices lists GPU %d twice",
                                 r->gpu_ids[k]);
             r->gpu_ids[r->ngpus++] = (int)x->valuedouble;
         }
         r->gpus_listed = true;
     } else {
-        return fail(e, 400, "invalid_field", "%s", form);
+        return api_fail(e, 400, "invalid_field", "%s", form);
     }
     if (r->ngpus == 0)
         return 0;
     if (r->ngpus > r->batch_size)
-        return fail(e, 400, "invalid_field", "batch_size %.0f is smaller than the %d GPUs in "
+        return api_fail(e, 400, "invalid_field", "batch_size %.0f is smaller than the %d GPUs in "
                     "devices: each GPU needs at least one image of every batch",
                     r->batch_size, r->ngpus);
     if (gpus == 0)
-        return fail(e, 422, "no_gpu", "devices asks for a GPU, but this machine has none (or this "
+        return api_fail(e, 422, "no_gpu", "devices asks for a GPU, but this machine has none (or this "
                     "kiln was built without CUDA); leave devices out or give 0 to train on the CPU");
     for (int k = 0; r->gpus_listed && k < r->ngpus; k++)
         if (r->gpu_ids[k] >= gpus)
-            return fail(e, 422, "unknown_device", "there is no GPU %d (this machine has %d: 0 "
+            return api_fail(e, 422, "unknown_device", "there is no GPU %d (this machine has %d: 0 "
                         "to %d)", r->gpu_ids[k], gpus, gpus - 1);
     if (r->ngpus > gpus)
-        return fail(e, 422, "unknown_device", "devices asks for %d GPUs, but this machine has %d",
+        return api_fail(e, 422, "unknown_device", "devices asks for %d GPUs, but this machine has %d",
                     r->ngpus, gpus);
     return 0;
 }
@@ -479,20 +452,20 @@ static int parse_devices(const cJSON *v, struct request *r, job_error *e)
 /* ---- the dataset and the network ------------------------------------------ */
 
 static int load_dataset(store *st, const char *abs_data, int64_t id, char *dir, size_t dirlen,
-                        ds_info *info, job_error *e)
+                        ds_info *info, api_error *e)
 {
     store_dataset d;
     int rc = store_dataset_get(st, id, &d);
     if (rc == STORE_NOT_FOUND)
-        return fail(e, 422, "dataset_not_found", "dataset %lld does not exist", (long long)id);
+        return api_fail(e, 422, "dataset_not_found", "dataset %lld does not exist", (long long)id);
     if (rc != 0)
-        return fail(e, 500, "internal", "reading dataset %lld from the database failed", (long long)id);
+        return api_fail(e, 500, "internal", "reading dataset %lld from the database failed", (long long)id);
     if (strcmp(d.status, "ready") != 0) {
         if (!strcmp(d.status, "failed"))
-            fail(e, 409, "dataset_not_ready", "dataset %lld (\"%.64s\") failed to import (%.200s); "
+            api_fail(e, 409, "dataset_not_ready", "dataset %lld (\"%.64s\") failed to import (%.200s); "
                  "import it again", (long long)id, d.name, d.error ? d.error : "no reason recorded");
         else
-            fail(e, 409, "dataset_not_ready", "dataset %lld (\"%.64s\") is still %s (%.0f%%); wait "
+            api_fail(e, 409, "dataset_not_ready", "dataset %lld (\"%.64s\") is still %s (%.0f%%); wait "
                  "until it is ready", (long long)id, d.name, d.status, d.progress * 100);
         store_dataset_clear(&d);
         return -1;
@@ -502,18 +475,18 @@ static int load_dataset(store *st, const char *abs_data, int64_t id, char *dir, 
     snprintf(dir, dirlen, "%s/datasets/%lld", abs_data, (long long)id);
     char err[256];
     if (ds_info_load(dir, info, err, sizeof err) != 0)
-        return fail(e, 500, "dataset_unreadable", "dataset %lld is ready but its header cannot be "
+        return api_fail(e, 500, "dataset_unreadable", "dataset %lld is ready but its header cannot be "
                     "read: %s", (long long)id, err);
     if (info->train_count == 0) {
         ds_info_free(info);
-        return fail(e, 422, "dataset_empty", "dataset %lld has no training images", (long long)id);
+        return api_fail(e, 422, "dataset_empty", "dataset %lld has no training images", (long long)id);
     }
     return 0;
 }
 
 /* The spec (a new cJSON tree) and its display name, or -1 with e filled. */
 static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **spec,
-                           char *net_name, size_t namelen, job_error *e)
+                           char *net_name, size_t namelen, api_error *e)
 {
     *spec = NULL;
     if (cJSON_IsString(req_net)) {
@@ -521,18 +494,18 @@ static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **sp
         if (!text) {
             char names[256];
             join_list(net_builtin_names(), names, sizeof names);
-            return fail(e, 422, "unknown_network", "unknown network \"%.64s\"; built-in networks: %s",
+            return api_fail(e, 422, "unknown_network", "unknown network \"%.64s\"; built-in networks: %s",
                         req_net->valuestring, names);
         }
         *spec = cJSON_Parse(text);
         if (!*spec)
-            return fail(e, 500, "internal", "the built-in network \"%s\" does not parse",
+            return api_fail(e, 500, "internal", "the built-in network \"%s\" does not parse",
                         req_net->valuestring);
         snprintf(net_name, namelen, "%s", req_net->valuestring);
     } else {
         *spec = cJSON_Duplicate(req_net, 1);
         if (!*spec)
-            return fail(e, 500, "internal", "out of memory copying the network spec");
+            return api_fail(e, 500, "internal", "out of memory copying the network spec");
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(req_net, "name");
         snprintf(net_name, namelen, "%.63s",
                  cJSON_IsString(n) && n->valuestring[0] ? n->valuestring : "custom");
@@ -543,7 +516,7 @@ static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **sp
     if (net_validate(*spec, in, info->nclasses, err, sizeof err) != 0) {
         cJSON_Delete(*spec);
         *spec = NULL;
-        return fail(e, 422, "invalid_network", "%s", err);
+        return api_fail(e, 422, "invalid_network", "%s", err);
     }
     return 0;
 }
@@ -743,7 +716,7 @@ static int64_t steps_of(const request *r, const ds_info *info)
     return per_epoch * (int64_t)r->epochs;
 }
 
-int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *id, job_error *e)
+int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *id, api_error *e)
 {
     request r;
     ds_info info;
@@ -761,7 +734,7 @@ int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *
     if (parse_request(body, false, &r, e))
         goto out;
     if (!realpath(data_dir, abs_data)) {
-        fail(e, 500, "internal", "data directory %s: %s", data_dir, strerror(errno));
+        api_fail(e, 500, "internal", "data directory %s: %s", data_dir, strerror(errno));
         goto out;
     }
     if (load_dataset(st, abs_data, (int64_t)r.dataset_id, dataset_dir, sizeof dataset_dir, &info, e))
@@ -773,12 +746,12 @@ int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *
     cfg = build_config(&r, dataset_dir, &info, net_name, spec);
     spec = NULL;                              /* owned by cfg (or freed) now */
     if (!cfg || !(text = cJSON_PrintUnformatted(cfg))) {
-        fail(e, 500, "internal", "out of memory building the job config");
+        api_fail(e, 500, "internal", "out of memory building the job config");
         goto out;
     }
     if (store_job_insert(st, (int64_t)r.dataset_id, net_name, text, (int)r.epochs, &job_id, err,
                          sizeof err) != 0) {
-        fail(e, 500, "internal", "storing the job failed: %s", err);
+        api_fail(e, 500, "internal", "storing the job failed: %s", err);
         goto out;
     }
     inserted = true;
@@ -787,17 +760,17 @@ int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *
     cJSON_free(text);
     text = cJSON_Print(cfg);
     if (!text) {
-        fail(e, 500, "internal", "out of memory building the job config");
+        api_fail(e, 500, "internal", "out of memory building the job config");
         goto out;
     }
     if (make_job_dir(abs_data, job_id, job_dir, sizeof job_dir, err, sizeof err) != 0 ||
         write_atomic(job_dir, "job.json", text, err, sizeof err) != 0) {
-        fail(e, 500, "internal", "writing job.json failed: %s", err);
+        api_fail(e, 500, "internal", "writing job.json failed: %s", err);
         goto out;
     }
     if (store_job_set_config(st, job_id, text) != 0 ||
         store_job_set_progress(st, job_id, 0, 0, steps_of(&r, &info), 0, -1) != 0) {
-        fail(e, 500, "internal", "updating job %lld in the database failed", (long long)job_id);
+        api_fail(e, 500, "internal", "updating job %lld in the database failed", (long long)job_id);
         goto out;
     }
     *id = job_id;
@@ -813,7 +786,7 @@ out:
     return ret;
 }
 
-cJSON *jobspec_resolve_local(const cJSON *body, const char *dataset_dir, job_error *e)
+cJSON *jobspec_resolve_local(const cJSON *body, const char *dataset_dir, api_error *e)
 {
     request r;
     ds_info info;
@@ -823,18 +796,18 @@ cJSON *jobspec_resolve_local(const cJSON *body, const char *dataset_dir, job_err
     if (parse_request(body, true, &r, e))
         return NULL;
     if (!realpath(dataset_dir, abs_dir)) {
-        fail(e, 422, "dataset_not_found", "dataset folder %s: %s", dataset_dir, strerror(errno));
+        api_fail(e, 422, "dataset_not_found", "dataset folder %s: %s", dataset_dir, strerror(errno));
         return NULL;
     }
     if (ds_info_load(abs_dir, &info, err, sizeof err) != 0) {
-        fail(e, 422, "dataset_not_found", "%s is not a prepared dataset: %s", abs_dir, err);
+        api_fail(e, 422, "dataset_not_found", "%s is not a prepared dataset: %s", abs_dir, err);
         return NULL;
     }
     if (info.train_count == 0)
-        fail(e, 422, "dataset_empty", "dataset %s has no training images", abs_dir);
+        api_fail(e, 422, "dataset_empty", "dataset %s has no training images", abs_dir);
     else if (resolve_network(r.network, &info, &spec, net_name, sizeof net_name, e) == 0 &&
              !(cfg = build_config(&r, abs_dir, &info, net_name, spec)))
-        fail(e, 500, "internal", "out of memory building the job config");
+        api_fail(e, 500, "internal", "out of memory building the job config");
     ds_info_free(&info);
     return cfg;
 }

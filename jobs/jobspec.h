@@ -11,22 +11,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
+#include "base/err.h"    /* api_error */
 #include "db/store.h"
 
-typedef struct job_error {
-    int http_status;        /* 400, 404, 422, 500 */
-    char code[48];          /* "invalid_field", "dataset_not_found", ... */
-    char message[512];
-} job_error;
-
 /* Returns 0 with *id set, or -1 with e filled. */
-int jobspec_create(store *st, const char *data_dir, const cJSON *request, int64_t *id, job_error *e);
+int jobspec_create(store *st, const char *data_dir, const cJSON *request, int64_t *id, api_error *e);
 
 /* kiln train: validates a request as jobspec_create does (same checks and
  * errors), but for the prepared dataset in dataset_dir, with no store and no
  * dataset_id (giving one is an error). Returns the resolved job.json object
  * ("id" 0), owned by the caller, or NULL with e filled. */
-cJSON *jobspec_resolve_local(const cJSON *request, const char *dataset_dir, job_error *e);
+cJSON *jobspec_resolve_local(const cJSON *request, const char *dataset_dir, api_error *e);
 
 /* The GPUs a job's job.json asks for: returns how many (0: a CPU job), with
  * ids[0..n) filled when it names them (*listed), else any free ones will do.

@@ -34,6 +34,7 @@
  * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
  * bad command line.
  */
+#include "base/err.h"
 #include "jobs/runner.h"
 
 #include <errno.h>
@@ -77,19 +78,6 @@ static void on_stop_signal(int sig)
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err (when not NULL) with a message; a long path in it is cut short. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static double wall_now(void)
 {
@@ -171,7 +159,7 @@ typedef struct job_cfg {
     char network_name[64];
     const cJSON *network;        /* the spec, inside root */
     int epochs, batch;
-    char backend[NET_MAX_DEVICES * 4 + 8];   /* "cuda:0,1" */
+    char backend[KILN_MAX_DEVICES * 4 + 8];   /* "cuda:0,1" */
     char precision[12];
     uint64_t seed;
     int snapshot_interval;
@@ -241,12 +229,12 @@ static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
      * job names, else the first gpu_count (kiln train): net_create takes
      * "cuda:0,1" */
     const cJSON *be = cJSON_GetObjectItemCaseSensitive(r, "backend");
-    int ids[NET_MAX_DEVICES];
+    int ids[KILN_MAX_DEVICES];
     bool listed;
-    int ngpus = jobspec_gpus(r, ids, NET_MAX_DEVICES, &listed);
-    if (ngpus > NET_MAX_DEVICES) {
+    int ngpus = jobspec_gpus(r, ids, KILN_MAX_DEVICES, &listed);
+    if (ngpus > KILN_MAX_DEVICES) {
         set_err(err, errlen, "%s: %d GPUs, more than the %d a job can use", path, ngpus,
-                NET_MAX_DEVICES);
+                KILN_MAX_DEVICES);
         return -1;
     }
     if (ngpus && worker_gpus) {

@@ -32,6 +32,7 @@
  *   metrics recorded after that checkpoint's step are dropped when it starts.
  */
 #define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
+#include "base/err.h"
 #include "jobs/scheduler.h"
 
 #include <errno.h>
@@ -114,19 +115,6 @@ struct sched {
     double last_queue_check;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err (when not NULL) with a message; a long path in it is cut short. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static double now_mono(void)
 {

@@ -6,6 +6,7 @@
  * record carries file_version "brain.Event:2". tb_close fsyncs. The file is
  * created with O_EXCL: an existing file is never appended to or truncated.
  */
+#include "base/err.h"
 #include "jobs/tbevents.h"
 
 #include <errno.h>
@@ -25,16 +26,6 @@ struct tb_writer {
     char *path;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void put_le32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));

@@ -292,10 +292,10 @@ int train_main(int argc, char **argv)
     }
     cJSON_AddItemToObject(req, "network", spec);
 
-    job_error e;
+    api_error e;
     if (!(cfg = jobspec_resolve_local(req, dataset, &e))) {
         fprintf(stderr, "kiln train: %s (%s)\n", e.message, e.code);
-        status = e.http_status >= 500 ? 1 : 2;
+        status = e.status >= 500 ? 1 : 2;
         goto out;
     }
     status = 1;

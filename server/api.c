@@ -13,10 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/layout.h"           /* layout_dataset_dir, layout_job_dir */
 #include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
 #include "engine/summary.h"        /* summary_build, summary_to_json, summary_precision_known */
-#include "jobs/jobspec.h"          /* jobspec_create, jobspec_dir */
+#include "jobs/jobspec.h"          /* jobspec_create */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
@@ -363,8 +364,7 @@ static int h_dataset_delete(request *r)
     if (rc != 0)
         return http_store_error(r, "deleting the dataset");
     char dir[PATH_MAX + 64];
-    snprintf(dir, sizeof dir, "%s/datasets/%lld", srv->data_dir, (long long)r->id);
-    if (fio_rm_rf(dir) != 0)
+    if (layout_dataset_dir(dir, sizeof dir, srv->data_dir, r->id) == 0 && fio_rm_rf(dir) != 0)
         fprintf(stderr, "kiln: dataset %lld: could not remove %s: %s\n", (long long)r->id, dir,
                 strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -404,12 +404,12 @@ static int h_job_create(request *r)
     if (!doc)
         return answered;
     int64_t id = 0;
-    job_error e;
+    api_error e;
     memset(&e, 0, sizeof e);
     int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
     cJSON_Delete(doc);
     if (rc != 0) {
-        unsigned status = e.http_status >= 400 && e.http_status < 600 ? (unsigned)e.http_status : 400;
+        unsigned status = e.status >= 400 && e.status < 600 ? (unsigned)e.status : 400;
         return http_error(r, status, e.code[0] ? e.code : "invalid_request", "%s",
                           e.message[0] ? e.message : "the job request is not valid");
     }
@@ -443,8 +443,7 @@ static int h_job_delete(request *r)
     if (rc != 0)
         return http_store_error(r, "deleting the job");
     char dir[PATH_MAX];
-    jobspec_dir(srv->data_dir, r->id, dir, sizeof dir);
-    if (fio_rm_rf(dir) != 0)
+    if (layout_job_dir(dir, sizeof dir, srv->data_dir, r->id) == 0 && fio_rm_rf(dir) != 0)
         fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
@@ -506,8 +505,10 @@ static int h_job_log(request *r)
     store_job_clear(&j);
     char path[PATH_MAX + 8];
     char dir[PATH_MAX];
-    jobspec_dir(r->srv->data_dir, r->id, dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/log", dir);
+    if (layout_job_dir(dir, sizeof dir, r->srv->data_dir, r->id) != 0 ||
+        layout_file(path, sizeof path, dir, LAYOUT_JOB_LOG) != 0)
+        return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                          "the data directory's path is too long");
     struct MHD_Response *resp;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;

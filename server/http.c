@@ -213,22 +213,9 @@ cJSON *http_body_json(request *r, enum MHD_Result *answered)
 
 /* ---- the lifecycle -------------------------------------------------------- */
 
-static void set_pending(request *r, unsigned status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void set_pending(request *r, unsigned status, const char *code, const char *fmt, ...)
-{
-    r->pending_status = status;
-    snprintf(r->pending_code, sizeof r->pending_code, "%s", code);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->pending_msg, sizeof r->pending_msg, fmt, ap);
-    va_end(ap);
-}
-
 static enum MHD_Result answer_pending(request *r)
 {
-    return http_error(r, r->pending_status, r->pending_code, "%s", r->pending_msg);
+    return http_error(r, (unsigned)r->pending.status, r->pending.code, "%s", r->pending.message);
 }
 
 /* Does the request declare a body (Content-Length > 0 or chunked)? */
@@ -269,13 +256,13 @@ static enum MHD_Result request_begin(request *r)
         (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD"))) {
         r->rt = NULL;                /* a static file: answered at the end */
     } else if (rs == ROUTE_NOT_FOUND) {
-        set_pending(r, MHD_HTTP_NOT_FOUND, "not_found", "no such route: %s %s (the API is under /api/v1)",
+        api_fail(&r->pending, MHD_HTTP_NOT_FOUND, "not_found", "no such route: %s %s (the API is under /api/v1)",
                     r->method, r->url);
     } else if (rs == ROUTE_BAD_METHOD) {
-        set_pending(r, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+        api_fail(&r->pending, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                     "%s does not take %s (it takes %s)", r->url, r->method, r->allow);
     }
-    if (r->pending_status) {
+    if (r->pending.status) {
         if (body)
             return answer_pending(r);       /* early: do not read a body we will not use */
         return MHD_YES;
@@ -302,7 +289,7 @@ static enum MHD_Result request_data(request *r, const char *data, size_t size)
 {
     if (r->up)
         return upload_data(r, data, size);
-    if (r->body_too_large || r->pending_status)
+    if (r->body_too_large || r->pending.status)
         return MHD_YES;                     /* read and dropped; answered at the end */
     if (size > HTTP_JSON_MAX - r->body_len) {
         r->body_too_large = true;
@@ -332,7 +319,7 @@ static enum MHD_Result request_data(request *r, const char *data, size_t size)
 /* The body is complete: answer. */
 static enum MHD_Result request_end(request *r)
 {
-    if (r->pending_status)
+    if (r->pending.status)
         return answer_pending(r);
     if (r->body_too_large)
         return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",

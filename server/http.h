@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 
+#include "base/err.h"      /* api_error */
 #include "server/route.h"
 #include "server/server.h"
 
@@ -39,9 +40,7 @@ typedef struct request {
     int64_t id;                   /* the route's :id */
 
     /* An answer decided before the handler (404/405/413): given at the end. */
-    unsigned pending_status;
-    char pending_code[48];
-    char pending_msg[256];
+    api_error pending;            /* status 0: none */
     char allow[64];               /* Allow header of a 405 */
 
     char *body;                   /* BODY_JSON/BODY_NONE bytes, NUL-terminated */

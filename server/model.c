@@ -1,5 +1,6 @@
 /* server/model.c: the model download as a tarball (contract in model.h). */
 #define _GNU_SOURCE           /* O_TMPFILE */
+#include "base/layout.h"     /* layout_job_dir, layout_subdir */
 #include "server/model.h"
 
 #include <dirent.h>
@@ -20,7 +21,6 @@
 
 #include "engine/checkpoint.h" /* ckpt_export_weights */
 #include "engine/dataset.h"   /* ds_info_load */
-#include "jobs/jobspec.h"     /* jobspec_dir */
 
 #define MODEL_EPOCH_MAX 1000000
 
@@ -426,7 +426,11 @@ int model_handle(request *r)
         goto out;
     }
     char job_dir[PATH_MAX];
-    jobspec_dir(srv->data_dir, j.id, job_dir, sizeof job_dir);
+    if (layout_job_dir(job_dir, sizeof job_dir, srv->data_dir, j.id) != 0) {
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                         "the data directory's path is too long");
+        goto out;
+    }
     if (!pick_weights(r, &j, job_dir, (int)want_epoch, &p, &ret))
         goto out;
 
@@ -445,7 +449,7 @@ int model_handle(request *r)
     }
 
     char tmpdir[PATH_MAX + 16];
-    snprintf(tmpdir, sizeof tmpdir, "%s/uploads", srv->data_dir);
+    layout_subdir(tmpdir, sizeof tmpdir, srv->data_dir, LAYOUT_UPLOADS);
     if (!p.final && export_snapshot(tmpdir, &p, err, sizeof err) != 0) {
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
         goto out;

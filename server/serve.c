@@ -15,6 +15,7 @@
  * moment; close the store.
  */
 #define _GNU_SOURCE           /* realpath, getopt_long */
+#include "base/layout.h"     /* the data directory's sub-folders */
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -178,7 +179,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
 
 static int prepare_data_dir(server *srv, const char *data)
 {
-    static const char *const subdirs[] = { "datasets", "jobs", "uploads" };
+    static const char *const subdirs[] = { LAYOUT_DATASETS, LAYOUT_JOBS, LAYOUT_UPLOADS };
     char path[PATH_MAX + 32];
     if (fio_mkdir_p(data) != 0) {
         fprintf(stderr, "kiln serve: cannot create the data directory %s: %s\n", data, strerror(errno));
@@ -189,13 +190,12 @@ static int prepare_data_dir(server *srv, const char *data)
         return -1;
     }
     for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", srv->data_dir, subdirs[i]);
-        if (fio_mkdir_p(path) != 0) {
+        if (layout_subdir(path, sizeof path, srv->data_dir, subdirs[i]) != 0 || fio_mkdir_p(path) != 0) {
             fprintf(stderr, "kiln serve: cannot create %s: %s\n", path, strerror(errno));
             return -1;
         }
     }
-    snprintf(path, sizeof path, "%s/uploads", srv->data_dir);
+    layout_subdir(path, sizeof path, srv->data_dir, LAYOUT_UPLOADS);
     fio_empty_dir(path);                    /* what a previous server left */
     return 0;
 }
@@ -340,7 +340,7 @@ int serve_main(int argc, char **argv)
     resolve_dir("web dir", o.web_dir, srv.web_dir, sizeof srv.web_dir);
     resolve_dir("static dir", o.static_dir, srv.static_dir, sizeof srv.static_dir);
 
-    snprintf(path, sizeof path, "%s/kiln.db", srv.data_dir);
+    layout_file(path, sizeof path, srv.data_dir, LAYOUT_DB_FILE);
     srv.st = store_open(path, err, sizeof err);
     if (!srv.st) {
         fprintf(stderr, "kiln serve: cannot open %s: %s\n", path, err);

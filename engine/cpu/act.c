@@ -4,7 +4,7 @@
  * output and the forward pass may run in place. */
 #include "engine/cpu/cpu.h"
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **out,
                  char *err, size_t errlen)
@@ -17,7 +17,7 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
     const dnnl_dim_t dims[] = { d->n, (dnnl_dim_t)d->size };
     dnnl_alg_kind_t alg;
     if (d->layout == BE_BLOCKED16 && (d->c < 1 || d->size % (size_t)d->c)) {
-        eng_err(err, errlen, "cpu backend: a blocked activation needs its channel count");
+        set_err(err, errlen, "cpu backend: a blocked activation needs its channel count");
         goto out;
     }
 
@@ -26,7 +26,7 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
     case BE_ACT_RELU:
         alg = dnnl_eltwise_relu_use_dst_for_bwd;
         if (!(d->alpha >= 0.0f)) {
-            eng_err(err, errlen, "cpu backend: leaky relu slope %g must be >= 0", d->alpha);
+            set_err(err, errlen, "cpu backend: leaky relu slope %g must be >= 0", d->alpha);
             goto out;
         }
         break;
@@ -37,7 +37,7 @@ int cpu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **o
         alg = dnnl_eltwise_tanh_use_dst_for_bwd;
         break;
     default:
-        eng_err(err, errlen, "cpu backend: activation %d is not supported", (int)d->alg);
+        set_err(err, errlen, "cpu backend: activation %d is not supported", (int)d->alg);
         goto out;
     }
     if (d->layout == BE_BLOCKED16 ?

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 
 #include "engine/elementwise.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 /* The reorders of a plan (be_plan.re[]). */
 enum { RE_X, RE_Y, RE_DY, RE_DX };
@@ -35,7 +35,7 @@ int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out
 
     *out = NULL;
     if (!(d->eps > 0.0f))
-        return eng_err(err, errlen, "cpu backend: batch norm eps %g must be positive", d->eps);
+        return set_err(err, errlen, "cpu backend: batch norm eps %g must be positive", d->eps);
     if (cpu_act_md(&plain, d->n, d->c, d->h, d->w, d->layout, d->dtype, err, errlen) < 0 ||
         cpu_md_dt(&data, 4, dims, d->c >= 16 ? dnnl_nChw16c : dnnl_nchw, cpu_dt(d->dtype), err,
                   errlen) < 0)
@@ -80,7 +80,7 @@ int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out
         if (!(passes & BE_BWD_DATA)) {
             size_t bytes = dnnl_memory_desc_get_size(&data);
             if (!(p->workspace = aligned_alloc(64, (bytes + 63) / 64 * 64))) {
-                eng_err(err, errlen, "cpu backend: cannot allocate %zu bytes for batch norm",
+                set_err(err, errlen, "cpu backend: cannot allocate %zu bytes for batch norm",
                         bytes);
                 goto out;
             }
@@ -127,7 +127,7 @@ int cpu_bn_bwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy, const
     int fail = 0;
     void *dxp = dx ? cpu_stage_out(ctx, &p->re[RE_DX], CPU_TMP_WEI, cpu_ptr(dx)) : p->workspace;
     if (!dxp)
-        return eng_err(err, errlen, "cpu backend: batch norm plan made to compute dx");
+        return set_err(err, errlen, "cpu backend: batch norm plan made to compute dx");
     void *data[] = { cpu_stage_in(ctx, &p->re[RE_X], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
                      cpu_stage_in(ctx, &p->re[RE_DY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
                                   errlen),
@@ -149,7 +149,7 @@ int cpu_bn_running(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_buf 
     size_t bytes = (size_t)c * sizeof(float);
     if (c < 0 || bytes > run_mean->bytes || bytes > run_var->bytes || bytes > mean->bytes ||
         bytes > var->bytes)
-        return eng_err(err, errlen, "cpu backend: batch norm statistics of %d channels "
+        return set_err(err, errlen, "cpu backend: batch norm statistics of %d channels "
                        "overrun their buffers", c);
     float *rm = run_mean->p, *rv = run_var->p;
     const float *bm = mean->p, *bv = var->p;

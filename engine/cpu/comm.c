@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "engine/cpu/cpu.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 struct be_comm {
     int n;
@@ -36,11 +36,11 @@ int cpu_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_t
     (void)ctxs;
     *out = NULL;
     if (n < 1)
-        return eng_err(err, errlen, "cpu backend: a communicator needs at least one rank");
+        return set_err(err, errlen, "cpu backend: a communicator needs at least one rank");
     be_comm *c = calloc(1, sizeof *c);
     if (!c || !(c->slot = calloc((size_t)n, sizeof *c->slot))) {
         free(c);
-        return eng_err(err, errlen, "cpu backend: out of memory");
+        return set_err(err, errlen, "cpu backend: out of memory");
     }
     c->n = n;
     pthread_mutex_init(&c->mu, NULL);
@@ -90,11 +90,11 @@ int cpu_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const 
 {
     (void)ctx;
     if (rank < 0 || rank >= c->n)
-        return eng_err(err, errlen, "cpu backend: rank %d of a communicator of %d", rank, c->n);
+        return set_err(err, errlen, "cpu backend: rank %d of a communicator of %d", rank, c->n);
     for (int j = 0; j < k; j++) {
         size_t count = counts[j];
         if (count * sizeof(float) > bufs[j]->bytes)
-            return eng_err(err, errlen, "cpu backend: allreduce of %zu floats in a buffer of "
+            return set_err(err, errlen, "cpu backend: allreduce of %zu floats in a buffer of "
                            "%zu bytes", count, bufs[j]->bytes);
         c->slot[rank] = bufs[j]->p;
         if (barrier(c) < 0)
@@ -113,7 +113,7 @@ int cpu_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const 
     }
     return 0;
 aborted:
-    return eng_err(err, errlen, "cpu backend: the allreduce was abandoned (another replica "
+    return set_err(err, errlen, "cpu backend: the allreduce was abandoned (another replica "
                    "failed)");
 }
 

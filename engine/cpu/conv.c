@@ -21,7 +21,7 @@
 
 #include <string.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 typedef struct conv_mds {
     dnnl_memory_desc_t src, wei, dwei, bias, dst;   /* as the caller's buffers hold them */
@@ -33,7 +33,7 @@ static int conv_mds_init(const be_conv_desc *d, conv_mds *m, char *err, size_t e
     const dnnl_dim_t bias[] = { d->k };
     int g = d->groups;
     if (g < 1 || d->c % g || d->k % g)
-        return eng_err(err, errlen, "cpu backend: conv groups %d do not divide %d and %d",
+        return set_err(err, errlen, "cpu backend: conv groups %d do not divide %d and %d",
                        g, d->c, d->k);
     if (cpu_act_md(&m->src, d->n, d->c, d->h, d->w, d->src_layout, d->src_dtype, err,
                    errlen) < 0 ||
@@ -203,7 +203,7 @@ int cpu_conv_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w, cons
 {
     int fail = 0;
     if (!p->fwd.prim)
-        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+        return set_err(err, errlen, "cpu backend: this plan was made without that pass");
     void *data[] = { cpu_stage_in(ctx, &p->re[RE_FX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
                      cpu_stage_in(ctx, &p->re[RE_FW], CPU_TMP_WEI, cpu_ptr(w), &fail, err, errlen),
                      cpu_stage_out(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y)), cpu_ptr(b) };
@@ -219,7 +219,7 @@ int cpu_conv_bwd_data(be_ctx *ctx, be_plan *p, const be_buf *dy, const be_buf *w
 {
     int fail = 0;
     if (!p->bwd_data.prim)
-        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+        return set_err(err, errlen, "cpu backend: this plan was made without that pass");
     void *data[] = { cpu_stage_in(ctx, &p->re[RE_BDY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
                                   errlen),
                      cpu_stage_in(ctx, &p->re[RE_BW], CPU_TMP_WEI, cpu_ptr(w), &fail, err, errlen),
@@ -236,7 +236,7 @@ int cpu_conv_bwd_weights(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf 
 {
     int fail = 0;
     if (!p->bwd_weights.prim)
-        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+        return set_err(err, errlen, "cpu backend: this plan was made without that pass");
     void *data[] = { cpu_stage_in(ctx, &p->re[RE_WX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),
                      cpu_stage_in(ctx, &p->re[RE_WDY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
                                   errlen),

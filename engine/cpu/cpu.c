@@ -8,13 +8,13 @@
 #include <string.h>
 
 #include "engine/elementwise.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 #define CPU_ALIGN 64
 
 int cpu_dnnl_err(dnnl_status_t s, const char *what, char *err, size_t errlen)
 {
-    return eng_err(err, errlen, "cpu backend: oneDNN %s failed: %s", what, dnnl_status2str(s));
+    return set_err(err, errlen, "cpu backend: oneDNN %s failed: %s", what, dnnl_status2str(s));
 }
 
 /* ---- context --------------------------------------------------------------- */
@@ -42,10 +42,10 @@ static int ctx_create(int device, be_ctx **out, char *err, size_t errlen)
     /* Every device number is the one CPU: "cpu:0,1" is two replicas of a net
      * on it, which the data-parallel code's tests use (engine/cpu/comm.c). */
     if (device < 0)
-        return eng_err(err, errlen, "cpu backend: there is no device %d", device);
+        return set_err(err, errlen, "cpu backend: there is no device %d", device);
     be_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
-        return eng_err(err, errlen, "cpu backend: out of memory");
+        return set_err(err, errlen, "cpu backend: out of memory");
     DNNL_TRY(dnnl_engine_create(&ctx->eng, dnnl_cpu, 0), "engine_create");
     DNNL_TRY(dnnl_stream_create(&ctx->stream, ctx->eng, dnnl_stream_default_flags),
              "stream_create");
@@ -82,7 +82,7 @@ static be_buf *buf_alloc(be_ctx *ctx, size_t bytes, char *err, size_t errlen)
     if (!b || !p) {
         free(b);
         free(p);
-        eng_err(err, errlen, "cpu backend: cannot allocate %zu bytes", bytes);
+        set_err(err, errlen, "cpu backend: cannot allocate %zu bytes", bytes);
         return NULL;
     }
     b->p = p;
@@ -102,7 +102,7 @@ static int buf_upload(be_ctx *ctx, be_buf *dst, size_t offset, const void *src, 
                       char *err, size_t errlen)
 {
     if (offset > dst->bytes || bytes > dst->bytes - offset)
-        return eng_err(err, errlen, "cpu backend: upload of %zu bytes at %zu overruns a "
+        return set_err(err, errlen, "cpu backend: upload of %zu bytes at %zu overruns a "
                        "%zu-byte buffer", bytes, offset, dst->bytes);
     memcpy((char *)dst->p + offset, src, bytes);
     return 0;
@@ -112,7 +112,7 @@ static int buf_download(be_ctx *ctx, const be_buf *src, size_t offset, void *dst
                         char *err, size_t errlen)
 {
     if (offset > src->bytes || bytes > src->bytes - offset)
-        return eng_err(err, errlen, "cpu backend: download of %zu bytes at %zu overruns a "
+        return set_err(err, errlen, "cpu backend: download of %zu bytes at %zu overruns a "
                        "%zu-byte buffer", bytes, offset, src->bytes);
     memcpy(dst, (const char *)src->p + offset, bytes);
     return 0;
@@ -170,7 +170,7 @@ static int dtype_check(be_ctx *ctx, be_dtype dt, char *err, size_t errlen)
         return 0;
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core)
-        return eng_err(err, errlen, "amp-bf16 needs a CPU with AVX-512 (oneDNN's bfloat16 "
+        return set_err(err, errlen, "amp-bf16 needs a CPU with AVX-512 (oneDNN's bfloat16 "
                        "kernels); this one has none: use fp32, or amp-fp16 to try FP16's "
                        "numerics");
     return 0;
@@ -189,7 +189,7 @@ static int grow_scratch(be_ctx *ctx, size_t bytes, char *err, size_t errlen)
         return 0;
     void *p = aligned_zalloc(bytes);
     if (!p)
-        return eng_err(err, errlen, "cpu backend: cannot allocate a %zu-byte scratchpad", bytes);
+        return set_err(err, errlen, "cpu backend: cannot allocate a %zu-byte scratchpad", bytes);
     free(ctx->scratch);
     ctx->scratch = p;
     ctx->scratch_bytes = bytes;
@@ -205,7 +205,7 @@ int cpu_prim_make(be_ctx *ctx, const_dnnl_primitive_desc_t pd, int nargs, const 
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
                                                                      args[i]);
         if (!md || md->ndims == 0) {
-            eng_err(err, errlen, "cpu backend: primitive has no argument %d", args[i]);
+            set_err(err, errlen, "cpu backend: primitive has no argument %d", args[i]);
             goto out;
         }
         DNNL_TRY(dnnl_memory_create(&p->mem[i], md, ctx->eng, DNNL_MEMORY_NONE),
@@ -235,7 +235,7 @@ int cpu_prim_run(be_ctx *ctx, cpu_prim *p, void *const *data, char *err, size_t 
     dnnl_exec_arg_t ea[CPU_MAX_ARGS + 1];
     int n = 0;
     if (!p->prim)
-        return eng_err(err, errlen, "cpu backend: this plan was made without that pass");
+        return set_err(err, errlen, "cpu backend: this plan was made without that pass");
     for (int i = 0; i < p->nargs; i++) {
         DNNL_TRY(dnnl_memory_set_data_handle(p->mem[i], data[i]), "memory_set_data_handle");
         ea[n].arg = p->args[i];
@@ -283,7 +283,7 @@ int cpu_reorder_make(be_ctx *ctx, const dnnl_memory_desc_t *from, const dnnl_mem
     if (bytes > ctx->tmp_bytes[slot]) {
         void *p = aligned_zalloc(bytes);
         if (!p)
-            return eng_err(err, errlen, "cpu backend: cannot allocate a %zu-byte staging buffer",
+            return set_err(err, errlen, "cpu backend: cannot allocate a %zu-byte staging buffer",
                            bytes);
         free(ctx->tmp[slot]);
         ctx->tmp[slot] = p;
@@ -328,7 +328,7 @@ be_plan *cpu_plan_new(cpu_plan_kind kind, char *err, size_t errlen)
 {
     be_plan *p = calloc(1, sizeof *p);
     if (!p)
-        eng_err(err, errlen, "cpu backend: out of memory");
+        set_err(err, errlen, "cpu backend: out of memory");
     else
         p->kind = kind;
     return p;

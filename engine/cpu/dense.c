@@ -9,7 +9,7 @@
  * through the context's staging buffers. */
 #include "engine/cpu/cpu.h"
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 /* The reorders of a plan (be_plan.re[]): casts of x and dy into the
  * products' type, per pass. */
@@ -82,7 +82,7 @@ int cpu_dense_plan(be_ctx *ctx, const be_dense_desc *d, unsigned passes, be_plan
                              &p->re[RE_WDY], err, errlen) < 0)
             goto out;
         if (!dnnl_memory_desc_equal(pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &dwei)) {
-            eng_err(err, errlen, "cpu backend: the inner product wants its weight gradient in "
+            set_err(err, errlen, "cpu backend: the inner product wants its weight gradient in "
                     "another layout");
             goto out;
         }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "engine/elementwise.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 #define EW_PAR 65536               /* elements below which one thread is faster */
 
@@ -46,7 +46,7 @@ int cpu_acc(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, be_dtype 
             char *err, size_t errlen)
 {
     if (!fits(dst, count, dt) || !fits(src, count, dt))
-        return eng_err(err, errlen, "cpu backend: accumulate of %zu elements overruns its "
+        return set_err(err, errlen, "cpu backend: accumulate of %zu elements overruns its "
                        "buffers", count);
     if (beta == 0.0f) {
         if (dst->p != src->p)
@@ -73,7 +73,7 @@ int cpu_cast(be_ctx *ctx, const be_buf *src, be_dtype sdt, be_buf *dst, be_dtype
              size_t count, char *err, size_t errlen)
 {
     if (!fits(src, count, sdt) || !fits(dst, count, ddt))
-        return eng_err(err, errlen, "cpu backend: cast of %zu elements overruns its buffers",
+        return set_err(err, errlen, "cpu backend: cast of %zu elements overruns its buffers",
                        count);
     const void *s = src->p;
     void *d = dst->p;
@@ -139,13 +139,13 @@ int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const 
     const be_dtype dt = d->dtype;
     const bool blocked = d->layout == BE_BLOCKED16;
     if (blocked && (c == 0 || hw == 0 || count % (c16 * hw)))
-        return eng_err(err, errlen, "cpu backend: blocked dropout of %zu elements in images of "
+        return set_err(err, errlen, "cpu backend: blocked dropout of %zu elements in images of "
                        "%zu x %zu", count, c, hw);
     if (!fits(x, count, dt) || !fits(y, count, dt) || (training && !fits(mask, count, BE_F32)))
-        return eng_err(err, errlen, "cpu backend: dropout of %zu elements overruns its "
+        return set_err(err, errlen, "cpu backend: dropout of %zu elements overruns its "
                        "buffers", count);
     if (!(rate >= 0.0f && rate < 1.0f))
-        return eng_err(err, errlen, "cpu backend: dropout rate %g must be in [0, 1)", rate);
+        return set_err(err, errlen, "cpu backend: dropout rate %g must be in [0, 1)", rate);
     if (!training) {
         if (x->p != y->p)
             memcpy(y->p, x->p, count * (dt == BE_BF16 ? 2 : sizeof(float)));
@@ -195,7 +195,7 @@ int cpu_dropout_bwd(be_ctx *ctx, const be_dropout_desc *d, const be_buf *mask, c
     const size_t count = d->count;
     const be_dtype dt = d->dtype;
     if (!fits(mask, count, BE_F32) || !fits(dy, count, dt) || !fits(dx, count, dt))
-        return eng_err(err, errlen, "cpu backend: dropout backward of %zu elements overruns "
+        return set_err(err, errlen, "cpu backend: dropout backward of %zu elements overruns "
                        "its buffers", count);
     const float *mp = mask->p;
     if (dt == BE_F32) {

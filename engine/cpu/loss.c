@@ -8,13 +8,13 @@
 #include <stdlib.h>
 
 #include "engine/elementwise.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 int cpu_xent_plan(be_ctx *ctx, const be_xent_desc *d, be_plan **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (d->n < 1 || d->classes < 1)
-        return eng_err(err, errlen, "cpu backend: softmax cross-entropy needs n, classes > 0");
+        return set_err(err, errlen, "cpu backend: softmax cross-entropy needs n, classes > 0");
     be_plan *p = cpu_plan_new(CPU_PLAN_XENT, err, errlen);
     if (!p)
         return -1;
@@ -24,7 +24,7 @@ int cpu_xent_plan(be_ctx *ctx, const be_xent_desc *d, be_plan **out, char *err, 
     p->row_hit = malloc((size_t)d->n * sizeof *p->row_hit);
     if (!p->row_loss || !p->row_hit) {
         cpu_backend.plan_free(ctx, p);
-        return eng_err(err, errlen, "cpu backend: out of memory");
+        return set_err(err, errlen, "cpu backend: out of memory");
     }
     *out = p;
     return 0;

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen)
 {
@@ -19,10 +19,10 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
 
     *out = NULL;
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
-        return eng_err(err, errlen, "cpu backend: add of %d inputs (2 to %d)", d->k,
+        return set_err(err, errlen, "cpu backend: add of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
     if (d->layout == BE_BLOCKED16 && (d->c < 1 || d->size % (size_t)d->c))
-        return eng_err(err, errlen, "cpu backend: a blocked add needs its channel count");
+        return set_err(err, errlen, "cpu backend: a blocked add needs its channel count");
     if (d->layout == BE_BLOCKED16 ?
         cpu_act_md(&dst, d->n, d->c, (int)(d->size / (size_t)d->c), 1, d->layout, d->dtype,
                    err, errlen) < 0 :
@@ -83,7 +83,7 @@ int cpu_concat_plan(be_ctx *ctx, const be_concat_desc *d, be_plan **out,
 
     *out = NULL;
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
-        return eng_err(err, errlen, "cpu backend: concat of %d inputs (2 to %d)", d->k,
+        return set_err(err, errlen, "cpu backend: concat of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
     if (!(p = cpu_plan_new(CPU_PLAN_CONCAT, err, errlen)))
         goto out;
@@ -93,7 +93,7 @@ int cpu_concat_plan(be_ctx *ctx, const be_concat_desc *d, be_plan **out,
     for (int i = 0; i < d->k; i++) {
         const dnnl_dim_t dims[] = { d->n, d->c[i], d->h, d->w };
         if (d->c[i] < 1) {
-            eng_err(err, errlen, "cpu backend: concat input %d has %d channels", i, d->c[i]);
+            set_err(err, errlen, "cpu backend: concat input %d has %d channels", i, d->c[i]);
             goto out;
         }
         if (cpu_md_dt(&src[i], 4, dims, dnnl_nchw, cpu_dt(d->dtype), err, errlen) < 0)
@@ -131,14 +131,14 @@ int cpu_concat_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, int i, be_buf *dx,
                    char *err, size_t errlen)
 {
     if (i < 0 || i >= p->k)
-        return eng_err(err, errlen, "cpu backend: concat has no input %d", i);
+        return set_err(err, errlen, "cpu backend: concat has no input %d", i);
     size_t chunk = (size_t)(p->coff[i + 1] - p->coff[i]) * p->hw;
     size_t stride = (size_t)p->coff[p->k] * p->hw, off = (size_t)p->coff[i] * p->hw;
     const size_t es = p->esize;
     const char *s = dy->p;
     char *d = dx->p;
     if ((size_t)p->n * stride * es > dy->bytes || (size_t)p->n * chunk * es > dx->bytes)
-        return eng_err(err, errlen, "cpu backend: concat backward overruns its buffers");
+        return set_err(err, errlen, "cpu backend: concat backward overruns its buffers");
 #pragma omp parallel for schedule(static) if ((size_t)p->n * chunk > 65536)
     for (int n = 0; n < p->n; n++)
         cpu_acc_span(d + (size_t)n * chunk * es, s + ((size_t)n * stride + off) * es, chunk,

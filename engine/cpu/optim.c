@@ -6,14 +6,14 @@
 #include <math.h>
 
 #include "engine/elementwise.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 int cpu_sgd_update(be_ctx *ctx, be_buf *w, be_buf *v, const be_buf *g, size_t count,
                    const be_sgd *hp, char *err, size_t errlen)
 {
     size_t bytes = count * sizeof(float);
     if (bytes > w->bytes || bytes > v->bytes || bytes > g->bytes)
-        return eng_err(err, errlen, "cpu backend: sgd update of %zu elements overruns its "
+        return set_err(err, errlen, "cpu backend: sgd update of %zu elements overruns its "
                        "buffers", count);
     float *wp = w->p, *vp = v->p;
     const float *gp = g->p;
@@ -28,7 +28,7 @@ int cpu_nonfinite(be_ctx *ctx, const be_buf *b, size_t count, bool *found,
                   char *err, size_t errlen)
 {
     if (count * sizeof(float) > b->bytes)
-        return eng_err(err, errlen, "cpu backend: check of %zu elements overruns its buffer",
+        return set_err(err, errlen, "cpu backend: check of %zu elements overruns its buffer",
                        count);
     const float *p = b->p;
     int bad = 0;
@@ -43,7 +43,7 @@ int cpu_unscale(be_ctx *ctx, be_buf *g, size_t count, float factor, bool *found,
                 char *err, size_t errlen)
 {
     if (count * sizeof(float) > g->bytes)
-        return eng_err(err, errlen, "cpu backend: unscale of %zu elements overruns its buffer",
+        return set_err(err, errlen, "cpu backend: unscale of %zu elements overruns its buffer",
                        count);
     float *p = g->p;
     int bad = 0;
@@ -61,10 +61,10 @@ int cpu_optim_update(be_ctx *ctx, const be_optim *hp, be_buf *w, be_buf *s1, be_
     size_t bytes = count * sizeof(float);
     bool adam = hp->kind == BE_OPT_ADAM;
     if (hp->kind != BE_OPT_SGD && !adam)
-        return eng_err(err, errlen, "cpu backend: unknown optimizer kind %d", (int)hp->kind);
+        return set_err(err, errlen, "cpu backend: unknown optimizer kind %d", (int)hp->kind);
     if (bytes > w->bytes || bytes > s1->bytes || bytes > g->bytes ||
         (adam && (!s2 || bytes > s2->bytes)))
-        return eng_err(err, errlen, "cpu backend: optimizer update of %zu elements overruns "
+        return set_err(err, errlen, "cpu backend: optimizer update of %zu elements overruns "
                        "its buffers", count);
     float *wp = w->p, *ap = s1->p;
     const float *gp = g->p;
@@ -92,7 +92,7 @@ int cpu_optim_update(be_ctx *ctx, const be_optim *hp, be_buf *w, be_buf *s1, be_
 int cpu_sumsq(be_ctx *ctx, const be_buf *b, size_t count, double *out, char *err, size_t errlen)
 {
     if (count * sizeof(float) > b->bytes)
-        return eng_err(err, errlen, "cpu backend: norm of %zu elements overruns its buffer",
+        return set_err(err, errlen, "cpu backend: norm of %zu elements overruns its buffer",
                        count);
     const float *p = b->p;
     double part[SUMSQ_CHUNKS];

@@ -10,7 +10,7 @@
 
 #include <stdlib.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 int cpu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan **out,
                   char *err, size_t errlen)
@@ -37,7 +37,7 @@ int cpu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan *
         alg = dnnl_pooling_avg_include_padding;
         break;
     default:
-        eng_err(err, errlen, "cpu backend: pooling algorithm %d is not supported", (int)d->alg);
+        set_err(err, errlen, "cpu backend: pooling algorithm %d is not supported", (int)d->alg);
         goto out;
     }
     if (cpu_act_md(&src, d->n, d->c, d->h, d->w, d->src_layout, d->dtype, err, errlen) < 0 ||
@@ -61,7 +61,7 @@ int cpu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan *
     size_t wbytes = wmd ? dnnl_memory_desc_get_size(wmd) : 0;
     if (train && wbytes > 0) {
         if (!(p->workspace = aligned_alloc(64, (wbytes + 63) / 64 * 64))) {
-            eng_err(err, errlen, "cpu backend: cannot allocate a %zu-byte pooling workspace",
+            set_err(err, errlen, "cpu backend: cannot allocate a %zu-byte pooling workspace",
                     wbytes);
             goto out;
         }

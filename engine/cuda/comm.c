@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "engine/cuda/internal.h"
-#include "engine/errors.h"
+#include "base/err.h"
 
 struct be_comm {
     int n;
@@ -25,7 +25,7 @@ struct be_comm {
 
 static int nccl_err(ncclResult_t r, const char *what, char *err, size_t errlen)
 {
-    return eng_err(err, errlen, "cuda backend: NCCL %s: %s", what, ncclGetErrorString(r));
+    return set_err(err, errlen, "cuda backend: NCCL %s: %s", what, ncclGetErrorString(r));
 }
 
 void cuda_comm_free(be_comm *c)
@@ -59,7 +59,7 @@ int cuda_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_
         !(c->stream = calloc((size_t)n, sizeof *c->stream)) ||
         !(c->ready = calloc((size_t)n, sizeof *c->ready)) ||
         !(c->done = calloc((size_t)n, sizeof *c->done))) {
-        eng_err(err, errlen, "cuda backend: out of memory");
+        set_err(err, errlen, "cuda backend: out of memory");
         goto out;
     }
     c->n = n;
@@ -67,7 +67,7 @@ int cuda_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_
         devs[i] = ctxs[i]->device;
         for (int j = 0; j < i; j++)
             if (devs[j] == devs[i]) {
-                eng_err(err, errlen, "cuda backend: GPU %d is listed twice (one replica per GPU)",
+                set_err(err, errlen, "cuda backend: GPU %d is listed twice (one replica per GPU)",
                         devs[i]);
                 goto out;
             }
@@ -116,7 +116,7 @@ int cuda_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const
                    int k, char *err, size_t errlen)
 {
     if (rank < 0 || rank >= c->n || !c->comm[rank])
-        return eng_err(err, errlen, "cuda backend: the allreduce was abandoned (another "
+        return set_err(err, errlen, "cuda backend: the allreduce was abandoned (another "
                        "replica failed)");
     CU_TRY(cudaEventRecord(c->ready[rank], ctx->stream), "ordering an allreduce");
     CU_TRY(cudaStreamWaitEvent(c->stream[rank], c->ready[rank], 0), "ordering an allreduce");
@@ -135,7 +135,7 @@ int cuda_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const
 int cuda_allreduce_wait(be_ctx *ctx, be_comm *c, int rank, char *err, size_t errlen)
 {
     if (rank < 0 || rank >= c->n)
-        return eng_err(err, errlen, "cuda backend: rank %d of a communicator of %d", rank, c->n);
+        return set_err(err, errlen, "cuda backend: rank %d of a communicator of %d", rank, c->n);
     CU_TRY(cudaEventRecord(c->done[rank], c->stream[rank]), "waiting for the allreduce");
     CU_TRY(cudaStreamWaitEvent(ctx->stream, c->done[rank], 0), "waiting for the allreduce");
     return 0;

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 #include "engine/cuda/internal.h"
 
 int cu_err(cudaError_t e, const char *what, char *err, size_t errlen)
 {
     (void)cudaGetLastError();
-    return eng_err(err, errlen, "cuda backend: %s: %s", what, cudaGetErrorString(e));
+    return set_err(err, errlen, "cuda backend: %s: %s", what, cudaGetErrorString(e));
 }
 
 /* ---- context and buffers --------------------------------------------------- */
@@ -45,11 +45,11 @@ static int ctx_create(int device, be_ctx **out, char *err, size_t errlen)
     if (e != cudaSuccess)
         return cu_err(e, "no usable CUDA device", err, errlen);
     if (device < 0 || device >= n)
-        return eng_err(err, errlen, "cuda backend: there is no GPU %d (this machine has %d)",
+        return set_err(err, errlen, "cuda backend: there is no GPU %d (this machine has %d)",
                        device, n);
     be_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
-        return eng_err(err, errlen, "cuda backend: out of memory");
+        return set_err(err, errlen, "cuda backend: out of memory");
     ctx->device = device;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -77,12 +77,12 @@ static int ctx_create(int device, be_ctx **out, char *err, size_t errlen)
 
 int dnn_err(cudnnStatus_t s, const char *what, char *err, size_t errlen)
 {
-    return eng_err(err, errlen, "cuda backend: cuDNN %s: %s", what, cudnnGetErrorString(s));
+    return set_err(err, errlen, "cuda backend: cuDNN %s: %s", what, cudnnGetErrorString(s));
 }
 
 int blas_err(cublasStatus_t s, const char *what, char *err, size_t errlen)
 {
-    return eng_err(err, errlen, "cuda backend: cuBLAS %s: status %d", what, (int)s);
+    return set_err(err, errlen, "cuda backend: cuBLAS %s: status %d", what, (int)s);
 }
 
 static int mem_info(be_ctx *ctx, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
@@ -110,7 +110,7 @@ static int dtype_check(be_ctx *ctx, be_dtype dt, char *err, size_t errlen)
         return 0;
     CU_TRY(cudaGetDeviceProperties(&p, ctx->device), "reading the device's properties");
     if (p.major < 8)
-        return eng_err(err, errlen, "amp-bf16 needs a GPU of compute capability 8.0 or later "
+        return set_err(err, errlen, "amp-bf16 needs a GPU of compute capability 8.0 or later "
                        "(%s is %d.%d); use amp-fp16", p.name, p.major, p.minor);
     return 0;
 }
@@ -127,7 +127,7 @@ static be_buf *buf_alloc(be_ctx *ctx, size_t bytes, char *err, size_t errlen)
         if (e != cudaSuccess)
             cu_err(e, "allocating GPU memory", err, errlen);
         else
-            eng_err(err, errlen, "cuda backend: out of memory");
+            set_err(err, errlen, "cuda backend: out of memory");
         return NULL;
     }
     b->bytes = bytes;
@@ -147,7 +147,7 @@ static int buf_upload(be_ctx *ctx, be_buf *dst, size_t offset, const void *src, 
                       char *err, size_t errlen)
 {
     if (offset > dst->bytes || bytes > dst->bytes - offset)
-        return eng_err(err, errlen, "cuda backend: upload of %zu bytes at %zu overruns a "
+        return set_err(err, errlen, "cuda backend: upload of %zu bytes at %zu overruns a "
                        "%zu-byte buffer", bytes, offset, dst->bytes);
     CU_TRY(cudaMemcpyAsync((char *)dst->p + offset, src, bytes, cudaMemcpyHostToDevice,
                            ctx->stream), "upload");
@@ -159,7 +159,7 @@ static int buf_download(be_ctx *ctx, const be_buf *src, size_t offset, void *dst
                         char *err, size_t errlen)
 {
     if (offset > src->bytes || bytes > src->bytes - offset)
-        return eng_err(err, errlen, "cuda backend: download of %zu bytes at %zu overruns a "
+        return set_err(err, errlen, "cuda backend: download of %zu bytes at %zu overruns a "
                        "%zu-byte buffer", bytes, offset, src->bytes);
     CU_TRY(cudaMemcpyAsync(dst, (const char *)src->p + offset, bytes, cudaMemcpyDeviceToHost,
                            ctx->stream), "download");
@@ -186,7 +186,7 @@ static int acc(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, be_dty
                char *err, size_t errlen)
 {
     if (!fits(dst, count, dtype_bytes(dt)) || !fits(src, count, dtype_bytes(dt)))
-        return eng_err(err, errlen, "cuda backend: accumulate of %zu elements overruns its "
+        return set_err(err, errlen, "cuda backend: accumulate of %zu elements overruns its "
                        "buffers", count);
     return cuda_k_acc(ctx->stream, dst->p, src->p, count, dt, beta, err, errlen);
 }
@@ -195,7 +195,7 @@ static int cast(be_ctx *ctx, const be_buf *src, be_dtype sdt, be_buf *dst, be_dt
                 size_t count, char *err, size_t errlen)
 {
     if (!fits(src, count, dtype_bytes(sdt)) || !fits(dst, count, dtype_bytes(ddt)))
-        return eng_err(err, errlen, "cuda backend: cast of %zu elements overruns its buffers",
+        return set_err(err, errlen, "cuda backend: cast of %zu elements overruns its buffers",
                        count);
     return cuda_k_cast(ctx->stream, src->p, sdt, dst->p, ddt, count, err, errlen);
 }
@@ -205,14 +205,14 @@ static int dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, con
 {
     size_t es = dtype_bytes(d->dtype);
     if (!(d->rate >= 0.0f && d->rate < 1.0f))
-        return eng_err(err, errlen, "cuda backend: dropout rate %g must be in [0, 1)", d->rate);
+        return set_err(err, errlen, "cuda backend: dropout rate %g must be in [0, 1)", d->rate);
     if (!fits(x, d->count, es) || !fits(y, d->count, es) ||
         (training && !fits(mask, d->count, sizeof(float))))
-        return eng_err(err, errlen, "cuda backend: dropout of %zu elements overruns its "
+        return set_err(err, errlen, "cuda backend: dropout of %zu elements overruns its "
                        "buffers", d->count);
     if (d->layout == BE_BLOCKED16 &&
         (d->c < 1 || d->hw == 0 || d->count % (((size_t)d->c + 15) / 16 * 16 * d->hw)))
-        return eng_err(err, errlen, "cuda backend: blocked dropout of %zu elements in images "
+        return set_err(err, errlen, "cuda backend: blocked dropout of %zu elements in images "
                        "of %d x %zu", d->count, d->c, d->hw);
     return cuda_k_dropout_fwd(ctx->stream, d, training, x->p, mask ? mask->p : NULL, y->p, seed,
                               err, errlen);
@@ -223,7 +223,7 @@ static int dropout_bwd(be_ctx *ctx, const be_dropout_desc *d, const be_buf *mask
 {
     size_t es = dtype_bytes(d->dtype);
     if (!fits(mask, d->count, sizeof(float)) || !fits(dy, d->count, es) || !fits(dx, d->count, es))
-        return eng_err(err, errlen, "cuda backend: dropout backward of %zu elements overruns "
+        return set_err(err, errlen, "cuda backend: dropout backward of %zu elements overruns "
                        "its buffers", d->count);
     return cuda_k_dropout_bwd(ctx->stream, d, mask->p, dy->p, dx->p, beta, err, errlen);
 }
@@ -232,10 +232,10 @@ static int xent_plan(be_ctx *ctx, const be_xent_desc *d, be_plan **out, char *er
 {
     *out = NULL;
     if (d->n < 1 || d->classes < 1)
-        return eng_err(err, errlen, "cuda backend: softmax cross-entropy needs n, classes > 0");
+        return set_err(err, errlen, "cuda backend: softmax cross-entropy needs n, classes > 0");
     be_plan *p = calloc(1, sizeof *p);
     if (!p)
-        return eng_err(err, errlen, "cuda backend: out of memory");
+        return set_err(err, errlen, "cuda backend: out of memory");
     p->kind = CU_XENT;
     p->n = d->n;
     p->classes = d->classes;
@@ -248,7 +248,7 @@ static int xent_plan(be_ctx *ctx, const be_xent_desc *d, be_plan **out, char *er
     if (!(p->host_loss = malloc((size_t)d->n * sizeof(float))) ||
         !(p->host_hit = malloc((size_t)d->n * sizeof(int)))) {
         plan_free(ctx, p);
-        return eng_err(err, errlen, "cuda backend: out of memory");
+        return set_err(err, errlen, "cuda backend: out of memory");
     }
     *out = p;
     return 0;
@@ -263,7 +263,7 @@ static int xent(be_ctx *ctx, be_plan *p, const be_buf *logits, const be_buf *lab
     size_t nz = (size_t)p->n * (size_t)p->classes;
     if (!fits(logits, nz, sizeof(float)) || (labels && !fits(labels, (size_t)p->n, 4)) ||
         (dlogits && !fits(dlogits, nz, sizeof(float))) || (probs && !fits(probs, nz, sizeof(float))))
-        return eng_err(err, errlen, "cuda backend: softmax cross-entropy overruns its buffers");
+        return set_err(err, errlen, "cuda backend: softmax cross-entropy overruns its buffers");
     if (cuda_k_xent(ctx->stream, p->n, p->classes, logits->p, labels ? labels->p : NULL, eps,
                     grad_scale, dlogits ? dlogits->p : NULL, probs ? probs->p : NULL,
                     p->row_loss, p->row_hit, err, errlen) < 0)
@@ -292,7 +292,7 @@ static int nonfinite(be_ctx *ctx, const be_buf *b, size_t count, bool *found, ch
                      size_t errlen)
 {
     if (!fits(b, count, sizeof(float)))
-        return eng_err(err, errlen, "cuda backend: check of %zu elements overruns its buffer",
+        return set_err(err, errlen, "cuda backend: check of %zu elements overruns its buffer",
                        count);
     *found = false;
     return cuda_k_check(ctx->stream, b->p, count, false, 1.0f, ctx->scratch, ctx->host, found,
@@ -303,7 +303,7 @@ static int unscale(be_ctx *ctx, be_buf *g, size_t count, float factor, bool *fou
                    size_t errlen)
 {
     if (!fits(g, count, sizeof(float)))
-        return eng_err(err, errlen, "cuda backend: unscale of %zu elements overruns its buffer",
+        return set_err(err, errlen, "cuda backend: unscale of %zu elements overruns its buffer",
                        count);
     return cuda_k_check(ctx->stream, g->p, count, true, factor, ctx->scratch, ctx->host, found,
                         err, errlen);
@@ -313,7 +313,7 @@ static int sgd_update(be_ctx *ctx, be_buf *w, be_buf *v, const be_buf *g, size_t
                       const be_sgd *hp, char *err, size_t errlen)
 {
     if (!fits(w, count, 4) || !fits(v, count, 4) || !fits(g, count, 4))
-        return eng_err(err, errlen, "cuda backend: sgd update of %zu elements overruns its "
+        return set_err(err, errlen, "cuda backend: sgd update of %zu elements overruns its "
                        "buffers", count);
     return cuda_k_sgd(ctx->stream, w->p, v->p, g->p, count, hp, err, errlen);
 }
@@ -323,10 +323,10 @@ static int optim_update(be_ctx *ctx, const be_optim *hp, be_buf *w, be_buf *s1, 
 {
     bool adam = hp->kind == BE_OPT_ADAM;
     if (hp->kind != BE_OPT_SGD && !adam)
-        return eng_err(err, errlen, "cuda backend: unknown optimizer kind %d", (int)hp->kind);
+        return set_err(err, errlen, "cuda backend: unknown optimizer kind %d", (int)hp->kind);
     if (!fits(w, count, 4) || !fits(s1, count, 4) || !fits(g, count, 4) ||
         (adam && !fits(s2, count, 4)))
-        return eng_err(err, errlen, "cuda backend: optimizer update of %zu elements overruns "
+        return set_err(err, errlen, "cuda backend: optimizer update of %zu elements overruns "
                        "its buffers", count);
     return cuda_k_optim(ctx->stream, hp, w->p, s1->p, adam ? s2->p : NULL, g->p, count, err,
                         errlen);
@@ -336,7 +336,7 @@ static int sumsq(be_ctx *ctx, const be_buf *b, size_t count, double *out, char *
                  size_t errlen)
 {
     if (!fits(b, count, sizeof(float)))
-        return eng_err(err, errlen, "cuda backend: norm of %zu elements overruns its buffer",
+        return set_err(err, errlen, "cuda backend: norm of %zu elements overruns its buffer",
                        count);
     return cuda_k_sumsq(ctx->stream, b->p, count, ctx->scratch, ctx->host, out, err, errlen);
 }
@@ -348,7 +348,7 @@ static int bn_running(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_b
     size_t n = (size_t)(c < 0 ? 0 : c);
     if (c < 0 || !fits(run_mean, n, 4) || !fits(run_var, n, 4) || !fits(mean, n, 4) ||
         !fits(var, n, 4))
-        return eng_err(err, errlen, "cuda backend: batch norm statistics of %d channels "
+        return set_err(err, errlen, "cuda backend: batch norm statistics of %d channels "
                        "overrun their buffers", c);
     return cuda_k_bn_running(ctx->stream, run_mean->p, run_var->p, mean->p, var->p, c, momentum,
                              m, err, errlen);

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/errors.h"
+#include "base/err.h"
 
 #define WS_LIMIT ((size_t)1 << 30)      /* the most cuDNN workspace an algorithm may take */
 
@@ -80,7 +80,7 @@ static be_plan *new_plan(cu_kind kind, char *err, size_t errlen)
 {
     be_plan *p = calloc(1, sizeof *p);
     if (!p)
-        eng_err(err, errlen, "cuda backend: out of memory");
+        set_err(err, errlen, "cuda backend: out of memory");
     else
         p->kind = kind;
     return p;
@@ -118,7 +118,7 @@ static int tensor4(cudnnTensorDescriptor_t *d, int n, int c, int h, int w, be_dt
 static int plain_only(be_layout a, be_layout b, char *err, size_t errlen)
 {
     if (a != BE_PLAIN || b != BE_PLAIN)
-        return eng_err(err, errlen, "cuda backend: only NCHW (plain) layouts");
+        return set_err(err, errlen, "cuda backend: only NCHW (plain) layouts");
     return 0;
 }
 
@@ -166,7 +166,7 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
     if (plain_only(d->src_layout, d->dst_layout, err, errlen) < 0)
         return -1;
     if (d->pad_t != d->pad_b || d->pad_l != d->pad_r)
-        return eng_err(err, errlen, "cuda backend: asymmetric convolution padding (%d/%d, %d/%d) "
+        return set_err(err, errlen, "cuda backend: asymmetric convolution padding (%d/%d, %d/%d) "
                        "is not supported yet", d->pad_t, d->pad_b, d->pad_l, d->pad_r);
     be_plan *p = new_plan(CU_CONV, err, errlen);
     if (!p)
@@ -218,7 +218,7 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
         while (i < got && (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > WS_LIMIT))
             i++;
         if (i == got) {
-            eng_err(err, errlen, "cuda backend: no forward convolution algorithm fits");
+            set_err(err, errlen, "cuda backend: no forward convolution algorithm fits");
             goto fail;
         }
         p->fwd_algo = r[i].algo;
@@ -240,7 +240,7 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
                            r[i].determinism != CUDNN_DETERMINISTIC))
             i++;
         if (i == got) {
-            eng_err(err, errlen, "cuda backend: no deterministic backward-data algorithm fits");
+            set_err(err, errlen, "cuda backend: no deterministic backward-data algorithm fits");
             goto fail;
         }
         p->bwd_data_algo = r[i].algo;
@@ -264,7 +264,7 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
                            r[i].determinism != CUDNN_DETERMINISTIC))
             i++;
         if (i == got) {
-            eng_err(err, errlen, "cuda backend: no deterministic weight-gradient algorithm fits");
+            set_err(err, errlen, "cuda backend: no deterministic weight-gradient algorithm fits");
             goto fail;
         }
         p->bwd_filter_algo = r[i].algo;
@@ -396,7 +396,7 @@ int cu_pool_plan(be_ctx *ctx, const be_pool_desc *d, unsigned passes, be_plan **
     if (plain_only(d->src_layout, d->dst_layout, err, errlen) < 0)
         return -1;
     if (d->pad_t != d->pad_b || d->pad_l != d->pad_r)
-        return eng_err(err, errlen, "cuda backend: asymmetric pooling padding");
+        return set_err(err, errlen, "cuda backend: asymmetric pooling padding");
     be_plan *p = new_plan(CU_POOL, err, errlen);
     if (!p)
         return -1;
@@ -433,7 +433,7 @@ int cu_pool_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, be_buf *dx, char *err
 {
     const float one = 1.0f, zero = 0.0f;
     if (!p->last_x)
-        return eng_err(err, errlen, "cuda backend: pooling backward before its forward pass");
+        return set_err(err, errlen, "cuda backend: pooling backward before its forward pass");
     cudnnStatus_t s = cudnnPoolingBackward(ctx->dnn, p->pd, &one, p->yd, p->last_y, p->yd, dy->p,
                                            p->xd, p->last_x, &zero, p->xd, dx->p);
     return s == CUDNN_STATUS_SUCCESS ? 0 : dnn_err(s, "pooling backward", err, errlen);
@@ -530,7 +530,7 @@ int cu_act_plan(be_ctx *ctx, const be_act_desc *d, unsigned passes, be_plan **ou
     if (plain_only(d->layout, BE_PLAIN, err, errlen) < 0)
         return -1;
     if (d->alg == BE_ACT_RELU && !(d->alpha >= 0.0f))
-        return eng_err(err, errlen, "cuda backend: leaky relu slope %g must be >= 0", d->alpha);
+        return set_err(err, errlen, "cuda backend: leaky relu slope %g must be >= 0", d->alpha);
     be_plan *p = new_plan(CU_ACT, err, errlen);
     if (!p)
         return -1;
@@ -558,7 +558,7 @@ int cu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, siz
     if (plain_only(d->layout, BE_PLAIN, err, errlen) < 0)
         return -1;
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
-        return eng_err(err, errlen, "cuda backend: add of %d inputs (2 to %d)", d->k,
+        return set_err(err, errlen, "cuda backend: add of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
     be_plan *p = new_plan(CU_ADD, err, errlen);
     if (!p)
@@ -582,7 +582,7 @@ int cu_concat_plan(be_ctx *ctx, const be_concat_desc *d, be_plan **out, char *er
 {
     *out = NULL;
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
-        return eng_err(err, errlen, "cuda backend: concat of %d inputs (2 to %d)", d->k,
+        return set_err(err, errlen, "cuda backend: concat of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
     be_plan *p = new_plan(CU_CONCAT, err, errlen);
     if (!p)
@@ -625,7 +625,7 @@ int cu_concat_bwd(be_ctx *ctx, be_plan *p, const be_buf *dy, int i, be_buf *dx, 
     const be_concat_desc *d = &p->cat;
     size_t off, len, row, es = esize(d->dtype);
     if (i < 0 || i >= d->k)
-        return eng_err(err, errlen, "cuda backend: concat has no input %d", i);
+        return set_err(err, errlen, "cuda backend: concat has no input %d", i);
     slice(d, i, &off, &len, &row);
     if (beta == 0.0f) {
         CU_TRY(cudaMemcpy2DAsync(dx->p, len, (const char *)dy->p + off, row, len, (size_t)d->n,
@@ -649,7 +649,7 @@ int cu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out,
     if (plain_only(d->layout, BE_PLAIN, err, errlen) < 0)
         return -1;
     if (!(d->eps >= CUDNN_BN_MIN_EPSILON))
-        return eng_err(err, errlen, "cuda backend: batch norm eps %g is below cuDNN's %g", d->eps,
+        return set_err(err, errlen, "cuda backend: batch norm eps %g is below cuDNN's %g", d->eps,
                        CUDNN_BN_MIN_EPSILON);
     be_plan *p = new_plan(CU_BN, err, errlen);
     if (!p)

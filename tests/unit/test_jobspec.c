@@ -109,7 +109,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static int create_from(fixture *f, const char *json, int64_t *id, job_error *e)
+static int create_from(fixture *f, const char *json, int64_t *id, api_error *e)
 {
     cJSON *body = cJSON_Parse(json);
     assert_non_null(body);
@@ -138,9 +138,9 @@ static void defaults_are_filled_and_job_json_written(void **state)
     char body[128];
     snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\"}", (long long)f->ready);
     int64_t id = 0;
-    job_error e;
+    api_error e;
     if (create_from(f, body, &id, &e) != 0)
-        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+        fail_msg("jobspec_create: %d %s: %s", e.status, e.code, e.message);
     assert_true(id > 0);
 
     char dir[PATH_MAX], path[PATH_MAX + 16], want_dir[PATH_MAX + 64];
@@ -208,9 +208,9 @@ static void given_values_are_kept(void **state)
              "\"solver\": {\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0, \"weight_decay\": 0.0005}}",
              (long long)f->ready);
     int64_t id = 0;
-    job_error e;
+    api_error e;
     if (create_from(f, body, &id, &e) != 0)
-        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+        fail_msg("jobspec_create: %d %s: %s", e.status, e.code, e.message);
     store_job j;
     assert_int_equal(store_job_get(f->st, id, &j), 0);
     cJSON *c = cJSON_Parse(j.config_json);
@@ -240,7 +240,7 @@ static void devices_field(void **state)
     int gpus = engine_devices(devs, 17) - 1;
     char body[256];
     int64_t id = 0;
-    job_error e;
+    api_error e;
     const struct { const char *devices; int status; const char *code; int count; int first; }
     cases[] = {
         { "0", 0, NULL, 0, -1 },
@@ -263,7 +263,7 @@ static void devices_field(void **state)
         int rc = create_from(f, body, &id, &e);
         if (cases[i].status == 0) {
             if (rc != 0)
-                fail_msg("devices %s: %d %s: %s", cases[i].devices, e.http_status, e.code,
+                fail_msg("devices %s: %d %s: %s", cases[i].devices, e.status, e.code,
                          e.message);
             store_job j;
             assert_int_equal(store_job_get(f->st, id, &j), 0);
@@ -279,9 +279,9 @@ static void devices_field(void **state)
             store_job_clear(&j);
             continue;
         }
-        if (rc == 0 || e.http_status != cases[i].status || strcmp(e.code, cases[i].code) != 0)
+        if (rc == 0 || e.status != cases[i].status || strcmp(e.code, cases[i].code) != 0)
             fail_msg("devices %s: got %d %s (%s), want %d %s", cases[i].devices,
-                     rc ? e.http_status : 0, rc ? e.code : "-", rc ? e.message : "",
+                     rc ? e.status : 0, rc ? e.code : "-", rc ? e.message : "",
                      cases[i].status, cases[i].code);
         assert_non_null(strstr(e.message, "GPU"));
     }
@@ -329,9 +329,9 @@ static void precision_and_loss_scaling(void **state)
         snprintf(body, sizeof body, "{\"dataset_id\": %lld, \"network\": \"lenet\", %s}",
                  (long long)f->ready, cases[i].extra);
         int64_t id = 0;
-        job_error e;
+        api_error e;
         if (create_from(f, body, &id, &e) != 0)
-            fail_msg("%s: %d %s: %s", body, e.http_status, e.code, e.message);
+            fail_msg("%s: %d %s: %s", body, e.status, e.code, e.message);
         store_job j;
         assert_int_equal(store_job_get(f->st, id, &j), 0);
         cJSON *c = cJSON_Parse(j.config_json);
@@ -353,9 +353,9 @@ static void optimizer_options_are_resolved(void **state)
              "\"lr_policy\": {\"type\": \"cosine\", \"warmup_epochs\": 1}}",
              (long long)f->ready);
     int64_t id = 0;
-    job_error e;
+    api_error e;
     if (create_from(f, body, &id, &e) != 0)
-        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+        fail_msg("jobspec_create: %d %s: %s", e.status, e.code, e.message);
     store_job j;
     assert_int_equal(store_job_get(f->st, id, &j), 0);
     cJSON *c = cJSON_Parse(j.config_json);
@@ -381,7 +381,7 @@ static void optimizer_options_are_resolved(void **state)
              "\"solver\": {\"nesterov\": true, \"larc\": {\"policy\": \"scale\"}}}",
              (long long)f->ready);
     if (create_from(f, body, &id, &e) != 0)
-        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+        fail_msg("jobspec_create: %d %s: %s", e.status, e.code, e.message);
     assert_int_equal(store_job_get(f->st, id, &j), 0);
     c = cJSON_Parse(j.config_json);
     solver = cJSON_GetObjectItemCaseSensitive(c, "solver");
@@ -405,9 +405,9 @@ static void a_spec_object_is_validated_and_kept(void **state)
              "{\"type\": \"dense\", \"units\": \"classes\"}]}}",
              (long long)f->ready);
     int64_t id = 0;
-    job_error e;
+    api_error e;
     if (create_from(f, body, &id, &e) != 0)
-        fail_msg("jobspec_create: %d %s: %s", e.http_status, e.code, e.message);
+        fail_msg("jobspec_create: %d %s: %s", e.status, e.code, e.message);
     store_job j;
     assert_int_equal(store_job_get(f->st, id, &j), 0);
     assert_string_equal(j.network, "tiny");
@@ -551,15 +551,15 @@ static void bad_requests_are_refused_by_name(void **state)
         char body[1024];
         fill_ids(f, c->body, body, sizeof body);
         int64_t id = -7;
-        job_error e;
+        api_error e;
         int rc = create_from(f, body, &id, &e);
-        if (rc != -1 || e.http_status != c->status || strcmp(e.code, c->code) != 0 ||
+        if (rc != -1 || e.status != c->status || strcmp(e.code, c->code) != 0 ||
             !strstr(e.message, c->mention))
             fail_msg("%s: got rc %d, %d %s \"%s\"; want %d %s mentioning \"%s\"", c->what, rc,
-                     e.http_status, e.code, e.message, c->status, c->code, c->mention);
+                     e.status, e.code, e.message, c->status, c->code, c->mention);
         assert_int_equal(id, -7);               /* untouched on failure */
         if (getenv("KILN_TEST_VERBOSE"))
-            fprintf(stderr, "%-24s %d %s: %s\n", c->what, e.http_status, e.code, e.message);
+            fprintf(stderr, "%-24s %d %s: %s\n", c->what, e.status, e.code, e.message);
     }
     /* None of them created a job or a job folder. */
     store_job *list = NULL;

@@ -89,7 +89,7 @@ static void make_job_on(const char *dir, const char *backend)
     char ds[128], path[160], err[256];
     snprintf(ds, sizeof ds, "%s/ds", root);
     cJSON *req = cJSON_Parse(REQUEST);
-    job_error e;
+    api_error e;
     cJSON *cfg = jobspec_resolve_local(req, ds, &e);
     if (!cfg)
         fail_msg("%s: %s", e.code, e.message);

@@ -1,11 +1,11 @@
-/* engine/errors.c: error strings for the engine's (err, errlen) convention. */
-#include "engine/errors.h"
+/* base/err.c: error strings and records (contract in err.h). */
+#include "base/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-int eng_err(char *err, size_t errlen, const char *fmt, ...)
+int set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen > 0) {
         va_list ap;
@@ -16,7 +16,7 @@ int eng_err(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-void eng_err_prefix(char *err, size_t errlen, const char *prefix)
+void set_err_prefix(char *err, size_t errlen, const char *prefix)
 {
     if (!err || errlen == 0)
         return;
@@ -31,4 +31,15 @@ void eng_err_prefix(char *err, size_t errlen, const char *prefix)
     err[pl - 2] = ':';
     err[pl - 1] = ' ';
     err[ol + pl] = '\0';
+}
+
+int api_fail(api_error *e, int status, const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    snprintf(e->code, sizeof e->code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
 }
