@@ -8,7 +8,12 @@
 /* Devices one job can train on (data-parallel replicas, engine/net.h). The
  * scheduler keeps a job's GPUs as bits of a uint64_t, so no more than 64. */
 #define KILN_MAX_DEVICES 64
+#ifdef __cplusplus                      /* nvcc compiles headers as C++ */
+static_assert(KILN_MAX_DEVICES >= 1 && KILN_MAX_DEVICES <= 64,
+              "KILN_MAX_DEVICES must fit the scheduler's uint64_t GPU masks");
+#else
 _Static_assert(KILN_MAX_DEVICES >= 1 && KILN_MAX_DEVICES <= 64,
                "KILN_MAX_DEVICES must fit the scheduler's uint64_t GPU masks");
+#endif
 
 #endif

@@ -18,10 +18,10 @@ static const char *const backend_names[] = { "cpu", NULL };
 _Static_assert(sizeof backends / sizeof backends[0] ==
                sizeof backend_names / sizeof backend_names[0], "one name per backend");
 
-const backend *backend_find(const char *name)
+const backend *backend_for(backend_kind kind)
 {
     for (int i = 0; backends[i]; i++)
-        if (name && strcmp(backends[i]->name, name) == 0)
+        if (strcmp(backends[i]->name, backend_kind_name(kind)) == 0)
             return backends[i];
     return NULL;
 }

@@ -35,6 +35,7 @@
 #ifndef KILN_ENGINE_BACKEND_H
 #define KILN_ENGINE_BACKEND_H
 
+#include "engine/settings.h"   /* backend_kind */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -405,7 +406,7 @@ typedef struct backend {
 /* The CPU backend (engine/cpu/). */
 extern const backend cpu_backend;
 
-/* The backend compiled in under that name, or NULL. */
-const backend *backend_find(const char *name);
+/* The backend of that kind compiled into this binary, or NULL. */
+const backend *backend_for(backend_kind kind);
 
 #endif

@@ -135,9 +135,9 @@ int ckpt_save(net *n, const char *path, const ckpt_info *info, char *err, size_t
     snprintf(clean, sizeof clean, "%" PRId64, amp.clean);
     snprintf(skipped, sizeof skipped, "%" PRId64, amp.skipped);
     const char *meta[] = {
-        "kiln_checkpoint", CKPT_FORMAT, "solver", sv->type, "step", step, "epoch", epoch,
+        "kiln_checkpoint", CKPT_FORMAT, "solver", solver_type_name(sv->type), "step", step, "epoch", epoch,
         "epoch_step", estep, "optim_steps", osteps, "net_steps", nsteps, "seed", seed,
-        "precision", net_precision(n), "loss_scaling", amp.dynamic ? "dynamic" : "off",
+        "precision", precision_name(net_precision(n)), "loss_scaling", amp.dynamic ? "dynamic" : "off",
         "loss_scale", scale, "loss_scale_clean_steps", clean, "skipped_steps", skipped, NULL,
     };
     rc = st_write(path, t, (int)s.n, meta, err, errlen);
@@ -203,7 +203,7 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
                        err, errlen) < 0)
         goto out;
     const char *solver = st_meta(f, "solver");
-    const char *want = optim_solver(net_optim(n))->type;
+    const char *want = solver_type_name(optim_solver(net_optim(n))->type);
     if (!solver || strcmp(solver, want) != 0) {
         set_err(err, errlen, "%s was written by solver %s; this run uses %s", path,
                 solver ? solver : "(none)", want);
@@ -215,12 +215,12 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
         goto out;
     }
     /* Mixed precision (issue 4): checkpoints from before it are fp32 runs. */
-    const char *precision = st_meta(f, "precision");
-    if (!precision)
-        precision = "fp32";
-    if (strcmp(precision, net_precision(n)) != 0) {
-        set_err(err, errlen, "%s was written by a %s run; this run is %s", path, precision,
-                net_precision(n));
+    const char *written = st_meta(f, "precision");
+    if (!written)
+        written = "fp32";
+    if (strcmp(written, precision_name(net_precision(n))) != 0) {
+        set_err(err, errlen, "%s was written by a %s run; this run is %s", path, written,
+                precision_name(net_precision(n)));
         goto out;
     }
     net_amp_state amp;

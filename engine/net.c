@@ -617,14 +617,14 @@ static int check_memory(const net *n, int max_batch, char *err, size_t errlen)
             snprintf(where, sizeof where, "the GPU's free");
     }
     int states = summary_opt_states(n->solver.type, n->solver.momentum > 0);
-    return summary_check_memory(&n->spec, states < 0 ? 2 : states, n->solver.precision,
+    return summary_check_memory(&n->spec, states, n->solver.precision,
                                 max_batch, n->nrep, have, where, err, errlen);
 }
 
 static int check_solver(const net_solver *sv, net_solver *out, char *err, size_t errlen)
 {
     if (!sv) {
-        *out = (net_solver){ .type = "sgd", .lr = 0.01f, .momentum = 0.0f };
+        *out = (net_solver){ .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.0f };
         return 0;
     }
     return optim_check(sv, out, err, errlen);
@@ -826,8 +826,8 @@ static net *net_build(const cJSON *spec, net_shape in, int classes, int max_batc
     }
     if (check_solver(solver, &n->solver, err, errlen) < 0)
         goto out;
-    n->half = !strcmp(n->solver.precision, "amp-bf16") ? BE_BF16 :
-              !strcmp(n->solver.precision, "amp-fp16") ? BE_F16 : BE_F32;
+    n->half = n->solver.precision == PREC_AMP_BF16 ? BE_BF16 :
+              n->solver.precision == PREC_AMP_FP16 ? BE_F16 : BE_F32;
     amp_scaler_init(&n->scaler, n->solver.loss_scaling == 1 ||
                     (n->solver.loss_scaling == 0 && n->half == BE_F16));
     n->be = be;
@@ -866,45 +866,6 @@ out:
     return ret;
 }
 
-/* "cuda:0,1": a backend and the devices to run on (device 0 when none is
- * said); *nd devices into devs. */
-static const backend *parse_backend(const char *spec, int *devs, int *nd, char *err,
-                                    size_t errlen)
-{
-    char name[64];
-    snprintf(name, sizeof name, "%s", spec ? spec : "cpu");
-    char *colon = strchr(name, ':');
-    *nd = 1;
-    devs[0] = 0;
-    if (colon) {
-        *colon = '\0';
-        *nd = 0;
-        for (char *p = colon + 1;; p++) {
-            char *end;
-            long d = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ',') || d < 0 || d > 1024 ||
-                *nd == KILN_MAX_DEVICES) {
-                set_err(err, errlen, "backend \"%s\": the devices must be numbers, such as "
-                        "cuda:0 or cuda:0,1", spec);
-                return NULL;
-            }
-            for (int k = 0; k < *nd; k++)
-                if (devs[k] == (int)d) {
-                    set_err(err, errlen, "backend \"%s\": device %ld is listed twice", spec, d);
-                    return NULL;
-                }
-            devs[(*nd)++] = (int)d;
-            p = end;
-            if (!*p)
-                break;
-        }
-    }
-    const backend *be = backend_find(name);
-    if (!be)
-        set_err(err, errlen, "backend \"%s\" is not compiled into this kiln", name);
-    return be;
-}
-
 /* Makes the calling thread ready to run n's operations (a GPU's replica). */
 static void bind(const net *n)
 {
@@ -913,13 +874,29 @@ static void bind(const net *n)
 }
 
 net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
-                const char *backend_name, const net_solver *solver, uint64_t seed,
+                const net_devices *devices, const net_solver *solver, uint64_t seed,
                 char *err, size_t errlen)
 {
-    int devs[KILN_MAX_DEVICES], nd;
-    const backend *be = parse_backend(backend_name, devs, &nd, err, errlen);
-    if (!be)
+    net_devices cpu = net_devices_cpu();
+    const net_devices *d = devices ? devices : &cpu;
+    const int *devs = d->ids;
+    int nd = d->count;
+    if (nd < 1 || nd > KILN_MAX_DEVICES) {
+        set_err(err, errlen, "a net trains on 1 to %d devices, not %d", KILN_MAX_DEVICES, nd);
         return NULL;
+    }
+    for (int i = 0; i < nd; i++)
+        for (int k = 0; k < i; k++)
+            if (devs[k] == devs[i]) {
+                set_err(err, errlen, "device %d is listed twice", devs[i]);
+                return NULL;
+            }
+    const backend *be = backend_for(d->kind);
+    if (!be) {
+        set_err(err, errlen, "backend \"%s\" is not compiled into this kiln",
+                backend_kind_name(d->kind));
+        return NULL;
+    }
     if (nd == 1)
         return net_build(spec, in, classes, max_batch, be, devs[0], 0, 1, solver, seed, err,
                          errlen);
@@ -1698,7 +1675,7 @@ size_t net_param_count(const net *n)
     return total;
 }
 
-int net_devices(const net *n)
+int net_device_count(const net *n)
 {
     return n->nrep;
 }
@@ -1748,7 +1725,7 @@ void net_set_step(net *n, uint64_t steps)
     n->steps = steps;
 }
 
-const char *net_precision(const net *n)
+precision_mode net_precision(const net *n)
 {
     return n->solver.precision;
 }

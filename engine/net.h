@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "base/limits.h"   /* KILN_MAX_DEVICES */
+#include "engine/settings.h"   /* precision, solver_type, larc_policy, net_devices */
 
 typedef struct net_shape { int c, h, w; } net_shape;
 
@@ -40,7 +40,7 @@ int net_validate(const cJSON *spec, net_shape in, int classes, char *err, size_t
 typedef struct net net;
 
 typedef struct net_solver {
-    char type[16];         /* "sgd", "adam" or "adamw" (engine/optim.h) */
+    solver_type type;      /* SOLVER_SGD (the zero value), SOLVER_ADAM, SOLVER_ADAMW (engine/optim.h) */
     float lr;              /* base learning rate */
     float momentum;        /* sgd: 0 = plain SGD */
     float weight_decay;    /* L2 (sgd, adam) or decoupled (adamw), 0 = none */
@@ -49,21 +49,21 @@ typedef struct net_solver {
     bool decay_bias;       /* weight decay also on biases and batch-norm parameters */
     float beta1, beta2, eps;   /* adam, adamw; all three 0: 0.9, 0.999, 1e-8 */
     float clip_norm;       /* > 0: clip gradients to this global L2 norm */
-    char larc[8];          /* sgd: "" (none), "clip" or "scale" (seeds/000) */
+    larc_policy larc;      /* sgd: LARC_NONE, LARC_CLIP or LARC_SCALE (seeds/000) */
     float larc_eta;        /* LARC's trust coefficient; 0: 0.001 */
     float label_smoothing; /* the loss's: eps in [0, 1), targets (1 - eps) one-hot + eps / classes;
                             * training steps only (evaluation reports the plain loss) */
     /* Added in issue 4: mixed precision (DESIGN.md, AMP; engine/amp.h). */
-    char precision[12];    /* "fp32" (or ""), "amp-bf16" or "amp-fp16" */
+    precision_mode precision;   /* PREC_FP32 (the zero value), PREC_AMP_BF16, PREC_AMP_FP16 */
     int loss_scaling;      /* dynamic loss scaling: 0 the precision's default (on for
                             * amp-fp16 only), 1 on, -1 off */
 } net_solver;
 
-/* Builds a network for batches of up to max_batch images on the named backend
- * ("cpu", "cuda", "cuda:1"), parameters initialised from seed. Returns a new
- * net owned by the caller, or NULL with err set.
+/* Builds a network for batches of up to max_batch images on devices (NULL:
+ * the CPU), parameters initialised from seed; solver NULL is plain SGD at
+ * lr 0.01. Returns a new net owned by the caller, or NULL with err set.
  *
- * Several devices ("cuda:0,1", up to KILN_MAX_DEVICES) train synchronously
+ * Several devices (devices->count > 1, up to KILN_MAX_DEVICES) train synchronously
  * data parallel: one replica per device, each batch split across them (the
  * first count % n replicas take one image more), gradients summed across
  * them in buckets while the backward pass goes on, every replica making the
@@ -72,10 +72,10 @@ typedef struct net_solver {
  * own statistics (no synchronised batch norm; running statistics are
  * averaged across replicas). The net's functions are used as for one
  * device: net_eval splits its images over the replicas too, net_predict
- * runs on the first. ("cpu:0,1" runs replicas on the one CPU: it exists to
- * test this code.) */
+ * runs on the first. (Several CPU "devices" run replicas on the one CPU: that
+ * exists to test this code.) */
 net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
-                const char *backend, const net_solver *solver, uint64_t seed,
+                const net_devices *devices, const net_solver *solver, uint64_t seed,
                 char *err, size_t errlen);
 void net_free(net *n);            /* net_free(NULL) is a no-op */
 
@@ -112,7 +112,7 @@ int net_load(net *n, const char *path, char *err, size_t errlen);
 /* Parameter count, for logs and info.json. */
 size_t net_param_count(const net *n);
 /* The devices n trains on: 1, or its replicas under data parallelism. */
-int net_devices(const net *n);
+int net_device_count(const net *n);
 
 /* ---- parameters for optimizers (engine/optim.*, engine/checkpoint.*) ------ */
 
@@ -160,11 +160,10 @@ struct optim *net_optim(net *n);
 uint64_t net_get_step(const net *n);
 void net_set_step(net *n, uint64_t steps);
 
-/* Mixed precision: the precision the net trains in ("fp32", "amp-bf16",
- * "amp-fp16"), and the loss scaler's state (engine/amp.h) for checkpoints
+/* Mixed precision: the precision the net trains in, and the loss scaler's state (engine/amp.h) for checkpoints
  * and metrics. net_amp_set refuses (-1, err set) a state the scaler cannot
  * be in or one whose scaling differs from the net's. */
-const char *net_precision(const net *n);
+precision_mode net_precision(const net *n);
 typedef struct net_amp_state {
     bool dynamic;          /* dynamic loss scaling is on */
     double scale;          /* the current loss scale (1 without scaling) */

@@ -18,21 +18,9 @@
 #define LARC_ETA 0.001f
 #define CLIP_EPS 1e-6              /* torch.nn.utils.clip_grad_norm_ */
 
-typedef enum opt_kind { OPT_SGD, OPT_ADAM, OPT_ADAMW } opt_kind;
-
-/* The solver types, by name. */
-static const struct {
-    const char *name;
-    opt_kind kind;
-} kinds[] = {
-    { "sgd", OPT_SGD },
-    { "adam", OPT_ADAM },
-    { "adamw", OPT_ADAMW },
-};
-
 struct optim {
     net_solver s;
-    opt_kind kind;
+    solver_type kind;
     bool larc, larc_clip;
     const backend *be;
     be_ctx *ctx;
@@ -43,17 +31,6 @@ struct optim {
     uint64_t t;
 };
 
-static int kind_of(const char *name, opt_kind *out)
-{
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        if (!strcmp(kinds[i].name, name)) {
-            *out = kinds[i].kind;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static bool finite_in(float x, float lo, bool lo_open, float hi, bool hi_open)
 {
     return isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
@@ -62,12 +39,9 @@ static bool finite_in(float x, float lo, bool lo_open, float hi, bool hi_open)
 int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
 {
     net_solver r = *s;
-    opt_kind k;
-    r.type[sizeof r.type - 1] = '\0';
-    r.larc[sizeof r.larc - 1] = '\0';
-    if (kind_of(r.type, &k) < 0)
-        return set_err(err, errlen, "solver type \"%.16s\" is unknown (use sgd, adam or adamw)",
-                       r.type);
+    solver_type k = r.type;
+    if ((unsigned)k >= SOLVER_COUNT)
+        return set_err(err, errlen, "solver type %d is unknown (use sgd, adam or adamw)", (int)k);
     if (!finite_in(r.lr, 0, false, INFINITY, false))
         return set_err(err, errlen, "solver lr must be a finite number >= 0");
     if (!finite_in(r.momentum, 0, false, 1, true))
@@ -78,26 +52,22 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
         return set_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
     if (!finite_in(r.label_smoothing, 0, false, 1, true))
         return set_err(err, errlen, "label_smoothing must be in [0, 1) (0: off)");
-    r.precision[sizeof r.precision - 1] = '\0';
-    if (!r.precision[0])
-        snprintf(r.precision, sizeof r.precision, "fp32");
-    if (strcmp(r.precision, "fp32") && strcmp(r.precision, "amp-bf16") &&
-        strcmp(r.precision, "amp-fp16"))
-        return set_err(err, errlen, "precision \"%.12s\" is unknown (use fp32, amp-bf16 or "
-                       "amp-fp16)", r.precision);
+    if ((unsigned)r.precision >= PREC_COUNT)
+        return set_err(err, errlen, "precision %d is unknown (use fp32, amp-bf16 or amp-fp16)",
+                       (int)r.precision);
     if (r.loss_scaling < -1 || r.loss_scaling > 1)
         return set_err(err, errlen, "loss_scaling must be -1 (off), 0 (the precision's default) "
                        "or 1 (on)");
-    if (r.loss_scaling == 1 && !strcmp(r.precision, "fp32"))
+    if (r.loss_scaling == 1 && r.precision == PREC_FP32)
         return set_err(err, errlen, "loss scaling is for mixed precision (amp-bf16, amp-fp16), "
                        "not fp32");
-    if (k == OPT_SGD) {
+    if (k == SOLVER_SGD) {
         if (r.nesterov && r.momentum <= 0)
             return set_err(err, errlen, "solver nesterov needs a momentum above 0");
     } else {
         if (r.nesterov || r.momentum != 0)
             return set_err(err, errlen, "solver %s takes beta1 and beta2, not momentum or "
-                           "nesterov", r.type);
+                           "nesterov", solver_type_name(k));
         if (r.beta1 == 0 && r.beta2 == 0 && r.eps == 0) {
             r.beta1 = ADAM_BETA1;
             r.beta2 = ADAM_BETA2;
@@ -108,11 +78,11 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
         if (!finite_in(r.eps, 0, true, INFINITY, false))
             return set_err(err, errlen, "solver eps must be a finite number > 0");
     }
-    if (r.larc[0]) {
-        if (strcmp(r.larc, "clip") != 0 && strcmp(r.larc, "scale") != 0)
-            return set_err(err, errlen, "solver larc policy \"%s\" is unknown (use clip or "
-                           "scale)", r.larc);
-        if (k != OPT_SGD)
+    if (r.larc != LARC_NONE) {
+        if ((unsigned)r.larc >= LARC_COUNT)
+            return set_err(err, errlen, "solver larc policy %d is unknown (use clip or scale)",
+                           (int)r.larc);
+        if (k != SOLVER_SGD)
             return set_err(err, errlen, "solver larc works with type sgd only");
         if (r.larc_eta == 0)
             r.larc_eta = LARC_ETA;
@@ -134,12 +104,13 @@ optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
         return NULL;
     }
     o->s = *s;
-    if (kind_of(s->type, &o->kind) < 0) {
-        set_err(err, errlen, "solver type \"%.16s\" is unknown", s->type);
+    o->kind = s->type;
+    if ((unsigned)o->kind >= SOLVER_COUNT) {
+        set_err(err, errlen, "solver type %d is unknown", (int)o->kind);
         goto out;
     }
-    o->larc = s->larc[0] != '\0';
-    o->larc_clip = !strcmp(s->larc, "clip");
+    o->larc = s->larc != LARC_NONE;
+    o->larc_clip = s->larc == LARC_CLIP;
     o->be = net_backend(n, &o->ctx);
     o->np = net_param_tensors(n, NULL, 0);
     if (o->np) {
@@ -151,7 +122,7 @@ optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
         }
         net_param_tensors(n, o->params, o->np);
     }
-    if (o->kind != OPT_SGD && o->np) {
+    if (o->kind != SOLVER_SGD && o->np) {
         if (!(o->second = calloc(o->np, sizeof *o->second))) {
             set_err(err, errlen, "out of memory");
             goto out;
@@ -229,17 +200,17 @@ int optim_step(optim *o, float lr, double *grad_norm, char *err, size_t errlen)
             wd = (float)(wd * f);
         }
         int rc;
-        if (o->kind == OPT_SGD && !s->nesterov && gs == 1.0) {
+        if (o->kind == SOLVER_SGD && !s->nesterov && gs == 1.0) {
             be_sgd hp = { .lr = lr, .momentum = s->momentum, .weight_decay = wd };
             rc = o->be->sgd_update(o->ctx, p->value, p->momentum, p->grad, p->count, &hp,
                                    err, errlen);
         } else {
-            be_optim hp = { .kind = o->kind == OPT_SGD ? BE_OPT_SGD : BE_OPT_ADAM,
+            be_optim hp = { .kind = o->kind == SOLVER_SGD ? BE_OPT_SGD : BE_OPT_ADAM,
                             .lr = lr, .grad_scale = (float)gs, .weight_decay = wd,
                             .momentum = s->momentum, .nesterov = s->nesterov,
                             .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps,
                             .bc1 = (float)bc1, .sbc2 = (float)sbc2 };
-            if (o->kind == OPT_ADAMW) {
+            if (o->kind == SOLVER_ADAMW) {
                 hp.decoupled_wd = wd;
                 hp.weight_decay = 0;
             }
@@ -272,7 +243,7 @@ const net_solver *optim_solver(const optim *o)
 
 size_t optim_state_tensors(const optim *o, optim_state *out, size_t max)
 {
-    size_t per = o->kind == OPT_SGD ? 1 : 2, k = 0;
+    size_t per = o->kind == SOLVER_SGD ? 1 : 2, k = 0;
     for (size_t i = 0; i < o->np; i++) {
         for (size_t j = 0; j < per; j++, k++) {
             if (k >= max)
@@ -280,7 +251,7 @@ size_t optim_state_tensors(const optim *o, optim_state *out, size_t max)
             const net_param *p = &o->params[i];
             out[k] = (optim_state){ .param = p->name, .ndim = p->ndim, .count = p->count };
             memcpy(out[k].shape, p->shape, sizeof p->shape);
-            if (o->kind == OPT_SGD) {
+            if (o->kind == SOLVER_SGD) {
                 out[k].slot = "momentum";
                 out[k].buf = p->momentum;
             } else {

@@ -16,15 +16,9 @@
 #define BYTES_LOW 2                 /* bfloat16, fp16 */
 #define MAX_DEVICES 16
 
-int summary_opt_states(const char *solver, bool momentum)
+int summary_opt_states(solver_type solver, bool momentum)
 {
-    if (!solver)
-        return -1;
-    if (!strcmp(solver, "sgd"))
-        return momentum ? 1 : 0;
-    if (!strcmp(solver, "adam") || !strcmp(solver, "adamw"))
-        return 2;
-    return -1;
+    return solver == SOLVER_SGD ? (momentum ? 1 : 0) : 2;
 }
 
 static const struct builtin_default {
@@ -134,11 +128,6 @@ static int layer_warnings(summary *s, const layer_spec *l)
     return 0;
 }
 
-bool summary_precision_known(const char *p)
-{
-    return p && (!strcmp(p, "fp32") || !strcmp(p, "amp-bf16") || !strcmp(p, "amp-fp16"));
-}
-
 /* Weights of convolutions and dense layers: what AMP keeps 16-bit copies of. */
 static int64_t copied_weights(const layer_spec *l)
 {
@@ -149,17 +138,14 @@ static int64_t copied_weights(const layer_spec *l)
     return 0;
 }
 
-int summary_memory(const net_spec *s, int opt_states, const char *precision, summary_mem *m,
+int summary_memory(const net_spec *s, int opt_states, precision_mode prec, summary_mem *m,
                    char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     m->act_layer = m->param_layer = -1;
-    if (!precision || !*precision)
-        precision = "fp32";
-    if (!summary_precision_known(precision))
-        return set_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
-                       precision);
-    bool amp = strcmp(precision, "fp32") != 0;
+    if ((unsigned)prec >= PREC_COUNT)
+        return set_err(err, errlen, "unknown precision %d", (int)prec);
+    bool amp = prec != PREC_FP32;
     bool *low = calloc((size_t)s->nlayers + 1, sizeof *low);
     if (!low)
         return set_err(err, errlen, "out of memory");
@@ -212,12 +198,12 @@ static int64_t mib_up(int64_t v)
     return (v + (1 << 20) - 1) >> 20;
 }
 
-int summary_check_memory(const net_spec *s, int opt_states, const char *precision, int batch,
+int summary_check_memory(const net_spec *s, int opt_states, precision_mode prec, int batch,
                          int devices, int64_t memory, const char *where, char *err,
                          size_t errlen)
 {
     summary_mem m;
-    if (summary_memory(s, opt_states, precision, &m, err, errlen) < 0)
+    if (summary_memory(s, opt_states, prec, &m, err, errlen) < 0)
         return -1;
     int64_t need = summary_train_bytes(&m, batch);
     if (memory <= 0 || need <= memory)
@@ -283,7 +269,7 @@ static int estimate_devices(summary *s, const summary_mem *m)
 }
 
 int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
-                  const char *solver, bool momentum, const char *precision, summary *out,
+                  solver_type solver, bool momentum, precision_mode prec, summary *out,
                   char *err, size_t errlen)
 {
     net_spec ns = { 0 };
@@ -292,32 +278,28 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     memset(out, 0, sizeof *out);
     if (batch < 1)
         return set_err(err, errlen, "the batch size must be positive (got %d)", batch);
+    if ((unsigned)solver >= SOLVER_COUNT)
+        return set_err(err, errlen, "unknown solver %d", (int)solver);
+    if ((unsigned)prec >= PREC_COUNT)
+        return set_err(err, errlen, "unknown precision %d", (int)prec);
     s.opt_states = summary_opt_states(solver, momentum);
-    if (s.opt_states < 0)
-        return set_err(err, errlen, "unknown solver \"%s\" (sgd, adam or adamw)",
-                       solver ? solver : "");
-    if (!precision)
-        precision = "fp32";
-    if (!summary_precision_known(precision))
-        return set_err(err, errlen, "unknown precision \"%s\" (fp32, amp-bf16 or amp-fp16)",
-                       precision);
     if (spec_parse(spec, in, classes, &ns, err, errlen) < 0)
         return -1;
     snprintf(s.name, sizeof s.name, "%s", ns.name);
-    snprintf(s.precision, sizeof s.precision, "%s", precision);
+    s.precision = prec;
     bool *low = calloc((size_t)ns.nlayers + 1, sizeof *low);
     summary_mem mem;
     if (!low) {
         set_err(err, errlen, "out of memory");
         goto out;
     }
-    if (amp_plan(&ns, strcmp(precision, "fp32") != 0, low, err, errlen) < 0 ||
-        summary_memory(&ns, s.opt_states, precision, &mem, err, errlen) < 0)
+    if (amp_plan(&ns, prec != PREC_FP32, low, err, errlen) < 0 ||
+        summary_memory(&ns, s.opt_states, prec, &mem, err, errlen) < 0)
         goto out;
     s.fixed_bytes = mem.fixed;
     s.image_bytes = mem.per_image;
-    snprintf(s.solver, sizeof s.solver, "%s", solver);
-    s.momentum = momentum && !strcmp(solver, "sgd");
+    s.solver = solver;
+    s.momentum = momentum && solver == SOLVER_SGD;
     s.in = ns.in;
     s.classes = ns.classes;
     s.batch = batch;
@@ -417,7 +399,7 @@ static cJSON *memory_json(const summary *s)
 {
     cJSON *m = cJSON_CreateObject();
     if (!m || !add_num(m, "batch_size", s->batch) ||
-        !cJSON_AddStringToObject(m, "solver", s->solver) ||
+        !cJSON_AddStringToObject(m, "solver", solver_type_name(s->solver)) ||
         !cJSON_AddBoolToObject(m, "momentum", s->momentum) ||
         !add_num(m, "optimizer_states_per_param", s->opt_states) ||
         !add_num(m, "weights_bytes", s->weight_bytes) ||
@@ -427,7 +409,7 @@ static cJSON *memory_json(const summary *s)
         !add_num(m, "per_image_bytes", s->image_bytes) ||
         !add_num(m, "activations_bytes", s->batch_act_bytes) ||
         !add_num(m, "total_bytes", s->train_bytes) ||
-        !cJSON_AddStringToObject(m, "precision", s->precision)) {
+        !cJSON_AddStringToObject(m, "precision", precision_name(s->precision))) {
         cJSON_Delete(m);
         return NULL;
     }
@@ -561,8 +543,8 @@ int summary_print(FILE *f, const summary *s)
     fprintf(f, "activations     %s per image, %s kept for backward\n",
             human_bytes(a, sizeof a, s->act_bytes), human_bytes(b, sizeof b, s->kept_bytes));
     fprintf(f, "\ntraining memory, batch %d, %s%s (%d state%s per parameter), %s:\n",
-            s->batch, s->solver, s->momentum ? " with momentum" : "", s->opt_states,
-            s->opt_states == 1 ? "" : "s", s->precision);
+            s->batch, solver_type_name(s->solver), s->momentum ? " with momentum" : "", s->opt_states,
+            s->opt_states == 1 ? "" : "s", precision_name(s->precision));
     fprintf(f, "  weights       %s\n", human_bytes(a, sizeof a, s->weight_bytes));
     fprintf(f, "  gradients     %s\n", human_bytes(a, sizeof a, s->grad_bytes));
     fprintf(f, "  optimizer     %s\n", human_bytes(a, sizeof a, s->opt_bytes));

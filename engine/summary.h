@@ -106,9 +106,9 @@ typedef struct summary {
     int64_t kept_bytes;             /* input + outputs kept for backward */
     /* training memory estimate */
     int batch;
-    char solver[8];                 /* "sgd", "sgd-momentum" is "sgd" with momentum */
+    solver_type solver;
     bool momentum;
-    char precision[12];             /* "fp32", "amp-bf16", "amp-fp16" */
+    precision_mode precision;
     int opt_states;                 /* state tensors per parameter */
     int64_t weight_bytes, grad_bytes, opt_bytes, copy_bytes;   /* copy: AMP's 16-bit weights */
     int64_t image_bytes;            /* per image: input, outputs and gradients, masks */
@@ -120,9 +120,9 @@ typedef struct summary {
     char (*warnings)[SUMMARY_WARN_MAX];   /* nwarnings, owned */
 } summary;
 
-/* Number of optimizer state tensors per parameter for solver "sgd" (0, or 1
- * with momentum), "adam" or "adamw" (2). Returns -1 for any other name. */
-int summary_opt_states(const char *solver, bool momentum);
+/* Number of optimizer state tensors per parameter: sgd 0, or 1 with
+ * momentum; adam and adamw 2. */
+int summary_opt_states(solver_type solver, bool momentum);
 
 /* The input and class count a built-in network is summarised for when the
  * caller gives none: lenet 1x28x28 and 10; cifar10-cnn, resnet20, alexnet
@@ -132,17 +132,13 @@ bool summary_builtin_defaults(const char *name, net_shape *in, int *classes);
 
 /* Summarises `spec` (a cJSON object, see engine/spec.h) for input `in`
  * ({0,0,0}: the spec's "input") and `classes` classes, and estimates the
- * training memory for `batch` images (>= 1) with `solver` ("sgd", "adam",
- * "adamw"; momentum only matters for sgd) in `precision` ("fp32", "amp-bf16",
- * "amp-fp16"; NULL: fp32). On success fills *out (free it with
+ * training memory for `batch` images (>= 1) with `solver` (momentum only
+ * matters for sgd) in precision `prec`. On success fills *out (free it with
  * summary_free) and returns 0; otherwise returns -1 with err set (the
  * parser's message, which names the layer) and *out empty. */
 int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
-                  const char *solver, bool momentum, const char *precision, summary *out,
+                  solver_type solver, bool momentum, precision_mode prec, summary *out,
                   char *err, size_t errlen);
-
-/* Whether p names a precision: "fp32", "amp-bf16" or "amp-fp16". */
-bool summary_precision_known(const char *p);
 
 /* The training-memory arithmetic of the conventions above, for a parsed spec:
  * the one estimator that the summary prints and net_create checks. */
@@ -156,10 +152,10 @@ typedef struct summary_mem {
 } summary_mem;
 
 /* Fills *m for s trained with opt_states state tensors per parameter
- * (summary_opt_states) in `precision` (NULL or "": fp32). Returns 0, or -1
- * with err set (an unknown precision; out of memory; a join of a 16-bit and
+ * (summary_opt_states) in precision `prec`. Returns 0, or -1
+ * with err set (out of memory; a join of a 16-bit and
  * an FP32 input, which mixed precision does not run, engine/amp.h). */
-int summary_memory(const net_spec *s, int opt_states, const char *precision, summary_mem *m,
+int summary_memory(const net_spec *s, int opt_states, precision_mode prec, summary_mem *m,
                    char *err, size_t errlen);
 
 /* The estimate for `batch` images: fixed + batch x per image. */
@@ -181,7 +177,7 @@ int64_t summary_max_batch(const summary_mem *m, int64_t memory);
  * saying how much is needed and naming the layer responsible (the one with
  * the largest activations, or with the most parameters when they alone do
  * not fit) and the largest batch that does fit. */
-int summary_check_memory(const net_spec *s, int opt_states, const char *precision, int batch,
+int summary_check_memory(const net_spec *s, int opt_states, precision_mode prec, int batch,
                          int devices, int64_t memory, const char *where, char *err,
                          size_t errlen);
 

@@ -37,8 +37,9 @@
 
 typedef struct bench_opts {
     const char *network;
-    const char *precision;
-    const char *backend;
+    precision_mode prec;
+    const char *backend;        /* as given, for the report */
+    net_devices devices;
     bool train;
     int batch, steps, warmup, threads, classes;
     net_shape in;
@@ -75,7 +76,7 @@ static void usage(FILE *f)
 /* Returns 0 (parsed), 1 (--help printed) or 2 (usage error, message printed). */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){ .precision = "fp32", .backend = "cpu", .train = true, .batch = 64,
+    *o = (bench_opts){ .prec = PREC_FP32, .backend = "cpu", .devices = net_devices_cpu(), .train = true, .batch = 64,
                        .steps = 50, .warmup = 5 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,9 +111,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--input"))
             ok = cli_shape(v, &o->in);
         else if (!strcmp(a, "--precision"))
-            ok = v && (o->precision = v);
-        else if (!strcmp(a, "--backend"))
-            ok = v && (o->backend = v);             /* net_create names what is wrong */
+            ok = v && precision_parse(v, &o->prec) == 0;
+        else if (!strcmp(a, "--backend")) {
+            char err[160];
+            if (v && net_devices_parse(v, &o->devices, err, sizeof err) != 0) {
+                fprintf(stderr, "kiln bench: %s\n", err);
+                return 2;
+            }
+            ok = v && (o->backend = v);
+        }
         else if (!strcmp(a, "--mode")) {
             ok = v && (!strcmp(v, "train") || !strcmp(v, "infer"));
             o->train = ok && !strcmp(v, "train");
@@ -124,19 +131,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             fprintf(stderr, "kiln bench: %s needs %s\n", a,
                     !strcmp(a, "--input") ? "C,H,W (positive integers)" :
                     !strcmp(a, "--mode") ? "train or infer" :
-                    !strcmp(a, "--precision") ? "a value" : "a positive integer in range");
+                    !strcmp(a, "--precision") ? "fp32, amp-bf16 or amp-fp16" :
+                    !strcmp(a, "--backend") ? "a value" : "a positive integer in range");
             return 2;
         }
         i++;
     }
     if (!o->network) {
         fprintf(stderr, "kiln bench: which network? (a built-in name or a spec file)\n");
-        return 2;
-    }
-    if (strcmp(o->precision, "fp32") && strcmp(o->precision, "amp-bf16") &&
-        strcmp(o->precision, "amp-fp16")) {
-        fprintf(stderr, "kiln bench: precision \"%s\" is unknown (fp32, amp-bf16 or amp-fp16)\n",
-                o->precision);
         return 2;
     }
     return 0;
@@ -207,7 +209,7 @@ typedef struct bench_result {
 static void print_text(const bench_opts *o, const bench_result *r)
 {
     printf("kiln bench: %s, %s, %s, batch %d, %s, %d threads, input %dx%dx%d, %d classes\n",
-           o->network, o->train ? "train" : "infer", o->precision, o->batch, o->backend,
+           o->network, o->train ? "train" : "infer", precision_name(o->prec), o->batch, o->backend,
            omp_get_max_threads(), o->in.c, o->in.h, o->in.w, o->classes);
     printf("  setup        %.1f ms (net_create), first step %.1f ms; %d warm-up, %d timed steps\n",
            r->setup_s * 1e3, r->first_step_s * 1e3, o->warmup, o->steps);
@@ -230,7 +232,7 @@ static int print_json(const bench_opts *o, const bench_result *r)
     }
     cJSON_AddStringToObject(j, "network", o->network);
     cJSON_AddStringToObject(j, "mode", o->train ? "train" : "infer");
-    cJSON_AddStringToObject(j, "precision", o->precision);
+    cJSON_AddStringToObject(j, "precision", precision_name(o->prec));
     cJSON_AddStringToObject(j, "backend", o->backend);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "steps", o->steps);
@@ -268,10 +270,9 @@ static int measure(const bench_opts *o, const cJSON *spec, bench_result *r)
     double *times = NULL;
     net *n = NULL;
     summary sum;
-    net_solver solver = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
-    snprintf(solver.precision, sizeof solver.precision, "%s", o->precision);
+    net_solver solver = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f, .precision = o->prec };
 
-    if (summary_build(spec, o->in, o->classes, o->batch, "sgd", true, o->precision, &sum, err,
+    if (summary_build(spec, o->in, o->classes, o->batch, SOLVER_SGD, true, o->prec, &sum, err,
                       sizeof err) < 0) {
         fprintf(stderr, "kiln bench: %s: %s\n", o->network, err);
         return 1;
@@ -293,7 +294,7 @@ static int measure(const bench_opts *o, const cJSON *spec, bench_result *r)
         labels[i] = (int32_t)rng_splitmix64_below(&state, (uint64_t)o->classes);
 
     double t0 = now_s();
-    if (!(n = net_create(spec, o->in, o->classes, o->batch, o->backend, &solver, 1, err,
+    if (!(n = net_create(spec, o->in, o->classes, o->batch, &o->devices, &solver, 1, err,
                          sizeof err))) {
         fprintf(stderr, "kiln bench: %s: %s\n", o->network, err);
         goto out;

@@ -823,7 +823,7 @@ int runner_run(const char *dir, bool human_output)
           r.cfg.precision, ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
           r.info.nclasses, r.cfg.epochs, r.cfg.epochs == 1 ? "" : "s", (long long)r.steps_per_epoch, r.cfg.batch, sdesc,
           (unsigned long long)r.cfg.seed, mono_now() - t0);
-    int ndev = net_devices(r.net);
+    int ndev = net_device_count(r.net);
     if (ndev > 1)
         logf_("data parallel on %d devices: up to %d images of each batch on each, gradients "
               "summed across them, every replica making the same update", ndev,

@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/net.h"         /* net_builtin */
-#include "engine/summary.h"     /* summary_build, summary_print, summary_precision_known */
+#include "engine/summary.h"     /* summary_build, summary_print */
 #include "jobs/cli_args.h"      /* cli_int, cli_shape, cli_spec */
 
 #define DEFAULT_CLASSES 10      /* a spec file's class count when --classes is absent */
@@ -55,9 +55,9 @@ typedef struct opts {
     net_shape in;               /* {0,0,0}: not given */
     int classes;                /* 0: not given */
     int batch;
-    const char *solver;
+    solver_type solver;
     double momentum;
-    const char *precision;
+    precision_mode prec;
     bool json;
 } opts;
 
@@ -80,11 +80,9 @@ static int parse_args(int argc, char **argv, opts *o)
         } else if (!strcmp(a, "--batch")) {
             ok = cli_int(v, 1, 1 << 20, &o->batch);
         } else if (!strcmp(a, "--solver")) {
-            ok = v && summary_opt_states(v, false) >= 0;
-            o->solver = v;
+            ok = v && solver_type_parse(v, &o->solver) == 0;
         } else if (!strcmp(a, "--precision")) {
-            ok = summary_precision_known(v);
-            o->precision = v;
+            ok = v && precision_parse(v, &o->prec) == 0;
         } else if (!strcmp(a, "--momentum")) {
             char *end;
             o->momentum = v ? strtod(v, &end) : -1;
@@ -113,7 +111,7 @@ static int parse_args(int argc, char **argv, opts *o)
 
 int summary_main(int argc, char **argv)
 {
-    opts o = { .batch = 64, .solver = "sgd", .momentum = 0.9 };
+    opts o = { .batch = 64, .solver = SOLVER_SGD, .momentum = 0.9, .prec = PREC_FP32 };
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
@@ -132,7 +130,7 @@ int summary_main(int argc, char **argv)
     if (o.classes)
         classes = o.classes;
     char err[512];
-    if (summary_build(spec, in, classes, o.batch, o.solver, o.momentum > 0, o.precision, &s, err,
+    if (summary_build(spec, in, classes, o.batch, o.solver, o.momentum > 0, o.prec, &s, err,
                       sizeof err) < 0) {
         fprintf(stderr, "kiln summary: %s: %s\n", o.network, err);
         goto out;

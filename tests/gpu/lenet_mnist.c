@@ -25,6 +25,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "tests/settings_util.h"
 #include "engine/fileio.h"
 #include "engine/net.h"
 #include "engine/rng.h"
@@ -113,8 +114,8 @@ int main(int argc, char **argv)
         return 1;
 
     char err[1024];
-    net_solver sv = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
-    snprintf(sv.precision, sizeof sv.precision, "%s", precision);
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f };
+    sv.precision = prec_of(precision);
     cJSON *spec = cJSON_Parse(net_builtin("lenet"));
     net *n = net_create(spec, (net_shape){ 1, SIDE, SIDE }, 10, BATCH, backend, &sv, 1, err,
                         sizeof err);

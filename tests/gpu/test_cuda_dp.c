@@ -12,6 +12,7 @@
  * dependencies (oneDNN, cJSON) besides CUDA, cuDNN and NCCL; tests/gpu/check
  * builds it where they can be found. */
 #include "gpu_test.h"
+#include "tests/settings_util.h"
 #include "engine/net.h"
 
 static const char *NET =
@@ -32,8 +33,8 @@ enum { B = 32, SIZE = 3 * 16 * 16 };
 
 static net *make(const char *where, const char *precision)
 {
-    net_solver sv = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };
-    snprintf(sv.precision, sizeof sv.precision, "%s", precision);
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
+    sv.precision = prec_of(precision);
     cJSON *spec = cJSON_Parse(NET);
     net *n = net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, where, &sv, 11, err, sizeof err);
     cJSON_Delete(spec);
@@ -126,7 +127,7 @@ int main(void)
     parity("amp-bf16", "1", 0.05, 0.02);
     /* Two GPUs listed twice, or one that is not there, are refused. */
     cJSON *spec = cJSON_Parse(NET);
-    net_solver sv = { .type = "sgd", .lr = 0.05f };
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f };
     char where[32];
     snprintf(where, sizeof where, "cuda:0,%d", n);
     CHECK(!net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, "cuda:1,1", &sv, 1, err, sizeof err),

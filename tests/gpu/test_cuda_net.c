@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "gpu_test.h"
+#include "tests/settings_util.h"
 #include "engine/net.h"
 
 static const char *NET =
@@ -29,8 +30,8 @@ static const char *NET =
 static net *make(const char *spec_txt, net_shape in, int classes, int batch, const char *where,
                  const char *precision)
 {
-    net_solver sv = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };
-    snprintf(sv.precision, sizeof sv.precision, "%s", precision);
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
+    sv.precision = prec_of(precision);
     cJSON *spec = cJSON_Parse(spec_txt);
     net *n = net_create(spec, in, classes, batch, where, &sv, 5, err, sizeof err);
     cJSON_Delete(spec);
@@ -139,7 +140,7 @@ static void test_builtins(void)
  * batch 2^20 needs terabytes). */
 static void test_devices_and_memory(void)
 {
-    net_solver sv = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f };
     cJSON *spec = cJSON_Parse(net_builtin("lenet"));
     net *n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, "cuda:0", &sv, 1, err, sizeof err);
     CHECK(n != NULL, "lenet on cuda:0: %s", err);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/settings_util.h"
 #include "engine/amp.h"
 #include "engine/backend.h"
 #include "engine/checkpoint.h"
@@ -54,15 +55,15 @@ static net *make(const char *spec_txt, net_shape in, int classes, int batch, con
 {
     char err[512] = "";
     net_solver sv = { .lr = 0.05f, .momentum = 0.9f, .loss_scaling = loss_scaling };
-    snprintf(sv.type, sizeof sv.type, "%s", solver);
-    snprintf(sv.precision, sizeof sv.precision, "%s", precision);
+    sv.type = solver_of(solver);
+    sv.precision = prec_of(precision);
     if (strcmp(solver, "sgd") != 0) {
         sv.momentum = 0;
         sv.lr = 0.005f;
     }
     cJSON *spec = cJSON_Parse(spec_txt);
     assert_non_null(spec);
-    net *n = net_create(spec, in, classes, batch, "cpu", &sv, seed, err, sizeof err);
+    net *n = net_create(spec, in, classes, batch, NULL, &sv, seed, err, sizeof err);
     cJSON_Delete(spec);
     if (!n) {
         print_error("net_create: %s\n", err);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/settings_util.h"
 #include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/fileio.h"
@@ -59,7 +60,7 @@ static net *make(const net_solver *sv)
 {
     char err[512] = "";
     cJSON *spec = cJSON_Parse(SPEC);
-    net *n = net_create(spec, (net_shape){ C, H, W }, CLASSES, BATCH, "cpu", sv, 5, err,
+    net *n = net_create(spec, (net_shape){ C, H, W }, CLASSES, BATCH, NULL, sv, 5, err,
                         sizeof err);
     cJSON_Delete(spec);
     if (!n)
@@ -182,19 +183,19 @@ static void resume_exact(const net_solver *sv, bool expect_optim_tensors)
 
 static void test_resume_sgd(void **state)
 {
-    resume_exact(&(net_solver){ .type = "sgd", .momentum = 0.9f, .weight_decay = 1e-3f }, false);
+    resume_exact(&(net_solver){ .type = SOLVER_SGD, .momentum = 0.9f, .weight_decay = 1e-3f }, false);
 }
 
 static void test_resume_sgd_options(void **state)
 {
-    resume_exact(&(net_solver){ .type = "sgd", .momentum = 0.9f, .nesterov = true,
-                                .clip_norm = 0.5f, .larc = "clip" }, false);
+    resume_exact(&(net_solver){ .type = SOLVER_SGD, .momentum = 0.9f, .nesterov = true,
+                                .clip_norm = 0.5f, .larc = LARC_CLIP }, false);
 }
 
 static void test_resume_adam(void **state)
 {
-    resume_exact(&(net_solver){ .type = "adam" }, true);
-    resume_exact(&(net_solver){ .type = "adamw", .weight_decay = 0.01f }, true);
+    resume_exact(&(net_solver){ .type = SOLVER_ADAM }, true);
+    resume_exact(&(net_solver){ .type = SOLVER_ADAMW, .weight_decay = 0.01f }, true);
 }
 
 static void test_refused(void **state)
@@ -202,13 +203,13 @@ static void test_refused(void **state)
     char path[256], plain[256], err[512] = "";
     snprintf(path, sizeof path, "%s/c.safetensors", dir);
     snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
-    net *a = make(&(net_solver){ .type = "sgd", .momentum = 0.9f });
+    net *a = make(&(net_solver){ .type = SOLVER_SGD, .momentum = 0.9f });
     step(a, 0);
     ckpt_info ci = { .step = 1, .epoch = 0, .epoch_step = 1, .seed = 5 };
     assert_int_equal(ckpt_save(a, path, &ci, err, sizeof err), 0);
     assert_int_equal(net_save(a, plain, err, sizeof err), 0);
 
-    net *b = make(&(net_solver){ .type = "adam" });
+    net *b = make(&(net_solver){ .type = SOLVER_ADAM });
     assert_int_equal(ckpt_load(b, path, NULL, err, sizeof err), -1);
     char want[512];
     snprintf(want, sizeof want, "%s was written by solver sgd; this run uses adam", path);
@@ -223,8 +224,8 @@ static void test_refused(void **state)
     cJSON *spec = cJSON_Parse("{\"layers\": [{\"type\": \"maxpool\", \"kernel\": 2}, "
                               "{\"type\": \"flatten\"}, {\"type\": \"dense\", "
                               "\"name\": \"out\", \"units\": \"classes\"}]}");
-    net *d = net_create(spec, (net_shape){ C, H, W }, CLASSES, BATCH, "cpu",
-                        &(net_solver){ .type = "sgd", .momentum = 0.9f }, 5, err, sizeof err);
+    net *d = net_create(spec, (net_shape){ C, H, W }, CLASSES, BATCH, NULL,
+                        &(net_solver){ .type = SOLVER_SGD, .momentum = 0.9f }, 5, err, sizeof err);
     cJSON_Delete(spec);
     assert_non_null(d);
     assert_int_equal(ckpt_load(d, path, NULL, err, sizeof err), -1);
@@ -242,7 +243,7 @@ static void test_latest(void **state)
     assert_int_equal(fio_mkdir_p(sub), 0);
     ckpt_info ci;
     assert_int_equal(ckpt_latest(sub, found, sizeof found, &ci, err, sizeof err), 0);
-    net *a = make(&(net_solver){ .type = "sgd" });
+    net *a = make(&(net_solver){ .type = SOLVER_SGD });
     const int steps[] = { 30, 120, 60 };
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/epoch-%d.safetensors", sub, i + 1);

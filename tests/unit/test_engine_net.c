@@ -15,12 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/settings_util.h"
 #include "engine/backend.h"   /* buffers behind net_param_tensors */
 #include "engine/net.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 
-static const net_solver SGD = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };
+static const net_solver SGD = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
 
 /* Four classes of 1x8x8 images: a bright quadrant (class = which one) under
  * Gaussian noise. Learnable by the small net below, not by chance. */
@@ -58,7 +59,7 @@ static net *make(const char *spec_txt, net_shape in, int classes, int max_batch,
     char err[512] = "";
     cJSON *spec = cJSON_Parse(spec_txt);
     assert_non_null(spec);
-    net *n = net_create(spec, in, classes, max_batch, "cpu", sv, seed, err, sizeof err);
+    net *n = net_create(spec, in, classes, max_batch, NULL, sv, seed, err, sizeof err);
     cJSON_Delete(spec);
     if (!n) {
         print_error("net_create: %s\n", err);
@@ -431,9 +432,9 @@ static void test_solver(void **state)
 {
     char err[512] = "";
     const float lr = 0.1f, mu = 0.9f, wd = 0.1f;
-    const net_solver smom = { .type = "sgd", .lr = lr, .momentum = mu };
-    const net_solver splain = { .type = "sgd", .lr = lr };
-    const net_solver sdecay = { .type = "sgd", .lr = lr, .weight_decay = wd };
+    const net_solver smom = { .type = SOLVER_SGD, .lr = lr, .momentum = mu };
+    const net_solver splain = { .type = SOLVER_SGD, .lr = lr };
+    const net_solver sdecay = { .type = SOLVER_SGD, .lr = lr, .weight_decay = wd };
     net_shape in = { SYN_C, SYN_H, SYN_W };
     net *a = make(SMALL, in, SYN_CLASSES, 8, &smom, 4);
     net *b = make(SMALL, in, SYN_CLASSES, 8, &splain, 4);
@@ -517,7 +518,7 @@ static void test_solver(void **state)
 static void test_net_gradient(void **state)
 {
     char err[512] = "", path[96];
-    const net_solver plain = { .type = "sgd", .lr = 1.0f };
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 1.0f };
     net *n = make(SMALL, (net_shape){ SYN_C, SYN_H, SYN_W }, SYN_CLASSES, 8, &plain, 9);
     float x[8 * SYN_SIZE];
     int32_t y[8];
@@ -694,7 +695,7 @@ static void check_net_gradient(net *n, net_shape in, int classes, int B, uint64_
 
 static void test_graph_gradient(void **state)
 {
-    const net_solver plain = { .type = "sgd", .lr = 0.0f };
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     net *n = make(GRAPH, (net_shape){ 2, 7, 9 }, 5, 6, &plain, 21);
     net_param ps[32];
     size_t np = net_param_tensors(n, ps, 32);
@@ -759,8 +760,8 @@ static const char *RES16_SMOOTH =
 static void test_blocked_net(void **state)
 {
     char err[512] = "";
-    const net_solver plain = { .type = "sgd", .lr = 0.0f };
-    const net_solver sv = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
+    const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     const net_shape in = { 3, 9, 7 };
     net *n = make(RES16_SMOOTH, in, 4, 4, &plain, 41);
     check_net_gradient(n, in, 4, 4, 42);
@@ -806,7 +807,7 @@ static void test_blocked_net(void **state)
 static void test_graph_deterministic(void **state)
 {
     char err[512] = "";
-    const net_solver sv = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };
+    const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     double loss[3][6];
     for (int run = 0; run < 3; run++) {
         net *n = make(GRAPH, (net_shape){ 2, 7, 9 }, 5, 8, &sv, run < 2 ? 31 : 32);
@@ -834,7 +835,7 @@ static void test_graph_deterministic(void **state)
 static void test_dropout_modes(void **state)
 {
     char err[512] = "";
-    const net_solver plain = { .type = "sgd", .lr = 0.0f };
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     net *n = make("{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dropout\", \"rate\": 0.5},"
                   " {\"type\": \"dense\", \"units\": \"classes\"}]}",
                   (net_shape){ SYN_C, SYN_H, SYN_W }, SYN_CLASSES, 16, &plain, 3);
@@ -867,7 +868,7 @@ static void test_dropout_modes(void **state)
 static void test_batchnorm_running(void **state)
 {
     char err[512] = "";
-    const net_solver plain = { .type = "sgd", .lr = 0.0f };
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     const int B = 4, C = 2, HW = 9;
     net *n = make("{\"layers\": [{\"type\": \"batchnorm\", \"name\": \"bn\", \"momentum\": 0.5},"
                   " {\"type\": \"dense\", \"units\": \"classes\"}]}", (net_shape){ C, 3, 3 }, 3,
@@ -983,7 +984,7 @@ static void test_builtins_step(void **state)
 static void test_resnet20_learns(void **state)
 {
     char err[512] = "";
-    const net_solver sv = { .type = "sgd", .lr = 0.05f, .momentum = 0.9f };
+    const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     const int B = 16, S = 3 * 32 * 32;
     net *n = make(net_builtin("resnet20"), (net_shape){ 3, 32, 32 }, 4, B, &sv, 11);
     float *x = malloc((size_t)B * S * sizeof *x);
@@ -1058,19 +1059,29 @@ static void test_errors(void **state)
 
     cJSON *spec = cJSON_Parse(SMALL);
     net_shape in = { SYN_C, SYN_H, SYN_W };
-    net_solver rmsprop = { .type = "rmsprop", .lr = 0.001f };
-    assert_null(net_create(spec, in, SYN_CLASSES, 4, "tpu", &SGD, 1, err, sizeof err));
-    assert_string_equal(err, "backend \"tpu\" is not compiled into this kiln");
-    assert_null(net_create(spec, in, SYN_CLASSES, 4, "cpu", &rmsprop, 1, err, sizeof err));
-    assert_string_equal(err, "solver type \"rmsprop\" is unknown (use sgd, adam or adamw)");
-    assert_null(net_create(spec, in, SYN_CLASSES, 0, "cpu", &SGD, 1, err, sizeof err));
+    /* Names are read once, at the border (engine/settings.h); a value no name
+     * gives is refused by net_create. */
+    net_devices tpu;
+    assert_int_equal(net_devices_parse("tpu", &tpu, err, sizeof err), -1);
+    assert_string_equal(err, "backend \"tpu\" is unknown (cpu or cuda, optionally with devices: "
+                        "cuda:0,1)");
+#ifndef KILN_HAVE_CUDA
+    net_devices gpu = { .kind = BACKEND_CUDA, .count = 1 };
+    assert_null(net_create(spec, in, SYN_CLASSES, 4, &gpu, &SGD, 1, err, sizeof err));
+    assert_string_equal(err, "backend \"cuda\" is not compiled into this kiln");
+#endif
+    net_solver rmsprop = { .type = SOLVER_COUNT, .lr = 0.001f };
+    assert_int_equal(solver_type_parse("rmsprop", &rmsprop.type), -1);
+    assert_null(net_create(spec, in, SYN_CLASSES, 4, NULL, &rmsprop, 1, err, sizeof err));
+    assert_string_equal(err, "solver type 3 is unknown (use sgd, adam or adamw)");
+    assert_null(net_create(spec, in, SYN_CLASSES, 0, NULL, &SGD, 1, err, sizeof err));
     assert_string_equal(err, "batch size must be positive (got 0)");
-    assert_null(net_create(spec, (net_shape){ 1, 1, 1 }, SYN_CLASSES, 4, "cpu", &SGD, 1, err,
+    assert_null(net_create(spec, (net_shape){ 1, 1, 1 }, SYN_CLASSES, 4, NULL, &SGD, 1, err,
                            sizeof err));
     assert_string_equal(err, "layer 3 (maxpool \"maxpool3\"): kernel 2 is larger than its 1x1 "
                         "input");
     /* far more memory than any machine has */
-    assert_null(net_create(spec, (net_shape){ 1, 2048, 2048 }, SYN_CLASSES, 4096, "cpu", &SGD,
+    assert_null(net_create(spec, (net_shape){ 1, 2048, 2048 }, SYN_CLASSES, 4096, NULL, &SGD,
                            1, err, sizeof err));
     assert_non_null(strstr(err, "use a smaller batch"));
     cJSON_Delete(spec);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/settings_util.h"
 #include "engine/backend.h"
 #include "engine/elementwise.h"
 #include "engine/net.h"
@@ -142,7 +143,7 @@ static void check_solver(const char *what, net_solver s, bool big_grads)
 {
     char err[512] = "";
     cJSON *spec = cJSON_Parse(DENSE);
-    net *n = net_create(spec, (net_shape){ 1, 2, 3 }, OUT, BATCH, "cpu", &s, 7, err, sizeof err);
+    net *n = net_create(spec, (net_shape){ 1, 2, 3 }, OUT, BATCH, NULL, &s, 7, err, sizeof err);
     cJSON_Delete(spec);
     if (!n)
         print_error("%s: %s\n", what, err);
@@ -212,46 +213,46 @@ static void check_solver(const char *what, net_solver s, bool big_grads)
 
 static void test_sgd_momentum(void **state)
 {
-    check_solver("sgd momentum", (net_solver){ .type = "sgd", .momentum = 0.9f }, false);
+    check_solver("sgd momentum", (net_solver){ .type = SOLVER_SGD, .momentum = 0.9f }, false);
 }
 
 static void test_sgd_nesterov_decay(void **state)
 {
     check_solver("sgd nesterov + decay",
-                 (net_solver){ .type = "sgd", .momentum = 0.9f, .nesterov = true,
+                 (net_solver){ .type = SOLVER_SGD, .momentum = 0.9f, .nesterov = true,
                                .weight_decay = 0.05f }, false);
     check_solver("sgd decay on biases",
-                 (net_solver){ .type = "sgd", .momentum = 0.5f, .weight_decay = 0.05f,
+                 (net_solver){ .type = SOLVER_SGD, .momentum = 0.5f, .weight_decay = 0.05f,
                                .decay_bias = true }, false);
 }
 
 static void test_adam(void **state)
 {
-    check_solver("adam", (net_solver){ .type = "adam" }, false);
-    check_solver("adam l2", (net_solver){ .type = "adam", .beta1 = 0.8f, .beta2 = 0.99f,
+    check_solver("adam", (net_solver){ .type = SOLVER_ADAM }, false);
+    check_solver("adam l2", (net_solver){ .type = SOLVER_ADAM, .beta1 = 0.8f, .beta2 = 0.99f,
                                           .eps = 1e-6f, .weight_decay = 0.1f }, false);
 }
 
 static void test_adamw(void **state)
 {
-    check_solver("adamw", (net_solver){ .type = "adamw", .weight_decay = 0.1f }, false);
-    check_solver("adamw bias", (net_solver){ .type = "adamw", .weight_decay = 0.1f,
+    check_solver("adamw", (net_solver){ .type = SOLVER_ADAMW, .weight_decay = 0.1f }, false);
+    check_solver("adamw bias", (net_solver){ .type = SOLVER_ADAMW, .weight_decay = 0.1f,
                                              .decay_bias = true }, false);
 }
 
 static void test_clip_norm(void **state)
 {
     /* large inputs: the global norm is far above 0.5, so every step clips */
-    check_solver("sgd clip", (net_solver){ .type = "sgd", .momentum = 0.9f, .clip_norm = 0.5f },
+    check_solver("sgd clip", (net_solver){ .type = SOLVER_SGD, .momentum = 0.9f, .clip_norm = 0.5f },
                  true);
-    check_solver("adam clip", (net_solver){ .type = "adam", .clip_norm = 0.5f }, true);
+    check_solver("adam clip", (net_solver){ .type = SOLVER_ADAM, .clip_norm = 0.5f }, true);
 }
 
 static void test_larc(void **state)
 {
-    check_solver("larc clip", (net_solver){ .type = "sgd", .momentum = 0.9f, .weight_decay = 0.01f,
-                                            .larc = "clip", .larc_eta = 0.002f }, false);
-    check_solver("larc scale", (net_solver){ .type = "sgd", .momentum = 0.9f, .larc = "scale",
+    check_solver("larc clip", (net_solver){ .type = SOLVER_SGD, .momentum = 0.9f, .weight_decay = 0.01f,
+                                            .larc = LARC_CLIP, .larc_eta = 0.002f }, false);
+    check_solver("larc scale", (net_solver){ .type = SOLVER_SGD, .momentum = 0.9f, .larc = LARC_SCALE,
                                              .larc_eta = 0.02f, .clip_norm = 1.0f }, true);
 }
 
@@ -291,25 +292,25 @@ static void test_check(void **state)
         const char *msg;
     } bad[] = {
         { { .type = "rmsprop" }, "solver type \"rmsprop\" is unknown (use sgd, adam or adamw)" },
-        { { .type = "sgd", .nesterov = true }, "solver nesterov needs a momentum above 0" },
-        { { .type = "adam", .momentum = 0.9f },
+        { { .type = SOLVER_SGD, .nesterov = true }, "solver nesterov needs a momentum above 0" },
+        { { .type = SOLVER_ADAM, .momentum = 0.9f },
           "solver adam takes beta1 and beta2, not momentum or nesterov" },
-        { { .type = "adam", .beta1 = 1.0f, .beta2 = 0.9f, .eps = 1e-8f },
+        { { .type = SOLVER_ADAM, .beta1 = 1.0f, .beta2 = 0.9f, .eps = 1e-8f },
           "solver beta1 and beta2 must be in [0, 1)" },
-        { { .type = "adamw", .beta1 = 0.9f, .beta2 = 0.9f }, "solver eps must be a finite number > 0" },
-        { { .type = "sgd", .clip_norm = -1 }, "solver clip_norm must be a finite number >= 0 (0: off)" },
-        { { .type = "sgd", .larc = "max" }, "solver larc policy \"max\" is unknown (use clip or scale)" },
-        { { .type = "adam", .larc = "clip" }, "solver larc works with type sgd only" },
-        { { .type = "sgd", .larc = "clip", .larc_eta = -1 }, "solver larc eta must be a finite number > 0" },
-        { { .type = "sgd", .lr = NAN }, "solver lr must be a finite number >= 0" },
+        { { .type = SOLVER_ADAMW, .beta1 = 0.9f, .beta2 = 0.9f }, "solver eps must be a finite number > 0" },
+        { { .type = SOLVER_SGD, .clip_norm = -1 }, "solver clip_norm must be a finite number >= 0 (0: off)" },
+        { { .type = SOLVER_SGD, .larc = "max" }, "solver larc policy \"max\" is unknown (use clip or scale)" },
+        { { .type = SOLVER_ADAM, .larc = LARC_CLIP }, "solver larc works with type sgd only" },
+        { { .type = SOLVER_SGD, .larc = LARC_CLIP, .larc_eta = -1 }, "solver larc eta must be a finite number > 0" },
+        { { .type = SOLVER_SGD, .lr = NAN }, "solver lr must be a finite number >= 0" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(optim_check(&bad[i].s, &out, err, sizeof err), -1);
         assert_string_equal(err, bad[i].msg);
     }
-    assert_int_equal(optim_check(&(net_solver){ .type = "adamw" }, &out, err, sizeof err), 0);
+    assert_int_equal(optim_check(&(net_solver){ .type = SOLVER_ADAMW }, &out, err, sizeof err), 0);
     assert_true(out.beta1 == 0.9f && out.beta2 == 0.999f && out.eps == 1e-8f);
-    assert_int_equal(optim_check(&(net_solver){ .type = "sgd", .larc = "scale" }, &out, err,
+    assert_int_equal(optim_check(&(net_solver){ .type = SOLVER_SGD, .larc = LARC_SCALE }, &out, err,
                                  sizeof err), 0);
     assert_true(out.larc_eta == 0.001f);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/settings_util.h"
 #include "engine/fileio.h"
 #include "engine/net.h"
 #include "engine/summary.h"
@@ -463,8 +464,8 @@ static void test_net_refuses_too_big(void **state)
     cJSON *j = cJSON_Parse("{\"layers\": [{\"type\": \"dense\", \"name\": \"huge\", "
                            "\"units\": 1048576}, {\"type\": \"dense\", \"name\": \"out\", "
                            "\"units\": \"classes\"}]}");
-    net_solver sv = { .type = "sgd", .lr = 0.01f, .momentum = 0.9f };
-    net *n = net_create(j, (net_shape){ 1, 2, 2 }, 2, 1 << 20, "cpu", &sv, 1, err, sizeof err);
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f };
+    net *n = net_create(j, (net_shape){ 1, 2, 2 }, 2, 1 << 20, NULL, &sv, 1, err, sizeof err);
     assert_null(n);
     assert_non_null(strstr(err, "more than this machine's"));
     assert_non_null(strstr(err, "the largest activation is layer 1 (dense \"huge\")"));
@@ -491,8 +492,8 @@ static void test_net_refuses_too_many_params(void **state)
     free(text);
     assert_non_null(j);
     char err[512] = "";
-    net_solver sv = { .type = "adam", .lr = 0.001f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
-    net *n = net_create(j, (net_shape){ 1, 1, 32768 }, 2, 1, "cpu", &sv, 1, err, sizeof err);
+    net_solver sv = { .type = SOLVER_ADAM, .lr = 0.001f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+    net *n = net_create(j, (net_shape){ 1, 1, 32768 }, 2, 1, NULL, &sv, 1, err, sizeof err);
     cJSON_Delete(j);
     assert_null(n);
     assert_non_null(strstr(err, "weights, gradients and optimizer state alone need at least"));

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "db/store.h"
+#include "tests/settings_util.h"
 #include "engine/checkpoint.h"
 #include "jobs/hub.h"
 #include "jobs/jobspec.h"
@@ -548,7 +549,7 @@ static void a_requeued_job_keeps_metrics_up_to_its_checkpoint(void **state)
     snprintf(path, sizeof path, "%s/checkpoints/step-50.safetensors", dir);
     cJSON *spec = cJSON_Parse("{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", "
                               "\"units\": \"classes\"}]}");
-    net *n = net_create(spec, (net_shape){ 1, 2, 2 }, 2, 1, "cpu", NULL, 1, err, sizeof err);
+    net *n = net_create(spec, (net_shape){ 1, 2, 2 }, 2, 1, NULL, NULL, 1, err, sizeof err);
     cJSON_Delete(spec);
     assert_non_null(n);
     ckpt_info ci = { .step = 50, .epoch = 1, .epoch_step = 10, .seed = 1 };

@@ -1,0 +1,68 @@
+/* engine/settings.h: the typed settings a net is built with, and their names.
+ *
+ * A precision, a solver type, a LARC policy and the devices cross from a job's
+ * configuration into the engine as these enums and structs, never as strings
+ * to be compared again. Each enum's names live in one table here: the job
+ * configuration (jobs/jobcfg.c), the command lines, the summary and the logs
+ * all read and print them through these functions. The zero value of each
+ * enum is its default.
+ */
+#ifndef KILN_ENGINE_SETTINGS_H
+#define KILN_ENGINE_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/limits.h"   /* KILN_MAX_DEVICES */
+
+/* DESIGN.md, AMP: FP32, or 16-bit compute with FP32 master weights. */
+typedef enum precision_mode { PREC_FP32, PREC_AMP_BF16, PREC_AMP_FP16, PREC_COUNT } precision_mode;
+typedef enum solver_type { SOLVER_SGD, SOLVER_ADAM, SOLVER_ADAMW, SOLVER_COUNT } solver_type;
+/* seeds/000: none, or LARC's two policies (engine/optim.h). */
+typedef enum larc_policy { LARC_NONE, LARC_CLIP, LARC_SCALE, LARC_COUNT } larc_policy;
+typedef enum backend_kind { BACKEND_CPU, BACKEND_CUDA, BACKEND_COUNT } backend_kind;
+
+/* "fp32", "amp-bf16", "amp-fp16"; "sgd", "adam", "adamw"; "none", "clip",
+ * "scale"; "cpu", "cuda". An out-of-range value gives "?". */
+const char *precision_name(precision_mode p);
+const char *solver_type_name(solver_type t);
+const char *larc_policy_name(larc_policy l);
+const char *backend_kind_name(backend_kind k);
+
+/* The value named s (the names above), or -1 with *out untouched. */
+int precision_parse(const char *s, precision_mode *out);
+int solver_type_parse(const char *s, solver_type *out);
+int larc_policy_parse(const char *s, larc_policy *out);
+int backend_kind_parse(const char *s, backend_kind *out);
+
+/* NULL-terminated name lists (for messages and the API's schema). LARC's
+ * list leaves out "none", which no request names. */
+const char *const *precision_names(void);
+const char *const *solver_type_names(void);
+const char *const *larc_policy_names(void);
+
+/* "a, b or c" of a name list, into buf. */
+void settings_join(const char *const *names, char *buf, size_t n);
+
+/* The devices a net trains on: one, or several data-parallel replicas
+ * (engine/net.h), each a device number of the kind's backend. */
+typedef struct net_devices {
+    backend_kind kind;
+    int count;                      /* 1..KILN_MAX_DEVICES */
+    int ids[KILN_MAX_DEVICES];      /* distinct */
+} net_devices;
+
+/* The CPU, device 0: what net_create uses for NULL. */
+net_devices net_devices_cpu(void);
+
+/* Reads the command-line form "cpu", "cuda", "cuda:1", "cuda:0,1" (a kind
+ * alone is device 0; "cpu:0,1" runs replicas on the one CPU, for tests of
+ * data parallelism). For `kiln bench --backend` and tests; jobs carry a
+ * net_devices from their configuration. Returns 0, or -1 with err set. */
+int net_devices_parse(const char *s, net_devices *out, char *err, size_t errlen);
+
+/* The same form back ("cuda:0,1"), for logs. Returns 0, or -1 when it does
+ * not fit in n bytes. */
+int net_devices_format(const net_devices *d, char *buf, size_t n);
+
+#endif
