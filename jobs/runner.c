@@ -60,7 +60,7 @@
 #include "engine/fileio.h"    /* fio_read_file, fio_mkdir_p */
 #include "engine/lr.h"        /* lr_from_json, lr_at */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
-#include "jobs/jobspec.h"     /* jobspec_gpus */
+#include "jobs/jobcfg.h"      /* jobcfg_load, jobcfg_net_devices, jobcfg_net_solver */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
 #define REPORTS_PER_EPOCH 20
@@ -93,8 +93,9 @@ static double mono_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1), or NULL. */
-static const char *worker_gpus;
+/* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1); -1: none given. */
+static int worker_ngpus = -1;
+static int worker_gpus[KILN_MAX_DEVICES];
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -153,154 +154,11 @@ static void fmt_num(char *buf, size_t n, double v)
 
 /* ---- the job -------------------------------------------------------------- */
 
-typedef struct job_cfg {
-    int64_t id;
-    char dataset_dir[PATH_MAX];
-    char network_name[64];
-    const cJSON *network;        /* the spec, inside root */
-    int epochs, batch;
-    char backend[KILN_MAX_DEVICES * 4 + 8];   /* "cuda:0,1" */
-    char precision[12];
-    uint64_t seed;
-    int snapshot_interval;
-    net_solver solver;
-    const cJSON *lr_policy;      /* inside root; NULL: fixed */
-    cJSON *root;
-} job_cfg;
-
-static bool get_int_field(const cJSON *o, const char *k, double lo, double hi, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v) || floor(v->valuedouble) != v->valuedouble || v->valuedouble < lo ||
-        v->valuedouble > hi)
-        return false;
-    *out = v->valuedouble;
-    return true;
-}
-
-static int load_job(const char *dir, job_cfg *c, char *err, size_t errlen)
-{
-    char path[PATH_MAX + 16];
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/job.json", dir);
-    char *text = fio_read_file(path, JOB_JSON_MAX, &len, err, errlen);
-    if (!text)
-        return -1;
-    c->root = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!cJSON_IsObject(c->root)) {
-        set_err(err, errlen, "%s is not a JSON object", path);
-        return -1;
-    }
-    const cJSON *r = c->root;
-    double id = 0, epochs = 0, batch = 0, seed = 0, snap = 0;
-    const char *bad = NULL;
-    if (!get_int_field(r, "id", 0, 9007199254740991.0, &id))
-        bad = "id";
-    else if (!get_int_field(r, "epochs", 1, 1e6, &epochs))
-        bad = "epochs";
-    else if (!get_int_field(r, "batch_size", 1, 1e6, &batch))
-        bad = "batch_size";
-    else if (!get_int_field(r, "seed", 0, 9007199254740991.0, &seed))
-        bad = "seed";
-    if (bad) {
-        set_err(err, errlen, "%s: \"%s\" is missing or out of range", path, bad);
-        return -1;
-    }
-    if (!get_int_field(r, "snapshot_interval", 0, 1e6, &snap))
-        snap = 1;
-    c->id = (int64_t)id;
-    c->epochs = (int)epochs;
-    c->batch = (int)batch;
-    c->seed = (uint64_t)seed;
-    c->snapshot_interval = (int)snap;
-
-    const cJSON *dd = cJSON_GetObjectItemCaseSensitive(r, "dataset_dir");
-    c->network = cJSON_GetObjectItemCaseSensitive(r, "network");
-    if (!cJSON_IsString(dd) || !cJSON_IsObject(c->network)) {
-        set_err(err, errlen, "%s: needs \"dataset_dir\" (a string) and \"network\" (a spec object)",
-                 path);
-        return -1;
-    }
-    snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dd->valuestring);
-    const cJSON *nn = cJSON_GetObjectItemCaseSensitive(r, "network_name");
-    snprintf(c->network_name, sizeof c->network_name, "%s", cJSON_IsString(nn) ? nn->valuestring : "custom");
-    /* "cuda" runs on the GPUs the scheduler gave (--gpus), else the ones the
-     * job names, else the first gpu_count (kiln train): net_create takes
-     * "cuda:0,1" */
-    const cJSON *be = cJSON_GetObjectItemCaseSensitive(r, "backend");
-    int ids[KILN_MAX_DEVICES];
-    bool listed;
-    int ngpus = jobspec_gpus(r, ids, KILN_MAX_DEVICES, &listed);
-    if (ngpus > KILN_MAX_DEVICES) {
-        set_err(err, errlen, "%s: %d GPUs, more than the %d a job can use", path, ngpus,
-                KILN_MAX_DEVICES);
-        return -1;
-    }
-    if (ngpus && worker_gpus) {
-        snprintf(c->backend, sizeof c->backend, "cuda:%s", worker_gpus);
-    } else if (ngpus) {
-        int at = snprintf(c->backend, sizeof c->backend, "cuda:");
-        for (int k = 0; k < ngpus; k++)
-            at += snprintf(c->backend + at, sizeof c->backend - (size_t)at, "%s%d",
-                           k ? "," : "", listed ? ids[k] : k);
-    } else {
-        snprintf(c->backend, sizeof c->backend, "%s", cJSON_IsString(be) ? be->valuestring : "cpu");
-    }
-    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(r, "precision");
-    snprintf(c->precision, sizeof c->precision, "%s", cJSON_IsString(pr) ? pr->valuestring : "fp32");
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scaling");
-
-    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(r, "solver");
-    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(sv, "type");
-    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(sv, "lr");
-    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(sv, "momentum");
-    const cJSON *wd = cJSON_GetObjectItemCaseSensitive(sv, "weight_decay");
-    if (!cJSON_IsObject(sv) || !cJSON_IsString(ty) || !cJSON_IsNumber(lr)) {
-        set_err(err, errlen, "%s: \"solver\" needs \"type\" and \"lr\"", path);
-        return -1;
-    }
-    memset(&c->solver, 0, sizeof c->solver);
-    snprintf(c->solver.type, sizeof c->solver.type, "%s", ty->valuestring);
-    c->solver.lr = (float)lr->valuedouble;
-    c->solver.momentum = cJSON_IsNumber(mo) ? (float)mo->valuedouble : 0.0f;
-    c->solver.weight_decay = cJSON_IsNumber(wd) ? (float)wd->valuedouble : 0.0f;
-    c->solver.nesterov = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sv, "nesterov"));
-    c->solver.decay_bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sv, "decay_bias"));
-    snprintf(c->solver.precision, sizeof c->solver.precision, "%s", c->precision);
-    c->solver.loss_scaling = !cJSON_IsString(ls) ? 0 : !strcmp(ls->valuestring, "dynamic") ? 1 : -1;
-    static const struct {
-        const char *key;
-        size_t off;
-    } nums[] = {
-        { "beta1", offsetof(net_solver, beta1) },
-        { "beta2", offsetof(net_solver, beta2) },
-        { "eps", offsetof(net_solver, eps) },
-        { "clip_norm", offsetof(net_solver, clip_norm) },
-        { "label_smoothing", offsetof(net_solver, label_smoothing) },
-    };
-    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sv, nums[i].key);
-        if (cJSON_IsNumber(v))
-            *(float *)((char *)&c->solver + nums[i].off) = (float)v->valuedouble;
-    }
-    const cJSON *larc = cJSON_GetObjectItemCaseSensitive(sv, "larc");
-    if (cJSON_IsObject(larc)) {
-        const cJSON *pol = cJSON_GetObjectItemCaseSensitive(larc, "policy");
-        const cJSON *eta = cJSON_GetObjectItemCaseSensitive(larc, "eta");
-        snprintf(c->solver.larc, sizeof c->solver.larc, "%s",
-                 cJSON_IsString(pol) ? pol->valuestring : "clip");
-        c->solver.larc_eta = cJSON_IsNumber(eta) ? (float)eta->valuedouble : 0.0f;
-    }
-    c->lr_policy = cJSON_GetObjectItemCaseSensitive(r, "lr_policy");
-    return 0;
-}
-
 /* ---- a training run ------------------------------------------------------- */
 
 typedef struct run {
     const char *dir;
-    job_cfg cfg;
+    jobcfg cfg;
     ds_info info;
     bool have_info;
     ds_split *train, *val;
@@ -351,7 +209,7 @@ static int metric(run *r, const char *tag, double value, int64_t step, double ep
  * (engine/amp.h), with the other training metrics; nothing in fp32. */
 static int amp_metrics(run *r, int64_t step, double epoch)
 {
-    if (!strcmp(r->cfg.precision, "fp32"))
+    if (r->cfg.precision == PREC_FP32)
         return 0;
     net_amp_state a;
     net_amp_get(r->net, &a);
@@ -445,7 +303,7 @@ static int resume(run *r, const char *ckdir, char *err, size_t errlen)
 static int open_run(run *r, char *err, size_t errlen)
 {
     char e[512], path[PATH_MAX + 32];
-    job_cfg *c = &r->cfg;
+    jobcfg *c = &r->cfg;
 
     if (ds_info_load(c->dataset_dir, &r->info, e, sizeof e) != 0) {
         set_err(err, errlen, "dataset: %s", e);
@@ -474,23 +332,25 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
     const float scale = 1.0f / 255.0f;
-    r->train_ld = loader_open(r->train, c->batch, true, c->seed, r->info.mean, scale, e, sizeof e);
+    r->train_ld = loader_open(r->train, c->batch_size, true, c->seed, r->info.mean, scale, e, sizeof e);
     if (r->train_ld)
-        r->val_ld = loader_open(r->val, c->batch, false, c->seed, r->info.mean, scale, e, sizeof e);
+        r->val_ld = loader_open(r->val, c->batch_size, false, c->seed, r->info.mean, scale, e, sizeof e);
     if (!r->train_ld || !r->val_ld) {
         set_err(err, errlen, "data loader: %s", e);
         return -1;
     }
     size_t per_image = (size_t)r->info.c * (size_t)r->info.h * (size_t)r->info.w;
-    r->x = malloc((size_t)c->batch * per_image * sizeof *r->x);
-    r->labels = malloc((size_t)c->batch * sizeof *r->labels);
+    r->x = malloc((size_t)c->batch_size * per_image * sizeof *r->x);
+    r->labels = malloc((size_t)c->batch_size * sizeof *r->labels);
     if (!r->x || !r->labels) {
-        set_err(err, errlen, "out of memory for a batch of %d images", c->batch);
+        set_err(err, errlen, "out of memory for a batch of %d images", c->batch_size);
         return -1;
     }
 
     net_shape in = { r->info.c, r->info.h, r->info.w };
-    r->net = net_create(c->network, in, r->info.nclasses, c->batch, c->backend, &c->solver, c->seed,
+    net_devices devices = jobcfg_net_devices(c);
+    net_solver solver = jobcfg_net_solver(c);
+    r->net = net_create(c->network, in, r->info.nclasses, c->batch_size, &devices, &solver, c->seed,
                         e, sizeof e);
     if (!r->net) {
         set_err(err, errlen, "network: %s", e);
@@ -504,7 +364,7 @@ static int open_run(run *r, char *err, size_t errlen)
     r->steps_per_epoch = (int64_t)loader_batches(r->train_ld);
     r->total_steps = r->steps_per_epoch * c->epochs;
     r->last_val_secs = -1;
-    if (lr_from_json(c->lr_policy, c->solver.lr, r->total_steps, r->steps_per_epoch, &r->lr,
+    if (lr_from_json(c->lr_policy, (float)c->solver.lr, r->total_steps, r->steps_per_epoch, &r->lr,
                      NULL, e, sizeof e) != 0) {
         set_err(err, errlen, "job.json: %s", e);
         return -1;
@@ -534,7 +394,7 @@ static void close_run(run *r)
         ds_info_free(&r->info);
     free(r->x);
     free(r->labels);
-    cJSON_Delete(r->cfg.root);
+    jobcfg_free(&r->cfg);
 }
 
 /* Seconds left: the rest of the training steps at the recent rate, plus the
@@ -584,7 +444,7 @@ static int validate(run *r, eval_result *out)
 /* Trains every epoch. Returns 0 (done or cancelled: *cancelled says) or -1. */
 static int train(run *r, bool *cancelled)
 {
-    job_cfg *c = &r->cfg;
+    jobcfg *c = &r->cfg;
     float lr = (float)lr_at(&r->lr, r->step);
     int64_t interval = r->steps_per_epoch / REPORTS_PER_EPOCH;
     if (interval < 1)
@@ -706,26 +566,53 @@ static int train(run *r, bool *cancelled)
 }
 
 /* "sgd lr 0.01 (fixed) momentum 0.9 ..." for the log. */
-static void solver_desc(const net_solver *s, const lr_policy *lp, char *buf, size_t n)
+static void solver_desc(const jobcfg_solver *s, const lr_policy *lp, char *buf, size_t n)
 {
-    size_t k = (size_t)snprintf(buf, n, "%s lr %g (%s", s->type, (double)s->lr,
+    size_t k = (size_t)snprintf(buf, n, "%s lr %g (%s", solver_type_name(s->type), s->lr,
                                 lr_kind_name(lp->kind));
     if (k < n && lp->warmup_steps)
         k += (size_t)snprintf(buf + k, n - k, ", %lld warm-up steps", (long long)lp->warmup_steps);
-    if (k < n && !strcmp(s->type, "sgd"))
-        k += (size_t)snprintf(buf + k, n - k, ") momentum %g%s", (double)s->momentum,
+    if (k < n && s->type == SOLVER_SGD)
+        k += (size_t)snprintf(buf + k, n - k, ") momentum %g%s", s->momentum,
                               s->nesterov ? " nesterov" : "");
     else if (k < n)
-        k += (size_t)snprintf(buf + k, n - k, ") betas %g %g eps %g", (double)s->beta1,
-                              (double)s->beta2, (double)s->eps);
+        k += (size_t)snprintf(buf + k, n - k, ") betas %g %g eps %g", s->beta1, s->beta2, s->eps);
     if (k < n)
-        k += (size_t)snprintf(buf + k, n - k, " weight decay %g%s", (double)s->weight_decay,
+        k += (size_t)snprintf(buf + k, n - k, " weight decay %g%s", s->weight_decay,
                               s->decay_bias ? " (biases too)" : "");
     if (k < n && s->clip_norm > 0)
-        k += (size_t)snprintf(buf + k, n - k, " clip %g", (double)s->clip_norm);
-    if (k < n && s->larc[0])
-        snprintf(buf + k, n - k, " larc %s eta %g", s->larc,
-                 (double)(s->larc_eta > 0 ? s->larc_eta : 0.001f));
+        k += (size_t)snprintf(buf + k, n - k, " clip %g", s->clip_norm);
+    if (k < n && s->larc != LARC_NONE)
+        snprintf(buf + k, n - k, " larc %s eta %g", larc_policy_name(s->larc), s->larc_eta);
+}
+
+/* kiln worker --gpus 0,1: the GPUs the scheduler chose, as numbers. */
+static bool parse_gpus(const char *v)
+{
+    worker_ngpus = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g > 1024 || (*end && *end != ',') ||
+            worker_ngpus == KILN_MAX_DEVICES)
+            return false;
+        worker_gpus[worker_ngpus++] = (int)g;
+        p = *end ? end + 1 : end;
+    }
+    return worker_ngpus > 0;
+}
+
+/* The job's GPUs are the ones the scheduler gave, when it gave them. */
+static int apply_worker_gpus(jobcfg *c, char *err, size_t errlen)
+{
+    if (worker_ngpus < 0)
+        return 0;
+    if (c->devices.kind != BACKEND_CUDA || c->devices.count != worker_ngpus)
+        return set_err(err, errlen, "--gpus names %d GPUs but the job asks for %d", worker_ngpus,
+                       c->devices.kind == BACKEND_CUDA ? c->devices.count : 0);
+    memcpy(c->devices.ids, worker_gpus, sizeof worker_gpus);
+    c->devices.listed = true;
+    return 0;
 }
 
 /* ---- main ----------------------------------------------------------------- */
@@ -775,7 +662,12 @@ int runner_main(int argc, char **argv)
         if (!strcmp(argv[i], "--job-dir") && i + 1 < argc)
             dir = argv[++i];
         else if ((!strcmp(argv[i], "--gpus") || !strcmp(argv[i], "--gpu")) && i + 1 < argc)
-            worker_gpus = argv[++i];          /* net_create checks the list */
+        {
+            if (!parse_gpus(argv[++i])) {
+                fprintf(stderr, "kiln worker: --gpus needs GPU numbers, such as 0,1\n");
+                return 2;
+            }
+        }
         else if (!strncmp(argv[i], "--job-dir=", 10))
             dir = argv[i] + 10;
         else if (i > 0 && argv[i][0] == '-') {
@@ -805,7 +697,12 @@ int runner_run(const char *dir, bool human_output)
     char err[1024];
     int status = 1;
 
-    if (load_job(dir, &r.cfg, err, sizeof err) != 0) {
+    api_error e;
+    if (jobcfg_load(dir, &r.cfg, &e) != 0) {
+        emit_error(e.message);
+        goto out;
+    }
+    if (apply_worker_gpus(&r.cfg, err, sizeof err) != 0) {
         emit_error(err);
         goto out;
     }
@@ -817,25 +714,31 @@ int runner_run(const char *dir, bool human_output)
     emit("{\"t\":\"status\",\"status\":\"running\"}");
     char sdesc[256];
     solver_desc(&r.cfg.solver, &r.lr, sdesc, sizeof sdesc);
+    char where[KILN_MAX_DEVICES * 6 + 16];
+    net_devices devices = jobcfg_net_devices(&r.cfg);
+    if (devices.kind == BACKEND_CPU && devices.count == 1)
+        snprintf(where, sizeof where, "cpu");
+    else
+        net_devices_format(&devices, where, sizeof where);
     logf_("job %lld: %s (%zu parameters) on %s, %s: %zu train / %zu val images of %dx%dx%d, "
           "%d classes; %d epoch%s x %lld steps, batch %d, %s, seed %llu; ready in %.1f s",
-          (long long)r.cfg.id, r.cfg.network_name, net_param_count(r.net), r.cfg.backend,
-          r.cfg.precision, ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
-          r.info.nclasses, r.cfg.epochs, r.cfg.epochs == 1 ? "" : "s", (long long)r.steps_per_epoch, r.cfg.batch, sdesc,
+          (long long)r.cfg.id, r.cfg.network_name, net_param_count(r.net), where,
+          precision_name(r.cfg.precision), ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
+          r.info.nclasses, r.cfg.epochs, r.cfg.epochs == 1 ? "" : "s", (long long)r.steps_per_epoch, r.cfg.batch_size, sdesc,
           (unsigned long long)r.cfg.seed, mono_now() - t0);
     int ndev = net_device_count(r.net);
     if (ndev > 1)
         logf_("data parallel on %d devices: up to %d images of each batch on each, gradients "
               "summed across them, every replica making the same update", ndev,
-              (r.cfg.batch + ndev - 1) / ndev);
-    if (!strcmp(r.cfg.precision, "amp-fp16") && !strcmp(r.cfg.backend, "cpu"))
+              (r.cfg.batch_size + ndev - 1) / ndev);
+    if (r.cfg.precision == PREC_AMP_FP16 && r.cfg.devices.kind == BACKEND_CPU)
         logf_("amp-fp16 on the CPU: this CPU has no FP16 arithmetic, so FP16 storage is emulated "
               "(every 16-bit tensor rounded through FP16, the arithmetic in FP32): FP16's numerics "
               "and loss scaling, not its speed");
-    else if (!strcmp(r.cfg.precision, "amp-bf16") && !strcmp(r.cfg.backend, "cpu"))
+    else if (r.cfg.precision == PREC_AMP_BF16 && r.cfg.devices.kind == BACKEND_CPU)
         logf_("amp-bf16 on the CPU: convolutions and dense layers run oneDNN's bfloat16 kernels "
               "with FP32 accumulation; weights and optimizer state stay FP32");
-    if (strcmp(r.cfg.precision, "fp32")) {
+    if (r.cfg.precision != PREC_FP32) {
         net_amp_state a;
         net_amp_get(r.net, &a);
         if (a.dynamic)

@@ -58,9 +58,9 @@
 #include <dirent.h>
 
 #include "engine/checkpoint.h"   /* ckpt_latest */
-#include "engine/fileio.h"       /* fio_read_file: job.json's device */
 #include "engine/net.h"          /* engine_devices: how many GPUs */
-#include "jobs/jobspec.h"   /* jobspec_dir */
+#include "base/layout.h"    /* layout_job_dir, LAYOUT_JOB_JSON */
+#include "jobs/jobcfg.h"    /* jobcfg_load: a queued job's devices */
 
 extern char **environ;
 
@@ -91,6 +91,14 @@ typedef struct worker {
     struct worker *next;
 } worker;
 
+/* What the scheduler keeps of a queued job between looks at the queue: the
+ * devices it asks for, read from its job.json once. */
+typedef struct queued_job {
+    int64_t job_id;
+    jobcfg_devices devices;
+    struct queued_job *next;
+} queued_job;
+
 struct sched {
     store *st;
     hub *h;
@@ -109,6 +117,7 @@ struct sched {
     double stop_deadline;
     worker *workers;
     int nworkers;
+    queued_job *queue;                /* queued jobs whose job.json was read */
     uint64_t gpu_busy;            /* bit i: GPU i runs a job */
     int ncpu_workers;             /* workers of CPU jobs */
     bool queue_dirty;
@@ -149,9 +158,67 @@ static void publish_status(sched *s, int64_t job_id, const char *status, const c
     cJSON_Delete(o);
 }
 
+/* ---- queued jobs ---------------------------------------------------------- */
+
+static queued_job **queued_at(sched *s, int64_t job_id)
+{
+    queued_job **pp = &s->queue;
+    while (*pp && (*pp)->job_id != job_id)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+/* Forgets what was kept of a job (started, ended, or no longer queued). */
+static void queued_drop(sched *s, int64_t job_id)
+{
+    queued_job **pp = queued_at(s, job_id);
+    queued_job *q = *pp;
+    if (q) {
+        *pp = q->next;
+        free(q);
+    }
+}
+
+static void queued_free_all(sched *s)
+{
+    for (queued_job *q = s->queue, *next; q; q = next) {
+        next = q->next;
+        free(q);
+    }
+    s->queue = NULL;
+}
+
+/* The devices a queued job asks for: kept from its job.json, read once
+ * (jobcfg_load: the checks every job.json gets). Returns 0, or -1 with err
+ * set when job.json cannot be read or is not valid. */
+static int queued_devices(sched *s, int64_t job_id, const char *dir, jobcfg_devices *out,
+                          char *err, size_t errlen)
+{
+    queued_job *q = *queued_at(s, job_id);
+    if (!q) {
+        jobcfg c;
+        api_error e;
+        if (jobcfg_load(dir, &c, &e) != 0)
+            return set_err(err, errlen, "%s", e.message);
+        q = calloc(1, sizeof *q);
+        if (!q) {
+            jobcfg_free(&c);
+            return set_err(err, errlen, "out of memory");
+        }
+        q->job_id = job_id;
+        q->devices = c.devices;
+        jobcfg_free(&c);
+        q->next = s->queue;
+        s->queue = q;
+    }
+    *out = q->devices;
+    return 0;
+}
+
 /* Stores a final status and tells the job's readers, ending its stream. */
 static void end_job(sched *s, int64_t job_id, const char *status, const char *error)
 {
+    queued_drop(s, job_id);
     if (store_job_set_status(s->st, job_id, status, error) != 0)
         fprintf(stderr, "kiln: scheduler: job %lld: could not store status %s\n", (long long)job_id,
                 status);
@@ -518,24 +585,18 @@ static worker *find_worker(sched *s, int64_t job_id)
     return NULL;
 }
 
-/* The GPUs a job of dir gets (jobspec_gpus of its job.json), as a mask in
- * *mask (0 for a CPU job): the ones it names, or the lowest free ones. Older
- * jobs still waiting hold the GPUs in *held: the ones they name, or all of
- * them when any will do, so that a job needing several is not passed over
- * for ever by later ones needing fewer. Returns 1: start it; 0: it waits
- * (and its GPUs join *held); -1: it can never run here (err). */
-static int pick_gpus(sched *s, const char *dir, uint64_t *held, uint64_t *mask, char *err,
+/* The GPUs a job that asks for devices d gets, as a mask in *mask (0 for a
+ * CPU job): the ones it names, or the lowest free ones. Older jobs still
+ * waiting hold the GPUs in *held: the ones they name, or all of them when any
+ * will do, so that a job needing several is not passed over for ever by later
+ * ones needing fewer. Returns 1: start it; 0: it waits (and its GPUs join
+ * *held); -1: it can never run here (err). */
+static int pick_gpus(sched *s, const jobcfg_devices *d, uint64_t *held, uint64_t *mask, char *err,
                      size_t errlen)
 {
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/job.json", dir);
-    char *text = fio_read_file(path, 16u << 20, NULL, err, errlen);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    int ids[64];
-    bool listed;
-    int want = jobspec_gpus(j, ids, 64, &listed);
-    cJSON_Delete(j);
+    int want = d->kind == BACKEND_CUDA ? d->count : 0;
+    bool listed = d->listed;
+    const int *ids = d->ids;
     *mask = 0;
     if (want == 0)
         return 1;
@@ -573,25 +634,32 @@ static int pick_gpus(sched *s, const char *dir, uint64_t *held, uint64_t *mask, 
 static bool start_job(sched *s, int64_t job_id, uint64_t *held)
 {
     char dir[PATH_MAX], err[512];
-    jobspec_dir(s->data_dir, job_id, dir, sizeof dir);
-    store_job j;
-    if (store_job_get(s->st, job_id, &j) != 0)
+    if (layout_job_dir(dir, sizeof dir, s->data_dir, job_id) != 0)
         return false;
+    store_job j;
+    if (store_job_get(s->st, job_id, &j) != 0) {
+        queued_drop(s, job_id);             /* deleted */
+        return false;
+    }
     bool queued = !strcmp(j.status, "queued");
     int64_t steps = j.steps;
     double age = job_age(&j);
     store_job_clear(&j);
-    if (!queued)
+    if (!queued) {
+        queued_drop(s, job_id);
         return false;
+    }
 
-    if (!file_exists(dir, "job.json")) {
+    if (!file_exists(dir, LAYOUT_JOB_JSON)) {
         if (age > JOBJSON_WAIT_S)
             end_job(s, job_id, "failed", "the job's job.json was never written; create the job again");
         return false;                        /* jobspec is still writing it */
     }
 
     uint64_t gpus;
-    int pick = pick_gpus(s, dir, held, &gpus, err, sizeof err);
+    jobcfg_devices want;
+    int pick = queued_devices(s, job_id, dir, &want, err, sizeof err) != 0
+               ? -1 : pick_gpus(s, &want, held, &gpus, err, sizeof err);
     if (pick < 0) {
         end_job(s, job_id, "failed", err);
         return false;
@@ -636,6 +704,7 @@ static bool start_job(sched *s, int64_t job_id, uint64_t *held)
     publish_status(s, job_id, "running", NULL);
     fprintf(stderr, "kiln: job %lld: started worker %d\n", (long long)job_id, (int)w->pid);
 
+    queued_drop(s, job_id);
     s->gpu_busy |= w->gpus;
     s->ncpu_workers += !w->gpus;
     w->next = s->workers;
@@ -943,6 +1012,7 @@ void sched_stop(sched *s)
         next = w->next;
         worker_free(w);
     }
+    queued_free_all(s);
     close(s->wake_r);
     close(s->wake_w);
     free(s->worker_exe);

@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/layout.h"     /* layout_file, LAYOUT_JOB_JSON */
 #include "engine/fileio.h"   /* fio_read_file, fio_write_atomic, fio_mkdir_p */
 #include "engine/net.h"      /* net_builtin */
 #include "jobs/jobspec.h"    /* jobspec_resolve_local */
@@ -240,8 +241,7 @@ static bool holds_run(const char *dir)
 {
     char p[PATH_MAX + 32];
     struct stat sb;
-    snprintf(p, sizeof p, "%s/job.json", dir);
-    return stat(p, &sb) == 0;
+    return layout_file(p, sizeof p, dir, LAYOUT_JOB_JSON) == 0 && stat(p, &sb) == 0;
 }
 
 int train_main(int argc, char **argv)
@@ -293,11 +293,14 @@ int train_main(int argc, char **argv)
     cJSON_AddItemToObject(req, "network", spec);
 
     api_error e;
-    if (!(cfg = jobspec_resolve_local(req, dataset, &e))) {
+    jobcfg c;
+    if (jobspec_resolve_local(req, dataset, &c, &e) != 0) {
         fprintf(stderr, "kiln train: %s (%s)\n", e.message, e.code);
         status = e.status >= 500 ? 1 : 2;
         goto out;
     }
+    cfg = jobcfg_to_json(&c);
+    jobcfg_free(&c);
     status = 1;
     if (holds_run(out) && !resume) {
         fprintf(stderr, "kiln train: %s already holds a run; pass --resume to go on from its "
@@ -309,8 +312,11 @@ int train_main(int argc, char **argv)
         fprintf(stderr, "kiln train: cannot create %s: %s\n", out, strerror(errno));
         goto out;
     }
-    snprintf(path, sizeof path, "%s/job.json", out);
-    if (!(text = cJSON_Print(cfg)) ||
+    if (layout_file(path, sizeof path, out, LAYOUT_JOB_JSON) != 0) {
+        fprintf(stderr, "kiln train: the path %s is too long\n", out);
+        goto out;
+    }
+    if (!cfg || !(text = cJSON_Print(cfg)) ||
         fio_write_atomic(path, text, strlen(text), err, sizeof err) != 0) {
         fprintf(stderr, "kiln train: writing job.json: %s\n", text ? err : "out of memory");
         goto out;

@@ -16,7 +16,8 @@
 #include "base/layout.h"           /* layout_dataset_dir, layout_job_dir */
 #include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
-#include "engine/summary.h"        /* summary_build, summary_to_json, summary_precision_known */
+#include "engine/summary.h"        /* summary_build, summary_to_json */
+#include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/jobspec.h"          /* jobspec_create */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
@@ -164,42 +165,54 @@ static int h_networks(request *r)
 /* POST /api/v1/networks/summary: {"network": name|spec, "input": [C,H,W],
  * "classes": N, "batch_size": N, "solver": "sgd"|"adam"|"adamw" or
  * {"type", "momentum"}, "precision": "fp32"|"amp-bf16"|"amp-fp16"}.
- * Defaults: a built-in's input and classes (else the spec's "input" and 10
- * classes), batch 64, sgd with momentum 0.9, fp32. */
+ * batch_size, precision and the solver's type and momentum are a job's
+ * fields, read by jobs/jobcfg.c's readers with its limits and defaults.
+ * Otherwise: a built-in's input and classes (else the spec's "input" and 10
+ * classes). */
 typedef struct summary_req {
     const cJSON *network;
     cJSON *spec;                     /* owned */
     net_shape in;
     int classes, batch;
-    const char *solver;
+    solver_type solver;
     double momentum;
-    const char *precision;
+    precision_mode prec;
 } summary_req;
 
-/* What each field of the summary request must be: the invalid_field message,
- * led by the field's name as the job API's are. */
-static const struct summary_rule {
-    const char *field, *rule;
-} summary_rules[] = {
-    { "network", "network must be a built-in network's name or a spec object" },
-    { "input", "input must be [C, H, W], three integers from 1 to 1000000" },
-    { "classes", "classes must be an integer from 1 to 1000000" },
-    { "batch_size", "batch_size must be an integer from 1 to 4096" },
-    { "solver", "solver must be \"sgd\", \"adam\" or \"adamw\", or {\"type\": one of those, "
-                "\"momentum\": a number in [0, 1)}" },
-    { "precision", "precision must be \"fp32\", \"amp-bf16\" or \"amp-fp16\"" },
-};
+#define SUMMARY_DIM_MAX 1000000
 
-static const char *summary_rule(const char *field)
+/* The solver, a name or {"type", "momentum"}; 0, or -1 with e filled. */
+static int summary_solver(const cJSON *f, summary_req *q, api_error *e)
 {
-    for (size_t i = 0; i < sizeof summary_rules / sizeof summary_rules[0]; i++)
-        if (!strcmp(summary_rules[i].field, field))
-            return summary_rules[i].rule;
-    return "the request is not valid";
+    int type;
+    if (cJSON_IsObject(f)) {
+        const cJSON *k;
+        cJSON_ArrayForEach(k, f)
+            if (strcmp(k->string, "type") && strcmp(k->string, "momentum"))
+                return api_fail(e, 400, "unknown_field", "unknown field \"solver.%.64s\": the "
+                                "summary's solver takes type and momentum", k->string);
+        if (jobcfg_read_choice(f, "solver.type", &type, e) != 0 ||
+            jobcfg_read_num(f, "solver.momentum", &q->momentum, e) != 0)
+            return -1;
+        q->solver = (solver_type)type;
+        return 0;
+    }
+    cJSON *wrap = cJSON_CreateObject();
+    int rc = wrap && cJSON_AddItemReferenceToObject(wrap, "type", (cJSON *)f) ?
+             jobcfg_read_choice(wrap, "solver.type", &type, e) : -1;
+    cJSON_Delete(wrap);
+    if (rc != 0) {
+        char names[96];
+        settings_join(solver_type_names(), names, sizeof names);
+        return api_fail(e, 400, "invalid_field", "solver must be %s, or {\"type\": one of those, "
+                        "\"momentum\": a number in [0, 1)}", names);
+    }
+    q->solver = (solver_type)type;
+    return 0;
 }
 
-/* Fills *q from body; returns 0, or queues the error and returns -1. */
-static int summary_request(request *r, const cJSON *body, summary_req *q, enum MHD_Result *answered)
+/* Fills *q from body; returns 0, or -1 with e filled. */
+static int summary_request(const cJSON *body, summary_req *q, api_error *e)
 {
     static const char *const fields[] = { "network", "input", "classes", "batch_size", "solver",
                                           "precision", NULL };
@@ -209,80 +222,56 @@ static int summary_request(request *r, const cJSON *body, summary_req *q, enum M
         for (int i = 0; fields[i]; i++)
             known = known || !strcmp(f->string, fields[i]);
         if (!known)
-            goto unknown;
+            return api_fail(e, 400, "unknown_field", "unknown field \"%.64s\": the summary takes "
+                            "network, input, classes, batch_size, solver (type, momentum) and "
+                            "precision", f->string);
     }
     q->network = cJSON_GetObjectItemCaseSensitive(body, "network");
-    if (!q->network) {
-        *answered = http_error(r, 400, "missing_field", "network is required: a built-in name or a spec");
-        return -1;
-    }
+    if (!q->network)
+        return api_fail(e, 400, "missing_field", "network is required: a built-in name or a spec");
     if (cJSON_IsString(q->network)) {
         const char *text = net_builtin(q->network->valuestring);
-        if (!text) {
-            *answered = http_error(r, 422, "unknown_network", "no built-in network \"%.64s\"",
-                                   q->network->valuestring);
-            return -1;
-        }
+        if (!text)
+            return api_fail(e, 422, "unknown_network", "no built-in network \"%.64s\"",
+                            q->network->valuestring);
         summary_builtin_defaults(q->network->valuestring, &q->in, &q->classes);
-        q->spec = cJSON_Parse(text);
-        if (!q->spec) {
-            *answered = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
-            return -1;
-        }
+        if (!(q->spec = cJSON_Parse(text)))
+            return api_fail(e, 500, "internal_error", "out of memory");
     } else if (!cJSON_IsObject(q->network)) {
-        goto invalid;
+        return api_fail(e, 400, "invalid_field", "network must be a built-in network's name or a "
+                        "spec object");
     }
     if ((f = cJSON_GetObjectItemCaseSensitive(body, "input"))) {
-        const cJSON *c = cJSON_GetArrayItem(f, 0), *h = cJSON_GetArrayItem(f, 1), *w = cJSON_GetArrayItem(f, 2);
-        if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 3 || !cJSON_IsNumber(c) || !cJSON_IsNumber(h) || !cJSON_IsNumber(w) ||
-            c->valuedouble < 1 || h->valuedouble < 1 || w->valuedouble < 1 ||
-            c->valuedouble > 1e6 || h->valuedouble > 1e6 || w->valuedouble > 1e6 ||
-            c->valuedouble != c->valueint || h->valuedouble != h->valueint || w->valuedouble != w->valueint)
-            goto invalid;
-        q->in = (net_shape){ c->valueint, h->valueint, w->valueint };
+        int dims[3], k = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, f) {
+            if (k == 3 || !cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > SUMMARY_DIM_MAX ||
+                x->valuedouble != (int)x->valuedouble)
+                break;
+            dims[k++] = (int)x->valuedouble;
+        }
+        if (!cJSON_IsArray(f) || k != 3 || cJSON_GetArraySize(f) != 3)
+            return api_fail(e, 400, "invalid_field", "input must be [C, H, W], three integers from "
+                            "1 to %d", SUMMARY_DIM_MAX);
+        q->in = (net_shape){ dims[0], dims[1], dims[2] };
     }
     if ((f = cJSON_GetObjectItemCaseSensitive(body, "classes"))) {
-        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > 1e6 || f->valuedouble != f->valueint)
-            goto invalid;
-        q->classes = f->valueint;
+        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > SUMMARY_DIM_MAX ||
+            f->valuedouble != (int)f->valuedouble)
+            return api_fail(e, 400, "invalid_field", "classes must be an integer from 1 to %d",
+                            SUMMARY_DIM_MAX);
+        q->classes = (int)f->valuedouble;
     }
-    if ((f = cJSON_GetObjectItemCaseSensitive(body, "batch_size"))) {
-        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > 4096 || f->valuedouble != f->valueint)
-            goto invalid;
-        q->batch = f->valueint;
-    }
-    if ((f = cJSON_GetObjectItemCaseSensitive(body, "solver"))) {
-        const cJSON *t = f, *m = NULL, *k;
-        if (cJSON_IsObject(f)) {
-            cJSON_ArrayForEach(k, f) {
-                if (strcmp(k->string, "type") && strcmp(k->string, "momentum")) {
-                    f = k;
-                    goto unknown;
-                }
-            }
-            t = cJSON_GetObjectItemCaseSensitive(f, "type");
-            m = cJSON_GetObjectItemCaseSensitive(f, "momentum");
-        }
-        if (!cJSON_IsString(t) || summary_opt_states(t->valuestring, false) < 0 ||
-            (m && (!cJSON_IsNumber(m) || m->valuedouble < 0 || m->valuedouble >= 1)))
-            goto invalid;
-        q->solver = t->valuestring;
-        q->momentum = m ? m->valuedouble : q->momentum;
-    }
-    if ((f = cJSON_GetObjectItemCaseSensitive(body, "precision"))) {
-        if (!cJSON_IsString(f) || !summary_precision_known(f->valuestring))
-            goto invalid;
-        q->precision = f->valuestring;
-    }
+    int prec;
+    if (jobcfg_read_int(body, "batch_size", &q->batch, e) != 0 ||
+        jobcfg_read_choice(body, "precision", &prec, e) != 0 ||
+        jobcfg_read_num(NULL, "solver.momentum", &q->momentum, e) != 0)
+        return -1;
+    q->prec = (precision_mode)prec;
+    q->solver = SOLVER_SGD;
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "solver")) && !cJSON_IsNull(f))
+        return summary_solver(f, q, e);
     return 0;
-unknown:
-    *answered = http_error(r, 400, "unknown_field", "unknown field \"%.64s\": the summary takes network, "
-                           "input, classes, batch_size, solver (type, momentum) and precision",
-                           f->string);
-    return -1;
-invalid:
-    *answered = http_error(r, 400, "invalid_field", "%s", summary_rule(f ? f->string : "network"));
-    return -1;
 }
 
 static int h_network_summary(request *r)
@@ -291,21 +280,35 @@ static int h_network_summary(request *r)
     cJSON *doc = http_body_json(r, &answered);
     if (!doc)
         return answered;
-    summary_req q = { .classes = 10, .batch = 64, .solver = "sgd", .momentum = 0.9 };
+    summary_req q = { .classes = 10 };
     summary s = { 0 };
+    api_error e;
     char err[512];
-    if (summary_request(r, doc, &q, &answered) < 0)
-        goto out;
-    if (summary_build(q.spec ? q.spec : q.network, q.in, q.classes, q.batch, q.solver, q.momentum > 0,
-                      q.precision, &s, err, sizeof err) < 0)
+    if (summary_request(doc, &q, &e) < 0)
+        answered = http_error(r, (unsigned)e.status, e.code, "%s", e.message);
+    else if (summary_build(q.spec ? q.spec : q.network, q.in, q.classes, q.batch, q.solver,
+                           q.momentum > 0, q.prec, &s, err, sizeof err) < 0)
         answered = http_error(r, 422, "invalid_network", "%s", err);
     else
         answered = http_json(r, MHD_HTTP_OK, summary_to_json(&s));
-out:
     summary_free(&s);
     cJSON_Delete(q.spec);
     cJSON_Delete(doc);
     return answered;
+}
+
+/* GET /api/v1/schema: the limits and defaults of every request field, from
+ * the table the server validates with (jobs/jobcfg.c). */
+static int h_schema(request *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *job = jobcfg_schema();
+    if (!o || !job || !cJSON_AddItemToObject(o, "job", job)) {
+        cJSON_Delete(job);
+        cJSON_Delete(o);
+        return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+    }
+    return http_json(r, MHD_HTTP_OK, o);
 }
 
 /* ---- datasets ------------------------------------------------------------------- */
@@ -534,6 +537,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/healthz", .fn = h_healthz },
     { .method = "GET", .pattern = "/api/v1/info", .fn = h_info },
     { .method = "GET", .pattern = "/api/v1/openapi.json", .fn = h_openapi },
+    { .method = "GET", .pattern = "/api/v1/schema", .fn = h_schema },
     { .method = "GET", .pattern = "/api/v1/networks", .fn = h_networks },
     { .method = "POST", .pattern = "/api/v1/networks/summary", .fn = h_network_summary, .body = BODY_JSON },
     { .method = "GET", .pattern = "/api/v1/datasets", .fn = h_datasets_list },

@@ -1,6 +1,7 @@
 /* server/model.c: the model download as a tarball (contract in model.h). */
 #define _GNU_SOURCE           /* O_TMPFILE */
 #include "base/layout.h"     /* layout_job_dir, layout_subdir */
+#include "jobs/jobcfg.h"      /* jobcfg_from_json: the stored config */
 #include "server/model.h"
 
 #include <dirent.h>
@@ -194,7 +195,7 @@ static cJSON *metrics_upto(store *st, int64_t job_id, int epoch)
 }
 
 typedef struct model_parts {
-    cJSON *config;             /* the job's config (owned) */
+    jobcfg config;             /* the job's config (owned) */
     cJSON *preprocess, *info;  /* built here (owned) */
     char *labels;              /* labels.txt text */
     char weights[PATH_MAX + 64];
@@ -207,28 +208,24 @@ static void parts_clear(model_parts *p)
 {
     if (p->weights_tmp)
         unlink(p->weights);
-    cJSON_Delete(p->config);
+    jobcfg_free(&p->config);
     cJSON_Delete(p->preprocess);
     cJSON_Delete(p->info);
     free(p->labels);
 }
 
-static char *labels_text(const cJSON *classes)
+static char *labels_text(char *const *classes, int n)
 {
-    size_t n = 1;
-    const cJSON *c;
-    cJSON_ArrayForEach(c, classes) {
-        if (!cJSON_IsString(c))
-            return NULL;
-        n += strlen(c->valuestring) + 1;
-    }
-    char *text = malloc(n);
+    size_t size = 1;
+    for (int i = 0; i < n; i++)
+        size += strlen(classes[i]) + 1;
+    char *text = malloc(size);
     if (!text)
         return NULL;
     size_t used = 0;
-    cJSON_ArrayForEach(c, classes) {
-        size_t k = strlen(c->valuestring);
-        memcpy(text + used, c->valuestring, k);
+    for (int i = 0; i < n; i++) {
+        size_t k = strlen(classes[i]);
+        memcpy(text + used, classes[i], k);
         used += k;
         text[used++] = '\n';
     }
@@ -239,14 +236,9 @@ static char *labels_text(const cJSON *classes)
 /* Fills preprocess.json from the dataset header; 0 or -1 with err. */
 static int build_preprocess(model_parts *p, char *err, size_t errlen)
 {
-    const cJSON *dir = cJSON_GetObjectItemCaseSensitive(p->config, "dataset_dir");
-    if (!cJSON_IsString(dir)) {
-        snprintf(err, errlen, "the job's config names no dataset_dir");
-        return -1;
-    }
     ds_info info;
     char derr[512];
-    if (ds_info_load(dir->valuestring, &info, derr, sizeof derr) != 0) {
+    if (ds_info_load(p->config.dataset_dir, &info, derr, sizeof derr) != 0) {
         snprintf(err, errlen, "the job's dataset header is unreadable: %s", derr);
         return -1;
     }
@@ -345,8 +337,7 @@ static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
         snprintf(err, errlen, "starting the tar: %s", archive_error_string(a));
         goto out;
     }
-    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(p->config, "network");
-    if (add_json(a, "network.json", spec, err, errlen) != 0 ||
+    if (add_json(a, "network.json", p->config.network, err, errlen) != 0 ||
         add_file(a, "weights.safetensors", p->weights, err, errlen) != 0 ||
         add_text(a, "labels.txt", p->labels, err, errlen) != 0 ||
         add_json(a, "preprocess.json", p->preprocess, err, errlen) != 0 ||
@@ -435,12 +426,17 @@ int model_handle(request *r)
         goto out;
 
     char err[1024] = "";
-    p.config = j.config_json ? cJSON_Parse(j.config_json) : NULL;
-    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(p.config, "classes");
-    if (!p.config || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(p.config, "network")) ||
-        !cJSON_IsArray(classes) || !(p.labels = labels_text(classes))) {
+    cJSON *stored = j.config_json ? cJSON_Parse(j.config_json) : NULL;
+    api_error e;
+    int cfg_rc = jobcfg_from_json(stored, JOBCFG_RESOLVED, &p.config, &e);
+    cJSON_Delete(stored);
+    if (cfg_rc != 0) {
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
-                         "job %lld's stored config lacks its network or classes", (long long)j.id);
+                         "job %lld's stored config is not valid: %s", (long long)j.id, e.message);
+        goto out;
+    }
+    if (!(p.labels = labels_text(p.config.classes, p.config.nclasses))) {
+        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
         goto out;
     }
     if (build_preprocess(&p, err, sizeof err) != 0 || build_info(srv, &j, &p, err, sizeof err) != 0) {

@@ -4,3 +4,5 @@ kiln_unit_test(test_hub SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hub.c LIBS
 kiln_unit_test(test_jobspec SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobspec.c LIBS kiln_jobs kiln_db)
 # The scheduler with a shell script as the worker (real `kiln worker` runs are the integration tests').
 kiln_unit_test(test_scheduler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_scheduler.c LIBS kiln_jobs kiln_db kiln_engine)
+# The job configuration: round trips, and every field's limits the same from the API, kiln train and job.json.
+kiln_unit_test(test_jobcfg SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobcfg.c LIBS kiln_jobs)

@@ -19,7 +19,9 @@
 #include "db/store.h"
 #include "engine/dataset.h"
 #include "engine/net.h"       /* engine_devices */
+#include "base/layout.h"
 #include "jobs/jobspec.h"
+#include "tests/unit/jobcfg_util.h"
 
 typedef struct fixture {
     char data[64];
@@ -144,7 +146,7 @@ static void defaults_are_filled_and_job_json_written(void **state)
     assert_true(id > 0);
 
     char dir[PATH_MAX], path[PATH_MAX + 16], want_dir[PATH_MAX + 64];
-    jobspec_dir(f->data, id, dir, sizeof dir);
+    layout_job_dir(dir, sizeof dir, f->data, id);
     snprintf(path, sizeof path, "%s/job.json", dir);
     char *text = slurp(path);
     assert_non_null(text);
@@ -232,7 +234,13 @@ static void given_values_are_kept(void **state)
 /* "devices": 0 or [] is the CPU everywhere; a GPU asked of a machine
  * without one, or more GPUs than it has, is a 422 naming the problem; a
  * malformed list a 400. Several GPUs go into job.json as "gpu_count" and the
- * "gpus" named, which jobspec_gpus reads back (as the scheduler does). */
+ * "gpus" named, which jobcfg reads back (as the scheduler does). */
+/* The GPUs a job asks for: 0 for a CPU job. */
+static int gpu_count(const jobcfg *c)
+{
+    return c->devices.kind == BACKEND_CUDA ? c->devices.count : 0;
+}
+
 static void devices_field(void **state)
 {
     fixture *f = *state;
@@ -269,12 +277,13 @@ static void devices_field(void **state)
             assert_int_equal(store_job_get(f->st, id, &j), 0);
             cJSON *c = cJSON_Parse(j.config_json);
             assert_string_equal(str(c, "backend"), cases[i].count ? "cuda" : "cpu");
-            int ids[4];
-            bool listed;
-            assert_int_equal(jobspec_gpus(c, ids, 4, &listed), cases[i].count);
-            assert_int_equal(listed, cases[i].first >= 0);
-            if (listed)
-                assert_int_equal(ids[0], cases[i].first);
+            jobcfg cfg;
+            assert_int_equal(jobcfg_from_json(c, JOBCFG_RESOLVED, &cfg, &e), 0);
+            assert_int_equal(gpu_count(&cfg), cases[i].count);
+            assert_int_equal(cfg.devices.listed, cases[i].first >= 0);
+            if (cfg.devices.listed)
+                assert_int_equal(cfg.devices.ids[0], cases[i].first);
+            jobcfg_free(&cfg);
             cJSON_Delete(c);
             store_job_clear(&j);
             continue;
@@ -287,7 +296,7 @@ static void devices_field(void **state)
     }
 }
 
-/* jobspec_gpus reads job.json as written now and as written before jobs
+/* jobcfg reads job.json's devices as written now and as written before jobs
  * could have several GPUs ("gpu": a number, -1 for any). */
 static void gpus_of_job_json(void **state)
 {
@@ -302,12 +311,15 @@ static void gpus_of_job_json(void **state)
         { "{}", 0, false, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        cJSON *c = cJSON_Parse(cases[i].json);
-        int ids[8] = { 0 };
-        bool listed = !cases[i].listed;
-        assert_int_equal(jobspec_gpus(c, ids, 8, &listed), cases[i].count);
-        assert_int_equal(listed, cases[i].listed);
-        assert_int_equal(ids[0], cases[i].first);
+        cJSON *c = job_json_with(cases[i].json);
+        jobcfg cfg;
+        api_error e;
+        if (jobcfg_from_json(c, JOBCFG_RESOLVED, &cfg, &e) != 0)
+            fail_msg("%s: %s", cases[i].json, e.message);
+        assert_int_equal(gpu_count(&cfg), cases[i].count);
+        assert_int_equal(cfg.devices.listed, cases[i].listed);
+        assert_int_equal(cfg.devices.listed ? cfg.devices.ids[0] : 0, cases[i].first);
+        jobcfg_free(&cfg);
         cJSON_Delete(c);
     }
 }

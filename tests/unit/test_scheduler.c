@@ -22,7 +22,9 @@
 #include "tests/settings_util.h"
 #include "engine/checkpoint.h"
 #include "jobs/hub.h"
+#include "base/layout.h"
 #include "jobs/jobspec.h"
+#include "tests/unit/jobcfg_util.h"
 #include "jobs/scheduler.h"
 
 #define GRACE_MS 300
@@ -168,6 +170,15 @@ static void start(fixture *f, int max_jobs)
     start_gpus(f, max_jobs, 0);
 }
 
+/* A valid job.json (tests/unit/jobcfg_util.h) with fields replaced. */
+static void write_job_json(const char *path, const char *fields)
+{
+    char *text = job_json_text(fields);
+    assert_non_null(text);
+    write_text(path, text);
+    cJSON_free(text);
+}
+
 /* A queued job whose fake worker does `mode`; with_json false leaves out job.json. */
 static int64_t add_job(fixture *f, const char *mode, bool with_json)
 {
@@ -175,13 +186,13 @@ static int64_t add_job(fixture *f, const char *mode, bool with_json)
     char err[256], dir[PATH_MAX], path[PATH_MAX + 16];
     assert_int_equal(store_job_insert(f->st, f->dataset, "fake", "{}", 1, &id, err, sizeof err), 0);
     assert_int_equal(store_job_set_progress(f->st, id, 0, 0, 2, 0, -1), 0);
-    jobspec_dir(f->data, id, dir, sizeof dir);
+    layout_job_dir(dir, sizeof dir, f->data, id);
     assert_int_equal(mkdir(dir, 0755), 0);
     snprintf(path, sizeof path, "%s/mode", dir);
     write_text(path, mode);
     if (with_json) {
         snprintf(path, sizeof path, "%s/job.json", dir);
-        write_text(path, "{}");
+        write_job_json(path, "{}");
     }
     return id;
 }
@@ -384,9 +395,9 @@ static int64_t add_job_with(fixture *f, const char *mode, const char *json)
 {
     int64_t id = add_job(f, mode, false);
     char dir[PATH_MAX], path[PATH_MAX + 16];
-    jobspec_dir(f->data, id, dir, sizeof dir);
+    layout_job_dir(dir, sizeof dir, f->data, id);
     snprintf(path, sizeof path, "%s/job.json", dir);
-    write_text(path, json);
+    write_job_json(path, json);
     return id;
 }
 
@@ -394,7 +405,7 @@ static int64_t add_job_with(fixture *f, const char *mode, const char *json)
 static char *gpus_given(fixture *f, int64_t id)
 {
     char dir[PATH_MAX], path[PATH_MAX + 16];
-    jobspec_dir(f->data, id, dir, sizeof dir);
+    layout_job_dir(dir, sizeof dir, f->data, id);
     snprintf(path, sizeof path, "%s/gpus", dir);
     return slurp(path);
 }
@@ -493,7 +504,7 @@ static void waits_for_job_json_and_requeues_after_a_crash(void **state)
     store_metric stale = { .step = 99, .epoch = 3, .tag = "train/loss", .value = 1, .wall_time = 1 };
     assert_int_equal(store_metric_insert(f->st, orphan, &stale), 0);
     char odir[PATH_MAX], stale_tb[PATH_MAX + 64];
-    jobspec_dir(f->data, orphan, odir, sizeof odir);
+    layout_job_dir(odir, sizeof odir, f->data, orphan);
     snprintf(stale_tb, sizeof stale_tb, "%s/events.out.tfevents.1.oldhost", odir);
     write_text(stale_tb, "an earlier run's curves");
     /* A job whose job.json is not written yet is not started. */
@@ -520,9 +531,9 @@ static void waits_for_job_json_and_requeues_after_a_crash(void **state)
     assert_false(ended);
 
     char dir[PATH_MAX], path[PATH_MAX + 16];
-    jobspec_dir(f->data, early, dir, sizeof dir);
+    layout_job_dir(dir, sizeof dir, f->data, early);
     snprintf(path, sizeof path, "%s/job.json", dir);
-    write_text(path, "{}");
+    write_job_json(path, "{}");
     sched_wake(f->s);
     j = wait_status(f, early, "done", 10);
     store_job_clear(&j);
@@ -541,7 +552,7 @@ static void a_requeued_job_keeps_metrics_up_to_its_checkpoint(void **state)
     assert_int_equal(store_metric_insert(f->st, orphan, &before), 0);
     assert_int_equal(store_metric_insert(f->st, orphan, &after), 0);
     char dir[PATH_MAX], path[PATH_MAX + 64], tb[PATH_MAX + 64], err[256];
-    jobspec_dir(f->data, orphan, dir, sizeof dir);
+    layout_job_dir(dir, sizeof dir, f->data, orphan);
     snprintf(tb, sizeof tb, "%s/events.out.tfevents.1.oldhost", dir);
     write_text(tb, "the curves so far");
     snprintf(path, sizeof path, "%s/checkpoints", dir);

@@ -84,17 +84,21 @@ static const char *REQUEST =
 
 /* A job folder with job.json for REQUEST. */
 /* A job folder; backend NULL keeps what the request resolves to (the CPU). */
-static void make_job_on(const char *dir, const char *backend)
+/* A job in dir; replicas > 1 trains data parallel on replicas of the net on
+ * the one CPU (job.json's "replicas"). */
+static void make_job_on(const char *dir, int replicas)
 {
     char ds[128], path[160], err[256];
     snprintf(ds, sizeof ds, "%s/ds", root);
     cJSON *req = cJSON_Parse(REQUEST);
     api_error e;
-    cJSON *cfg = jobspec_resolve_local(req, ds, &e);
-    if (!cfg)
+    jobcfg c;
+    if (jobspec_resolve_local(req, ds, &c, &e) != 0)
         fail_msg("%s: %s", e.code, e.message);
-    if (backend)
-        cJSON_ReplaceItemInObjectCaseSensitive(cfg, "backend", cJSON_CreateString(backend));
+    c.devices.count = replicas;
+    cJSON *cfg = jobcfg_to_json(&c);
+    assert_non_null(cfg);
+    jobcfg_free(&c);
     char *text = cJSON_Print(cfg);
     assert_int_equal(fio_mkdir_p(dir), 0);
     snprintf(path, sizeof path, "%s/job.json", dir);
@@ -106,7 +110,7 @@ static void make_job_on(const char *dir, const char *backend)
 
 static void make_job(const char *dir)
 {
-    make_job_on(dir, NULL);
+    make_job_on(dir, 1);
 }
 
 /* runner_run in a child process (its signal handlers and statics stay
@@ -204,8 +208,8 @@ static void test_resume_data_parallel(void **state)
     char a[128], b[128], pa[160], pb[160];
     snprintf(a, sizeof a, "%s/dp-a", root);
     snprintf(b, sizeof b, "%s/dp-b", root);
-    make_job_on(a, "cpu:0,1");
-    make_job_on(b, "cpu:0,1");
+    make_job_on(a, 2);
+    make_job_on(b, 2);
     assert_int_equal(run_job(a, 0), 0);
     assert_int_equal(run_job(b, 11), 0);
     assert_false(exists(b, "model.safetensors"));

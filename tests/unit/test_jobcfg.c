@@ -1,0 +1,312 @@
+/* Unit tests of jobs/jobcfg.c: a job's configuration, read and written.
+ *
+ * - Round trips: jobcfg_to_json then jobcfg_from_json (job.json's form) gives
+ *   the same configuration back, for each solver, precision and device form.
+ * - Limits: every scalar field of the published schema (jobcfg_schema, what
+ *   GET /api/v1/schema serves) is accepted at its bounds and refused just past
+ *   them with the same message in all three places a job is read: an API
+ *   request, kiln train's request, and a hand-edited job.json read by the
+ *   worker (jobcfg_load). The test takes the bounds from the schema, so it
+ *   checks that the schema and the readers agree, not a copy of the table.
+ */
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "engine/fileio.h"
+#include "jobs/jobcfg.h"
+#include "tests/unit/jobcfg_util.h"
+
+/* The smallest request: an API one, or kiln train's (no dataset_id). */
+static cJSON *request_of(jobcfg_form form)
+{
+    cJSON *r = cJSON_Parse(form == JOBCFG_REQUEST ? "{\"dataset_id\": 1, \"network\": \"lenet\"}"
+                                                  : "{\"network\": \"lenet\"}");
+    assert_non_null(r);
+    return r;
+}
+
+/* obj's object at "solver" or "solver.larc" (made when missing). */
+static cJSON *object_at(cJSON *root, const char *obj)
+{
+    if (!obj[0])
+        return root;
+    cJSON *solver = cJSON_GetObjectItemCaseSensitive(root, "solver");
+    if (!solver)
+        solver = cJSON_AddObjectToObject(root, "solver");
+    if (!strcmp(obj, "solver"))
+        return solver;
+    cJSON *larc = cJSON_GetObjectItemCaseSensitive(solver, "larc");
+    return larc ? larc : cJSON_AddObjectToObject(solver, "larc");
+}
+
+/* Sets path ("epochs", "solver.lr", "solver.larc.eta") in root to v, and what
+ * the field needs to be valid besides: adam's fields need type adam. */
+static void set_path(cJSON *root, const char *path, const cJSON *v, const cJSON *field_schema)
+{
+    char obj[32] = "";
+    const char *key = strrchr(path, '.');
+    if (key) {
+        snprintf(obj, sizeof obj, "%.*s", (int)(key - path), path);
+        key++;
+    } else {
+        key = path;
+    }
+    cJSON *o = object_at(root, obj);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddItemToObject(o, key, cJSON_Duplicate(v, 1));
+    const cJSON *solvers = cJSON_GetObjectItemCaseSensitive(field_schema, "solvers");
+    const cJSON *first = cJSON_GetArrayItem(solvers, 0);
+    if (cJSON_IsString(first)) {
+        cJSON *s = object_at(root, "solver");
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "type");
+        cJSON_AddStringToObject(s, "type", first->valuestring);
+    }
+    if (!strcmp(path, "loss_scaling")) {          /* "dynamic" is for mixed precision */
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "precision");
+        cJSON_AddStringToObject(root, "precision", "amp-fp16");
+    }
+}
+
+/* Reads `path` = v in each form; returns the number of forms that accepted
+ * it, and checks they all agree (and all refusals say the same). */
+static int accepted_everywhere(const char *path, const cJSON *v, const cJSON *field_schema,
+                               const char *dir)
+{
+    static const jobcfg_form forms[] = { JOBCFG_REQUEST, JOBCFG_LOCAL_REQUEST, JOBCFG_RESOLVED };
+    char first_msg[sizeof ((api_error *)0)->message] = "";
+    int ok = 0;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        cJSON *root = forms[i] == JOBCFG_RESOLVED ? job_json_with("{}")
+                                                  : request_of(forms[i]);
+        set_path(root, path, v, field_schema);
+        if (forms[i] == JOBCFG_RESOLVED) {
+            /* through the file, as the worker reads it */
+            char *text = cJSON_Print(root), file[PATH_MAX], err[256];
+            snprintf(file, sizeof file, "%s/job.json", dir);
+            assert_int_equal(fio_write_atomic(file, text, strlen(text), err, sizeof err), 0);
+            cJSON_free(text);
+        }
+        jobcfg c;
+        api_error e;
+        int rc = forms[i] == JOBCFG_RESOLVED ? jobcfg_load(dir, &c, &e)
+                                             : jobcfg_from_json(root, forms[i], &c, &e);
+        cJSON_Delete(root);
+        if (rc == 0) {
+            ok++;
+            jobcfg_free(&c);
+            continue;
+        }
+        assert_string_equal(e.code, "invalid_field");
+        const char *msg = forms[i] == JOBCFG_RESOLVED ? strstr(e.message, ": ") + 2 : e.message;
+        if (!strstr(msg, path))
+            fail_msg("%s: the refusal \"%s\" does not name the field", path, msg);
+        if (!first_msg[0])
+            snprintf(first_msg, sizeof first_msg, "%s", msg);
+        else if (strcmp(first_msg, msg) != 0)
+            fail_msg("%s: \"%s\" in one form, \"%s\" in another", path, first_msg, msg);
+    }
+    if (ok != 0 && ok != 3)
+        fail_msg("%s: accepted in %d of the 3 forms", path, ok);
+    return ok;
+}
+
+static void every_limit_is_the_same_in_every_form(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kiln-jobcfg-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    cJSON *schema = jobcfg_schema();
+    assert_non_null(schema);
+    int checked = 0;
+    for (const cJSON *f = schema->child; f; f = f->next) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(f, "type");
+        const cJSON *def = cJSON_GetObjectItemCaseSensitive(f, "default");
+        if (!strcmp(f->string, "name") || !strcmp(f->string, "devices"))
+            continue;                                /* not scalars: their own tests */
+        if (!strcmp(type->valuestring, "integer") || !strcmp(type->valuestring, "number")) {
+            bool integer = !strcmp(type->valuestring, "integer");
+            const cJSON *lo = cJSON_GetObjectItemCaseSensitive(f, "minimum");
+            const cJSON *xlo = cJSON_GetObjectItemCaseSensitive(f, "exclusiveMinimum");
+            const cJSON *hi = cJSON_GetObjectItemCaseSensitive(f, "maximum");
+            const cJSON *xhi = cJSON_GetObjectItemCaseSensitive(f, "exclusiveMaximum");
+            double l = lo ? lo->valuedouble : xlo->valuedouble;
+            double h = hi ? hi->valuedouble : xhi->valuedouble;
+            double step = integer ? 1 : fmax(fabs(h - l) * 1e-6, 1e-12);
+            struct { double v; bool ok; } cases[] = {
+                { def->valuedouble, true },
+                { lo ? l : l + step, true },
+                { hi ? h : h - step, true },
+                { lo ? l - step : l, false },
+                { hi ? h + step : h, false },
+            };
+            for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+                cJSON *v = cJSON_CreateNumber(cases[k].v);
+                int n = accepted_everywhere(f->string, v, f, dir);
+                cJSON_Delete(v);
+                if ((n == 3) != cases[k].ok)
+                    fail_msg("%s = %.17g: %s, want %s", f->string, cases[k].v,
+                             n ? "accepted" : "refused", cases[k].ok ? "accepted" : "refused");
+            }
+            if (integer) {                           /* not a whole number */
+                cJSON *v = cJSON_CreateNumber(def->valuedouble + 0.5);
+                assert_int_equal(accepted_everywhere(f->string, v, f, dir), 0);
+                cJSON_Delete(v);
+            }
+        } else if (!strcmp(type->valuestring, "boolean")) {
+            cJSON *t = cJSON_CreateTrue(), *one = cJSON_CreateNumber(1);
+            assert_int_equal(accepted_everywhere(f->string, t, f, dir), 3);
+            assert_int_equal(accepted_everywhere(f->string, one, f, dir), 0);
+            cJSON_Delete(t);
+            cJSON_Delete(one);
+        } else {
+            const cJSON *choice;
+            cJSON_ArrayForEach(choice, cJSON_GetObjectItemCaseSensitive(f, "enum"))
+                assert_int_equal(accepted_everywhere(f->string, choice, f, dir), 3);
+            cJSON *bad = cJSON_CreateString("no-such-choice");
+            assert_int_equal(accepted_everywhere(f->string, bad, f, dir), 0);
+            cJSON_Delete(bad);
+        }
+        checked++;
+    }
+    assert_true(checked >= 19);                      /* every field of the table was seen */
+    cJSON_Delete(schema);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* The worker reads a hand-edited job.json with the API's limits: the
+ * batch_size the old reader let through (up to 1,000,000) is refused. */
+static void a_hand_edited_job_json_gets_the_api_limits(void **state)
+{
+    (void)state;
+    cJSON *j = job_json_with("{\"batch_size\": 5000}");
+    jobcfg c;
+    api_error e;
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_string_equal(e.message, "batch_size must be an integer from 1 to 4096");
+    cJSON_Delete(j);
+    j = job_json_with("{\"solver\": {\"type\": \"sgd\", \"lr\": 50}}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_string_equal(e.message, "solver.lr must be a number greater than 0 and at most 10");
+    cJSON_Delete(j);
+    j = job_json_with("{\"surprise\": 1}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_string_equal(e.code, "unknown_field");
+    cJSON_Delete(j);
+    j = job_json_with("{\"backend\": \"cuda:0,1\"}");     /* a string to parse: not any more */
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_string_equal(e.message, "backend must be \"cpu\" or \"cuda\"");
+    cJSON_Delete(j);
+}
+
+/* to_json, from_json, to_json: the same text, and the same fields. */
+static void round_trip(const char *fields)
+{
+    cJSON *j = job_json_with(fields);
+    assert_non_null(j);
+    jobcfg a, b;
+    api_error e;
+    if (jobcfg_from_json(j, JOBCFG_RESOLVED, &a, &e) != 0)
+        fail_msg("%s: %s", fields, e.message);
+    cJSON *out = jobcfg_to_json(&a);
+    assert_non_null(out);
+    if (jobcfg_from_json(out, JOBCFG_RESOLVED, &b, &e) != 0)
+        fail_msg("%s: its own output is refused: %s", fields, e.message);
+    cJSON *again = jobcfg_to_json(&b);
+    if (!cJSON_Compare(out, again, true)) {
+        char *x = cJSON_Print(out), *y = cJSON_Print(again);
+        fail_msg("%s: written\n%s\nthen\n%s", fields, x, y);
+    }
+    /* every field the input gave is kept as given */
+    cJSON *given = cJSON_Parse(fields);
+    for (const cJSON *g = given->child; g; g = g->next)
+        if (!cJSON_Compare(g, cJSON_GetObjectItemCaseSensitive(out, g->string), true))
+            fail_msg("%s: \"%s\" is not kept", fields, g->string);
+    cJSON_Delete(given);
+    assert_int_equal(a.epochs, b.epochs);
+    assert_int_equal(a.batch_size, b.batch_size);
+    assert_true(a.seed == b.seed);
+    assert_int_equal(a.precision, b.precision);
+    assert_int_equal(a.dynamic_scaling, b.dynamic_scaling);
+    assert_memory_equal(&a.solver, &b.solver, sizeof a.solver);
+    assert_memory_equal(&a.devices, &b.devices, sizeof a.devices);
+    assert_memory_equal(&a.input, &b.input, sizeof a.input);
+    assert_string_equal(a.name, b.name);
+    assert_string_equal(a.dataset_dir, b.dataset_dir);
+    jobcfg_free(&a);
+    jobcfg_free(&b);
+    cJSON_Delete(again);
+    cJSON_Delete(out);
+    cJSON_Delete(j);
+}
+
+static void configs_round_trip(void **state)
+{
+    (void)state;
+    round_trip("{}");
+    round_trip("{\"epochs\": 3, \"batch_size\": 32, \"seed\": 4294967295, \"name\": \"a run\"}");
+    round_trip("{\"solver\": {\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.5, \"nesterov\": true, "
+               "\"weight_decay\": 0.0005, \"decay_bias\": true, \"clip_norm\": 2, "
+               "\"label_smoothing\": 0.1, \"larc\": {\"policy\": \"scale\", \"eta\": 0.002}}}");
+    round_trip("{\"solver\": {\"type\": \"adamw\", \"lr\": 0.001, \"beta1\": 0.8, \"beta2\": 0.99, "
+               "\"eps\": 1e-07, \"weight_decay\": 0.01, \"decay_bias\": false, \"clip_norm\": 0, "
+               "\"label_smoothing\": 0}}");
+    round_trip("{\"precision\": \"amp-fp16\", \"loss_scaling\": \"dynamic\"}");
+    round_trip("{\"precision\": \"amp-bf16\", \"loss_scaling\": \"off\"}");
+    round_trip("{\"backend\": \"cuda\", \"gpus\": [2, 0], \"gpu_count\": 2}");
+    round_trip("{\"backend\": \"cuda\", \"gpus\": [], \"gpu_count\": 3}");
+    round_trip("{\"backend\": \"cpu\", \"replicas\": 2}");
+    round_trip("{\"lr_policy\": {\"type\": \"step\", \"step_size\": 10, \"gamma\": 0.5, "
+               "\"warmup_steps\": 3}}");
+}
+
+/* A request's defaults are the schema's. */
+static void request_defaults_are_the_schemas(void **state)
+{
+    (void)state;
+    cJSON *r = cJSON_Parse("{\"dataset_id\": 1, \"network\": \"lenet\", \"devices\": 0}");
+    jobcfg c;
+    api_error e;
+    assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), 0);
+    cJSON *schema = jobcfg_schema();
+#define DEF(path) cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(schema, path), \
+                                                   "default")
+    assert_int_equal(c.epochs, DEF("epochs")->valuedouble);
+    assert_int_equal(c.batch_size, DEF("batch_size")->valuedouble);
+    assert_true(c.seed == (uint64_t)DEF("seed")->valuedouble);
+    assert_true(c.solver.lr == DEF("solver.lr")->valuedouble);
+    assert_true(c.solver.momentum == DEF("solver.momentum")->valuedouble);
+    assert_string_equal(precision_name(c.precision), DEF("precision")->valuestring);
+    assert_string_equal(solver_type_name(c.solver.type), DEF("solver.type")->valuestring);
+    assert_int_equal(c.solver.larc, LARC_NONE);
+    assert_int_equal(c.devices.kind, BACKEND_CPU);
+    assert_int_equal(c.dynamic_scaling, false);
+#undef DEF
+    jobcfg_free(&c);
+    cJSON_Delete(schema);
+    cJSON_Delete(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(configs_round_trip),
+        cmocka_unit_test(request_defaults_are_the_schemas),
+        cmocka_unit_test(every_limit_is_the_same_in_every_form),
+        cmocka_unit_test(a_hand_edited_job_json_gets_the_api_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
