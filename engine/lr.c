@@ -2,6 +2,7 @@
 #include "engine/lr.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -18,20 +19,45 @@ static const char *const kind_names[] = {
 };
 #define NKINDS (sizeof kind_names / sizeof kind_names[0])
 
-/* Which keys each kind takes (besides type and the warm-up). */
-static const struct {
+/* Which keys each kind takes, with their defaults and ranges: lr_check
+ * applies the ranges, lr_fixed the defaults, lr_schema publishes both. */
+typedef struct lr_key {
     const char *key;
     unsigned kinds;               /* bit per lr_kind */
-} keys[] = {
-    { "step_size", 1u << LR_STEP },
-    { "gamma", 1u << LR_STEP | 1u << LR_MULTISTEP | 1u << LR_EXPONENTIAL },
-    { "milestones", 1u << LR_MULTISTEP },
-    { "power", 1u << LR_POLYNOMIAL },
-    { "min_lr", 1u << LR_COSINE },
-    { "type", ~0u },
-    { "warmup_steps", ~0u },
-    { "warmup_epochs", ~0u },
+    const char *type;             /* its JSON schema type */
+    bool has_def;
+    double def;
+    double lo, hi;                /* hi 0: none */
+    bool lo_open, hi_open;
+} lr_key;
+
+static const lr_key keys[] = {
+    { "step_size", 1u << LR_STEP, "integer", false, 0, 1, 0, false, false },
+    { "gamma", 1u << LR_STEP | 1u << LR_MULTISTEP | 1u << LR_EXPONENTIAL, "number", true, 0.1,
+      0, 1, true, false },
+    { "milestones", 1u << LR_MULTISTEP, "array", false, 0, 1, 0, false, false },
+    { "power", 1u << LR_POLYNOMIAL, "number", true, 1, 0, 0, true, false },
+    { "min_lr", 1u << LR_COSINE, "number", true, 0, 0, 0, false, false },      /* and at most the lr */
+    { "type", ~0u, "string", false, 0, 0, 0, false, false },
+    { "warmup_steps", ~0u, "integer", true, 0, 0, 0, false, false },
+    { "warmup_epochs", ~0u, "integer", true, 0, 0, 100000, false, false },
 };
+
+static const lr_key *key_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(keys[i].key, name))
+            return &keys[i];
+    return NULL;
+}
+
+/* Whether v is in the range of key `name`. */
+static bool key_ok(const char *name, double v)
+{
+    const lr_key *k = key_of(name);
+    return isfinite(v) && (k->lo_open ? v > k->lo : v >= k->lo) &&
+           (k->hi == 0 || (k->hi_open ? v < k->hi : v <= k->hi));
+}
 
 const char *lr_kind_name(lr_kind k)
 {
@@ -55,8 +81,8 @@ lr_policy lr_fixed(double base)
     memset(&p, 0, sizeof p);
     p.kind = LR_FIXED;
     p.base = base;
-    p.gamma = 0.1;
-    p.power = 1;
+    p.gamma = key_of("gamma")->def;
+    p.power = key_of("power")->def;
     return p;
 }
 
@@ -66,24 +92,24 @@ int lr_check(const lr_policy *p, char *err, size_t errlen)
         return set_err(err, errlen, "lr_policy.type is unknown");
     if (!isfinite(p->base) || p->base < 0)
         return set_err(err, errlen, "lr must be a finite number >= 0");
-    if (p->warmup_steps < 0)
+    if (!key_ok("warmup_steps", (double)p->warmup_steps))
         return set_err(err, errlen, "lr_policy warm-up must be >= 0 steps");
     switch (p->kind) {
     case LR_STEP:
-        if (p->step_size < 1)
+        if (!key_ok("step_size", (double)p->step_size))
             return set_err(err, errlen, "lr_policy.step_size must be an integer >= 1");
         /* fall through */
     case LR_MULTISTEP:
     case LR_EXPONENTIAL:
-        if (!isfinite(p->gamma) || p->gamma <= 0 || p->gamma > 1)
+        if (!key_ok("gamma", p->gamma))
             return set_err(err, errlen, "lr_policy.gamma must be a number above 0 and at most 1");
         break;
     case LR_POLYNOMIAL:
-        if (!isfinite(p->power) || p->power <= 0)
+        if (!key_ok("power", p->power))
             return set_err(err, errlen, "lr_policy.power must be a number above 0");
         break;
     case LR_COSINE:
-        if (!isfinite(p->min_lr) || p->min_lr < 0 || p->min_lr > p->base)
+        if (!key_ok("min_lr", p->min_lr) || p->min_lr > p->base)
             return set_err(err, errlen, "lr_policy.min_lr must be a number from 0 to lr");
         break;
     case LR_FIXED:
@@ -228,7 +254,7 @@ int lr_from_json(const cJSON *obj, double base, int64_t max_steps, int64_t steps
         return bad(unknown, false, err, errlen, "%s must be an integer >= 0", "lr_policy.warmup_steps");
     if (we) {
         int64_t e;
-        if (!get_count(we, 0, &e) || e > 100000)
+        if (!get_count(we, 0, &e) || !key_ok("warmup_epochs", (double)e))
             return bad(unknown, false, err, errlen, "%s must be an integer from 0 to 100000",
                        "lr_policy.warmup_epochs");
         p.warmup_steps = e * (steps_per_epoch > 0 ? steps_per_epoch : 1);
@@ -258,4 +284,40 @@ int lr_to_json(const lr_policy *p, cJSON *obj)
         ok = ok && cJSON_AddNumberToObject(obj, "min_lr", p->min_lr);
     ok = ok && cJSON_AddNumberToObject(obj, "warmup_steps", (double)p->warmup_steps);
     return ok ? 0 : -1;
+}
+
+cJSON *lr_schema(void)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o != NULL;
+    for (size_t i = 0; ok && i < sizeof keys / sizeof keys[0]; i++) {
+        const lr_key *k = &keys[i];
+        char path[48];
+        snprintf(path, sizeof path, "lr_policy.%s", k->key);
+        cJSON *f = cJSON_AddObjectToObject(o, path);
+        ok = f && cJSON_AddStringToObject(f, "type", k->type);
+        if (ok && !strcmp(k->key, "type")) {
+            ok = cJSON_AddItemToObject(f, "enum", cJSON_CreateStringArray(kind_names, NKINDS)) &&
+                 cJSON_AddStringToObject(f, "default", kind_names[LR_FIXED]);
+            continue;
+        }
+        if (ok && k->has_def)
+            ok = cJSON_AddNumberToObject(f, "default", k->def) != NULL;
+        if (ok && strcmp(k->type, "array") != 0)
+            ok = cJSON_AddNumberToObject(f, k->lo_open ? "exclusiveMinimum" : "minimum", k->lo) &&
+                 (k->hi == 0 ||
+                  cJSON_AddNumberToObject(f, k->hi_open ? "exclusiveMaximum" : "maximum", k->hi));
+        if (ok && k->kinds != ~0u) {
+            cJSON *kinds = cJSON_AddArrayToObject(f, "policies");
+            for (size_t j = 0; ok && kinds && j < NKINDS; j++)
+                if (k->kinds & (1u << j))
+                    ok = cJSON_AddItemToArray(kinds, cJSON_CreateString(kind_names[j]));
+            ok = ok && kinds;
+        }
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
 }

@@ -63,6 +63,11 @@ double lr_at(const lr_policy *p, int64_t t);
 int lr_from_json(const cJSON *obj, double base, int64_t max_steps, int64_t steps_per_epoch,
                  lr_policy *out, bool *unknown, char *err, size_t errlen);
 
+/* The policy's fields for a schema ("lr_policy.gamma": type, default,
+ * range, the policies that take it), as GET /api/v1/schema publishes them;
+ * owned by the caller, NULL when out of memory. */
+cJSON *lr_schema(void);
+
 /* Adds p's fields (type and the kind's keys, warm-up in steps) to obj.
  * Returns 0, or -1 when out of memory. */
 int lr_to_json(const lr_policy *p, cJSON *obj);

@@ -887,6 +887,13 @@ cJSON *jobcfg_schema(void)
     cJSON *name = ok ? cJSON_AddObjectToObject(fields, "name") : NULL;
     ok = name && cJSON_AddStringToObject(name, "type", "string") &&
          cJSON_AddNumberToObject(name, "maxLength", JOBCFG_NAME_MAX);
+    cJSON *lr = ok ? lr_schema() : NULL;
+    for (cJSON *f = lr ? lr->child : NULL, *next; f; f = next) {
+        next = f->next;
+        cJSON_AddItemToObject(fields, f->string, cJSON_DetachItemViaPointer(lr, f));
+    }
+    ok = ok && lr;
+    cJSON_Delete(lr);
     cJSON *devices = ok ? cJSON_AddObjectToObject(fields, "devices") : NULL;
     ok = devices && cJSON_AddNumberToObject(devices, "maximum", KILN_MAX_DEVICES) &&
          cJSON_AddStringToObject(devices, "description", "0 or []: the CPU; N: any N GPUs; "
