@@ -21,7 +21,11 @@
 #define LAYOUT_UPLOADS "uploads"
 #define LAYOUT_JOB_JSON "job.json"            /* in a job's folder */
 #define LAYOUT_JOB_LOG "log"                  /* in a job's folder */
+#define LAYOUT_CHECKPOINTS "checkpoints"     /* in a job's folder: epoch-N, step-S .safetensors */
+#define LAYOUT_MODEL "model.safetensors"      /* in a job's folder: the final weights */
 #define LAYOUT_DATASET_HEADER "header.json"   /* in a dataset's folder */
+#define LAYOUT_TRAIN_SPLIT "train.kds"        /* in a dataset's folder */
+#define LAYOUT_VAL_SPLIT "val.kds"            /* in a dataset's folder */
 #define LAYOUT_IMPORT_LOG "import.log"        /* in a dataset's folder */
 
 /* <data>/<sub>: sub is one of LAYOUT_DATASETS, LAYOUT_JOBS, LAYOUT_UPLOADS. */

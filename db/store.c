@@ -13,7 +13,6 @@
  * table of SQL texts, prepared lazily and kept) and always use bound
  * parameters; no value ever reaches SQL text.
  */
-#include "base/err.h"
 #include "db/store.h"
 
 #include <math.h>
@@ -26,6 +25,7 @@
 
 #include <sqlite3.h>
 
+#include "base/err.h"
 #include "db/migrations.h"   /* store_migrations, store_migration_count */
 
 #define STORE_BUSY_TIMEOUT_MS 5000

@@ -34,7 +34,6 @@
  * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
  * bad command line.
  */
-#include "base/err.h"
 #include "jobs/runner.h"
 
 #include <errno.h>
@@ -54,6 +53,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/err.h"
+#include "base/layout.h"     /* the job folder's and the dataset's files */
 #include "engine/amp.h"          /* AMP_GROWTH_INTERVAL */
 #include "engine/checkpoint.h"   /* ckpt_save, ckpt_load, ckpt_latest */
 #include "engine/dataset.h"   /* ds_info_load, ds_split_open, loader_open, loader_next */
@@ -310,12 +311,12 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
     r->have_info = true;
-    snprintf(path, sizeof path, "%s/train.kds", c->dataset_dir);
+    layout_file(path, sizeof path, c->dataset_dir, LAYOUT_TRAIN_SPLIT);
     if (!(r->train = ds_split_open(path, e, sizeof e))) {
         set_err(err, errlen, "dataset: %s", e);
         return -1;
     }
-    snprintf(path, sizeof path, "%s/val.kds", c->dataset_dir);
+    layout_file(path, sizeof path, c->dataset_dir, LAYOUT_VAL_SPLIT);
     if (!(r->val = ds_split_open(path, e, sizeof e))) {
         set_err(err, errlen, "dataset: %s", e);
         return -1;
@@ -356,7 +357,7 @@ static int open_run(run *r, char *err, size_t errlen)
         set_err(err, errlen, "network: %s", e);
         return -1;
     }
-    snprintf(path, sizeof path, "%s/checkpoints", r->dir);
+    layout_file(path, sizeof path, r->dir, LAYOUT_CHECKPOINTS);
     if (fio_mkdir_p(path) != 0) {
         set_err(err, errlen, "cannot create %s: %s", path, strerror(errno));
         return -1;
@@ -763,7 +764,7 @@ int runner_run(const char *dir, bool human_output)
         status = 0;
         goto out;
     }
-    if (save_checkpoint(&r, "model.safetensors", true) != 0) {
+    if (save_checkpoint(&r, LAYOUT_MODEL, true) != 0) {
         emit_error(r.err);
         goto out;
     }

@@ -32,7 +32,6 @@
  *   metrics recorded after that checkpoint's step are dropped when it starts.
  */
 #define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
-#include "base/err.h"
 #include "jobs/scheduler.h"
 
 #include <errno.h>
@@ -57,6 +56,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 
+#include "base/err.h"
 #include "engine/checkpoint.h"   /* ckpt_latest */
 #include "engine/net.h"          /* engine_devices: how many GPUs */
 #include "base/layout.h"    /* layout_job_dir, LAYOUT_JOB_JSON */
@@ -367,7 +367,7 @@ static void read_worker(sched *s, worker *w)
 static void append_log_tail(const char *dir, char *buf, size_t n)
 {
     char path[PATH_MAX + 8], tail[LOG_TAIL_BYTES + 1];
-    snprintf(path, sizeof path, "%s/log", dir);
+    layout_file(path, sizeof path, dir, LAYOUT_JOB_LOG);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -503,7 +503,7 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
     posix_spawnattr_t at;
     char logpath[PATH_MAX + 8];
 
-    snprintf(logpath, sizeof logpath, "%s/log", w->dir);
+    layout_file(logpath, sizeof logpath, w->dir, LAYOUT_JOB_LOG);
     logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (logfd < 0) {
         set_err(err, errlen, "cannot open %s: %s", logpath, strerror(errno));
@@ -685,7 +685,7 @@ static bool start_job(sched *s, int64_t job_id, uint64_t *held)
      * spawn: the new worker writes a new event file at once). */
     char ckdir[PATH_MAX + 16], ckpath[PATH_MAX + 64], ckerr[256];
     ckpt_info ck;
-    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", dir);
+    layout_file(ckdir, sizeof ckdir, dir, LAYOUT_CHECKPOINTS);
     if (ckpt_latest(ckdir, ckpath, sizeof ckpath, &ck, ckerr, sizeof ckerr) == 1) {
         store_metric_delete(s->st, job_id, ck.step);
     } else {

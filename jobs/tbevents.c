@@ -6,7 +6,6 @@
  * record carries file_version "brain.Event:2". tb_close fsyncs. The file is
  * created with O_EXCL: an existing file is never appended to or truncated.
  */
-#include "base/err.h"
 #include "jobs/tbevents.h"
 
 #include <errno.h>
@@ -17,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "tensorboard.pb-c.h"   /* Tensorflow__Event, generated from jobs/proto/tensorboard.proto */
 
 #define TB_FILE_VERSION "brain.Event:2"
