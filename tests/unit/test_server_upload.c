@@ -1,6 +1,9 @@
-/* tests/unit/test_server_upload.c: the upload's archive check (server/upload.c):
- * what is answered 400 at once (not an archive, no images) and what goes on to
- * the import. Archives are written here with libarchive. */
+/* tests/unit/test_server_upload.c: the upload's archive check (import_probe,
+ * jobs/import.c, which server/upload.c runs before it answers): what is
+ * answered 400 at once (not an archive, no images) and what goes on to the
+ * import; and that the check opens archives exactly as the importer does
+ * (mtree specs and filters outside the importer's list are refused by both).
+ * Archives are written here with libarchive. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +17,7 @@
 #include <archive_entry.h>
 #include <cmocka.h>
 
-#include "server/upload.h"
+#include "jobs/import.h"          /* import_probe */
 
 static const unsigned char png_head[16] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n',
                                             0, 0, 0, 13, 'I', 'H', 'D', 'R' };
@@ -30,6 +33,7 @@ typedef struct entry {
 typedef struct fixture {
     char dir[64];
     char path[128];
+    char extra[128];                 /* a second file, for the mtree test */
 } fixture;
 
 static int setup(void **state)
@@ -39,6 +43,7 @@ static int setup(void **state)
     if (!mkdtemp(f->dir))
         return -1;
     snprintf(f->path, sizeof f->path, "%s/a", f->dir);
+    snprintf(f->extra, sizeof f->extra, "%s/b.png", f->dir);
     *state = f;
     return 0;
 }
@@ -47,22 +52,23 @@ static int teardown(void **state)
 {
     fixture *f = *state;
     unlink(f->path);
+    unlink(f->extra);
     rmdir(f->dir);
     free(f);
     return 0;
 }
 
-/* Writes entries as a gzip'ed tar (zip when zip is true) at path. */
-static void write_archive(const char *path, const entry *e, size_t n, bool zip)
+typedef int (*archive_setup)(struct archive *);
+
+/* Writes entries at path in format, through filter (NULL: none). */
+static void write_archive_as(const char *path, const entry *e, size_t n, archive_setup format,
+                             archive_setup filter)
 {
     struct archive *a = archive_write_new();
     assert_non_null(a);
-    if (zip) {
-        assert_int_equal(archive_write_set_format_zip(a), ARCHIVE_OK);
-    } else {
-        assert_int_equal(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
-        assert_int_equal(archive_write_add_filter_gzip(a), ARCHIVE_OK);
-    }
+    assert_int_equal(format(a), ARCHIVE_OK);
+    if (filter)
+        assert_int_equal(filter(a), ARCHIVE_OK);
     assert_int_equal(archive_write_open_filename(a, path), ARCHIVE_OK);
     for (size_t i = 0; i < n; i++) {
         struct archive_entry *ae = archive_entry_new();
@@ -79,13 +85,23 @@ static void write_archive(const char *path, const entry *e, size_t n, bool zip)
     archive_write_free(a);
 }
 
+/* Writes entries as a gzip'ed tar (zip when zip is true) at path. */
+static void write_archive(const char *path, const entry *e, size_t n, bool zip)
+{
+    if (zip)
+        write_archive_as(path, e, n, archive_write_set_format_zip, NULL);
+    else
+        write_archive_as(path, e, n, archive_write_set_format_pax_restricted, archive_write_add_filter_gzip);
+}
+
 static int probe(const char *path, char *code)
 {
-    char msg[600];
-    code[0] = '\0';
-    int rc = upload_probe_archive(path, code, 48, msg, sizeof msg);
+    api_error e;
+    memset(&e, 0, sizeof e);
+    int rc = import_probe(path, &e);
+    snprintf(code, 48, "%s", e.code);
     if (rc != 0)
-        assert_true(strlen(msg) > 0);       /* every refusal says why */
+        assert_true(strlen(e.message) > 0);  /* every refusal says why */
     return rc;
 }
 
@@ -158,12 +174,90 @@ static void test_images_found(void **state)
     assert_int_equal(probe(f->path, code), 0);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+/* An mtree spec is a text file that libarchive's format_all reads as an
+ * archive whose entries name files on the server's disk. */
+static void test_mtree_refused(void **state)
+{
+    fixture *f = *state;
+    FILE *fp = fopen(f->extra, "wb");
+    assert_non_null(fp);
+    fwrite(png_head, 1, sizeof png_head, fp);
+    fclose(fp);
+    char spec[512];
+    snprintf(spec, sizeof spec,
+             "#mtree\n./etc/passwd type=file contents=/etc/passwd\n"
+             "./cats/x.png type=file contents=%s\n", f->extra);
+    write_text(f->path, spec);
+
+    api_error e;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(import_probe(f->path, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.code, "invalid_archive");
+    if (!strstr(e.message, "not an archive") || !strstr(e.message, "tar"))
+        fail_msg("the refusal should say what kiln reads: \"%s\"", e.message);
+
+    /* The importer refuses it with the same words. */
+    char err[512] = "";
+    assert_int_equal(import_archive(f->path, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_string_equal(err, e.message);
+}
+
+/* The importer's filters are read; others (some run external programs, or
+ * are simply not on the importer's list) are refused by the check too. */
+static void test_filters_as_the_importer(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        const char *name;
+        archive_setup add;
+        bool readable;
+    } filters[] = {
+        { "gzip", archive_write_add_filter_gzip, true },
+        { "bzip2", archive_write_add_filter_bzip2, true },
+        { "xz", archive_write_add_filter_xz, true },
+        { "zstd", archive_write_add_filter_zstd, true },
+        { "lzip", archive_write_add_filter_lzip, false },
+        { "lzma", archive_write_add_filter_lzma, false },
+        { "lz4", archive_write_add_filter_lz4, false },
+        { "compress", archive_write_add_filter_compress, false },
+        { "uuencode", archive_write_add_filter_uuencode, false },
+    };
+    const entry png[] = { { "cats/1.png", png_head, sizeof png_head, false } };
+    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++) {
+        write_archive_as(f->path, png, 1, archive_write_set_format_pax_restricted, filters[i].add);
+        api_error e;
+        memset(&e, 0, sizeof e);
+        int rc = import_probe(f->path, &e);
+        if (filters[i].readable && rc != 0)
+            fail_msg("a tar through %s is refused: %s", filters[i].name, e.message);
+        if (!filters[i].readable && (rc != -1 || strcmp(e.code, "invalid_archive") != 0))
+            fail_msg("a tar through %s is not refused as invalid_archive (rc %d, %s)", filters[i].name, rc,
+                     e.code);
+        if (!filters[i].readable) {
+            char err[512] = "";
+            assert_int_equal(import_archive(f->path, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
+            assert_string_equal(err, e.message);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_not_an_archive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_images_found, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mtree_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_filters_as_the_importer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
