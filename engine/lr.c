@@ -303,6 +303,13 @@ cJSON *lr_schema(void)
         }
         if (ok && k->has_def)
             ok = cJSON_AddNumberToObject(f, "default", k->def) != NULL;
+        if (ok && !strcmp(k->type, "array")) {           /* milestones: steps */
+            cJSON *items = cJSON_AddObjectToObject(f, "items");
+            ok = items && cJSON_AddStringToObject(items, "type", "integer") &&
+                 cJSON_AddNumberToObject(items, "minimum", k->lo) &&
+                 cJSON_AddNumberToObject(f, "minItems", 1) &&
+                 cJSON_AddNumberToObject(f, "maxItems", LR_MAX_MILESTONES);
+        }
         if (ok && strcmp(k->type, "array") != 0)
             ok = cJSON_AddNumberToObject(f, k->lo_open ? "exclusiveMinimum" : "minimum", k->lo) &&
                  (k->hi == 0 ||

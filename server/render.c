@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs/jobcfg.h"      /* jobcfg_from_json: the stored config, typed */
+
 /* Adds s as a string, or null when s is NULL. Returns false when out of memory. */
 static bool add_str(cJSON *o, const char *key, const char *s)
 {
@@ -80,6 +82,28 @@ cJSON *render_dataset(const store_dataset *d)
     return o;
 }
 
+/* {"kind","count","gpus"} from the config's devices as jobcfg reads them. */
+cJSON *render_job_devices(const cJSON *config)
+{
+    jobcfg c;
+    api_error e;
+    if (!config)
+        return cJSON_CreateNull();
+    if (jobcfg_from_json(config, JOBCFG_RESOLVED, &c, &e) != 0)
+        return e.status >= 500 ? NULL : cJSON_CreateNull();    /* out of memory, or unreadable */
+    const jobcfg_devices *d = &c.devices;
+    bool listed = d->kind == BACKEND_CUDA && d->listed;
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && add_str(o, "kind", backend_kind_name(d->kind)) && add_num(o, "count", d->count) &&
+              add_item(o, "gpus", listed ? cJSON_CreateIntArray(d->ids, d->count) : cJSON_CreateNull());
+    jobcfg_free(&c);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 double render_job_progress(const store_job *j)
 {
     if (j->status && !strcmp(j->status, "done"))
@@ -112,6 +136,7 @@ cJSON *render_job(store *st, const store_job *j)
                                          ? cJSON_CreateNumber(j->eta_seconds) : cJSON_CreateNull());
     ok &= add_str(o, "error", j->error);
     cJSON *config = j->config_json ? cJSON_Parse(j->config_json) : NULL;
+    ok &= add_item(o, "devices", render_job_devices(config));
     ok &= add_item(o, "config", config ? config : cJSON_CreateNull());
 
     cJSON *metrics = cJSON_CreateObject();

@@ -6,7 +6,10 @@
  *            counts null until the dataset is ready)
  *   job     {"id","dataset_id","network","status","created_at","started_at",
  *            "finished_at","epoch","epochs","step","steps","progress",
- *            "images_per_sec","eta_seconds","error","config","metrics"}
+ *            "images_per_sec","eta_seconds","error","devices","config","metrics"}
+ *           devices {"kind":"cpu"|"cuda","count","gpus":[ids] or null (any
+ *           free ones; always null on the CPU)}, or null where the stored
+ *           config does not read (render_job_devices)
  *   metric  {"step","epoch","tag","value","wall_time"}
  * Every function returns a new cJSON owned by the caller, or NULL when out of
  * memory (or, for render_job, when the store fails reading metrics).
@@ -26,6 +29,10 @@ cJSON *render_metric(const store_metric *m);
 cJSON *render_status(const char *status, const char *error);
 /* {"items":[...]} around an array (taken over; NULL gives NULL). */
 cJSON *render_list(cJSON *items);
+/* The devices of a job's stored (resolved) config, read by jobcfg_from_json:
+ * an object as above, JSON null when config is NULL or does not read as a
+ * job config, or NULL when out of memory. config is not taken over. */
+cJSON *render_job_devices(const cJSON *config);
 /* A job's progress fraction: step/steps in [0, 1], 1 when done. */
 double render_job_progress(const store_job *j);
 

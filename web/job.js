@@ -199,7 +199,7 @@ export function renderJob(root, id) {
       row('Solver', solverText(c.solver)),
       row('Learning rate', policyText(c.lr_policy)),
       row('Precision', precision === 'fp32' ? 'fp32' : `${precision}, loss scaling ${c.loss_scaling || 'off'}`),
-      row('Devices', devicesText(c)),
+      row('Devices', devicesText(job.devices)),
       row('Seed', String(c.seed ?? '—')));
     renderProgress({ epoch: job.epoch, epochs: job.epochs, step: job.step, steps: job.steps,
       images_per_sec: job.images_per_sec, eta: job.eta_seconds });
@@ -210,14 +210,16 @@ export function renderJob(root, id) {
     }
   }
 
-  /* What job.json asks for: the CPU, GPUs by number, or any N (the
-   * scheduler's choice, which the log names); older jobs carry "gpu". */
-  function devicesText(c) {
-    if (c.backend !== 'cuda') return c.backend === 'cpu' ? 'CPU' : (c.backend || '—');
-    const n = c.gpu_count ?? 1;
+  /* The job's "devices" as the API reads them from its config: the CPU, GPUs
+   * by number, or any N free ones (the scheduler's choice, which the log
+   * names); null where the stored config does not read. */
+  function devicesText(d) {
+    if (!d || !d.kind) return '—';
+    const n = d.count ?? 1;
     const dp = n > 1 ? ' (data parallel)' : '';
-    if (Array.isArray(c.gpus) && c.gpus.length) return `GPU${c.gpus.length > 1 ? 's' : ''} ${c.gpus.join(', ')}${dp}`;
-    if (typeof c.gpu === 'number' && c.gpu >= 0) return `GPU ${c.gpu}`;
+    if (d.kind === 'cpu') return n > 1 ? `CPU, ${n} replicas${dp}` : 'CPU';
+    if (d.kind !== 'cuda') return d.kind;
+    if (Array.isArray(d.gpus) && d.gpus.length) return `GPU${d.gpus.length > 1 ? 's' : ''} ${d.gpus.join(', ')}${dp}`;
     return n > 1 ? `any ${n} free GPUs${dp}` : 'any free GPU';
   }
 

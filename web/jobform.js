@@ -3,12 +3,22 @@
 // summary of the chosen network for the chosen dataset and batch, and a plot
 // of the learning-rate schedule before anything trains.
 //
+// The form keeps no copy of the API's rules. GET /api/v1/schema (the table of
+// jobs/jobcfg.c and engine/lr.c's policies), fetched once per page, gives
+// each input its initial value (the field's default) and its bounds, each
+// list its choices, and says which fields go with which solver and policy.
+// Until it has come the form shows that it is loading; if it cannot be had,
+// the form shows why and offers to try again, and guesses nothing.
+//
 // The request holds what the user set and what the chosen solver and policy
-// need; a field left at the API's default (README, server/openapi.json) is not
-// sent, and a field the solver does not take (momentum for adam) never is, so
-// every request the form makes is one curl could have made.
+// need; a field left at the schema's default is not sent, and a field the
+// solver does not take (momentum for adam) never is, so every request the
+// form makes is one curl could have made. The form checks that a number is a
+// number (a whole one where the schema says integer); whether it is in range
+// is the server's to say, by the same rule the schema publishes, and its
+// answer marks the field it names.
 
-import { post, ApiError } from './api.js';
+import { get, post, ApiError } from './api.js';
 import { h, svg, fill, fmtCount, fmtBytes } from './ui.js';
 
 const CUSTOM = '__custom__';
@@ -22,29 +32,94 @@ const EXAMPLE_SPEC = `{
   ]
 }`;
 
-/* The API's defaults: a value equal to its default is left out of the request. */
-const API_DEFAULT = {
-  batch_size: 64, seed: 1, snapshot_interval: 1,
-  momentum: 0.9, beta1: 0.9, beta2: 0.999, eps: 1e-8,
-  weight_decay: 0, clip_norm: 0, label_smoothing: 0, larc_eta: 0.001,
-  gamma: 0.1, power: 1, min_lr: 0, warmup_epochs: 0,
+/* The form's own suggestions, the only values it starts from that are not the
+ * schema's defaults. Each differs from the API's default (or the API has
+ * none), so a request the form makes from one says so explicitly. */
+const SUGGEST = {
+  // The learning rate offered for Adam and AdamW: the usual 1e-3 (PyTorch's
+  // default for both). The API's default, 0.01, is one rate for every solver,
+  // SGD's; Adam at 0.01 often diverges. It replaces the rate when the solver
+  // changes only while the rate is still the previous solver's usual one.
+  lr: { adam: 0.001, adamw: 0.001 },
+  // A step size and milestones have no API default (they depend on the run's
+  // length, and a request must give them): a starting point to edit.
+  'step.step_size': '1000',
+  'multistep.milestones': '1000, 2000',
+  // The API's gamma, 0.1, is one drop of the step policies; the exponential
+  // policy applies gamma at every step, where 0.1 takes the rate to a
+  // ten-billionth in ten steps.
+  'exponential.gamma': '0.999',
 };
 
-/* The fields of each learning-rate policy: {key, label, value (the form's
- * default), kind ('int', 'num' or 'list'), attrs}. */
-const POLICIES = {
-  fixed: [],
-  step: [{ key: 'step_size', label: 'Step size (steps)', value: '1000', kind: 'int', attrs: { min: 1, step: 1 } },
-    { key: 'gamma', label: 'Gamma', value: '0.1', kind: 'num', attrs: { min: 0, max: 1 } }],
-  multistep: [{ key: 'milestones', label: 'Milestones (steps)', value: '1000, 2000', kind: 'list',
-    attrs: { type: 'text', placeholder: '1000, 2000' } },
-  { key: 'gamma', label: 'Gamma', value: '0.1', kind: 'num', attrs: { min: 0, max: 1 } }],
-  exponential: [{ key: 'gamma', label: 'Gamma (per step)', value: '0.999', kind: 'num', attrs: { min: 0, max: 1 } }],
-  polynomial: [{ key: 'power', label: 'Power', value: '1', kind: 'num', attrs: { min: 0 } }],
-  cosine: [{ key: 'min_lr', label: 'Final lr', value: '0', kind: 'num', attrs: { min: 0 } }],
+/* How a choice reads in the form; a choice not listed reads as its name. */
+const CHOICE_LABELS = {
+  precision: { fp32: 'FP32', 'amp-bf16': 'AMP, bfloat16', 'amp-fp16': 'AMP, FP16' },
+  'solver.type': { sgd: 'SGD', adam: 'Adam', adamw: 'AdamW' },
 };
-const SGD_LR = '0.01';
-const ADAM_LR = '0.001';
+
+/* The learning-rate policies' fields in the order the form shows them
+ * ("policy.key" before "key"); a field the schema adds shows after these,
+ * under its own name. */
+const POLICY_LABELS = {
+  step_size: 'Step size (steps)', milestones: 'Milestones (steps)', 'exponential.gamma': 'Gamma (per step)',
+  gamma: 'Gamma', power: 'Power', min_lr: 'Final lr',
+};
+
+/* GET /api/v1/schema's "job" object, once per page (again after a failure). */
+let schemaRequest = null;
+function loadSchema() {
+  if (!schemaRequest) {
+    schemaRequest = get('/schema').then((s) => {
+      if (!s || typeof s.job !== 'object' || !s.job) throw new Error('GET /api/v1/schema has no "job" object');
+      return s.job;
+    });
+    schemaRequest.catch(() => { schemaRequest = null; });
+  }
+  return schemaRequest;
+}
+
+/* Whether v is in a schema field's range, inclusive and exclusive bounds as
+ * the server applies them (and a whole number where it says integer). */
+function inRange(v, r) {
+  return Number.isFinite(v) && (r.type !== 'integer' || Number.isInteger(v)) &&
+    !(r.minimum !== undefined && v < r.minimum) && !(r.exclusiveMinimum !== undefined && v <= r.exclusiveMinimum) &&
+    !(r.maximum !== undefined && v > r.maximum) && !(r.exclusiveMaximum !== undefined && v >= r.exclusiveMaximum);
+}
+
+/* "from 0 to below 1", "above 0, at most 10": a schema field's range in words. */
+function rangeText(r) {
+  const lo = r.minimum !== undefined ? `from ${r.minimum}`
+    : r.exclusiveMinimum !== undefined ? `above ${r.exclusiveMinimum}` : '';
+  const hi = r.maximum !== undefined ? `${lo.startsWith('from') ? 'to' : 'at most'} ${r.maximum}`
+    : r.exclusiveMaximum !== undefined ? `${lo.startsWith('from') ? 'to below' : 'below'} ${r.exclusiveMaximum}` : '';
+  return [lo, hi].filter(Boolean).join(lo.startsWith('from') ? ' ' : ', ');
+}
+
+/* "The base learning rate: a number above 0, at most 10; default 0.01" (a field's tooltip). */
+function ruleText(r) {
+  const range = rangeText(r);
+  const what = `${r.type === 'integer' ? 'a whole number' : 'a number'}${range ? ` ${range}` : ''}`;
+  const def = r.default !== undefined && r.default !== null ? `; default ${r.default}` : '';
+  return `${r.description ? `${r.description[0].toUpperCase()}${r.description.slice(1)}: ` : ''}${what}${def}`;
+}
+
+/* Gives a number input a schema field's bounds: the inclusive min and max
+ * attributes, an exclusive bound as the attribute too (the nearest HTML can
+ * say; the tooltip and the server tell the difference), a step of 1 for
+ * integers. */
+function limit(input, r) {
+  const lo = r.minimum ?? r.exclusiveMinimum;
+  const hi = r.maximum ?? r.exclusiveMaximum;
+  if (input.type === 'number') {
+    if (lo !== undefined) input.min = String(lo); else input.removeAttribute('min');
+    if (hi !== undefined) input.max = String(hi); else input.removeAttribute('max');
+    input.step = r.type === 'integer' ? '1' : 'any';
+  }
+  input.inputMode = r.type === 'integer' ? 'numeric' : 'decimal';
+  input.title = ruleText(r);
+}
+
+const initialText = (v) => (v === undefined || v === null ? '' : String(v));
 
 /* A bad value in the form: the message and the control to mark. */
 class FieldError extends Error {
@@ -55,17 +130,18 @@ class FieldError extends Error {
 }
 
 export function buildJobForm(state) {
+  let S = null;                         // the schema's job fields, once loaded
+  const rule = (path) => {
+    const r = S && S[path];
+    if (!r) throw new Error(`GET /api/v1/schema does not describe ${path}`);
+    return r;
+  };
+
   // ---- controls -------------------------------------------------------------
+  // Values, bounds and choices come from the schema (applySchema).
   const field = (id, label, control, hint) => h('div', { class: 'field', id: `${id}-field` },
     h('label', { for: id }, label), control, hint ? h('p', { class: 'hint' }, hint) : null);
-  const number = (id, value, attrs = {}) => h('input', {
-    id, type: 'number', value, step: 'any', inputmode: 'decimal', autocomplete: 'off', ...attrs,
-  });
-  const select = (id, options, value) => {
-    const s = h('select', { id }, options.map(([v, text, disabled]) => h('option', { value: v, disabled }, text)));
-    if (value !== undefined) s.value = value;
-    return s;
-  };
+  const number = (id) => h('input', { id, type: 'number', step: 'any', inputmode: 'decimal', autocomplete: 'off' });
   const check = (id, label) => {
     const input = h('input', { id, type: 'checkbox' });
     return { input, el: h('label', { class: 'check', for: id }, input, ` ${label}`) };
@@ -87,21 +163,20 @@ export function buildJobForm(state) {
       'for the dataset, and the input shape comes from the dataset.'));
   const summaryOut = h('div', { class: 'summary', id: 'job-summary', hidden: true, 'aria-live': 'polite' });
 
-  const epochs = number('job-epochs', '2', { min: 1, max: 10000, step: 1, inputmode: 'numeric' });
-  const batch = number('job-batch', '64', { min: 1, max: 4096, step: 1, inputmode: 'numeric' });
-  const precision = select('job-precision', [['fp32', 'FP32'], ['amp-bf16', 'AMP, bfloat16'],
-    ['amp-fp16', 'AMP, FP16']], 'fp32');
-  precision.title = 'Mixed precision (AMP): convolutions and dense layers in 16 bits, FP32 master weights';
+  const epochs = number('job-epochs');
+  const batch = number('job-batch');
+  const precision = h('select', { id: 'job-precision',
+    title: 'Mixed precision (AMP): convolutions and dense layers in 16 bits, FP32 master weights' });
   const device = h('select', { id: 'job-device' });
-  const name = h('input', { id: 'job-name', type: 'text', maxlength: 200, placeholder: 'optional', autocomplete: 'off' });
+  const name = h('input', { id: 'job-name', type: 'text', placeholder: 'optional', autocomplete: 'off' });
 
-  const solver = select('job-solver', [['sgd', 'SGD'], ['adam', 'Adam'], ['adamw', 'AdamW']], 'sgd');
-  const lr = number('job-lr', SGD_LR, { min: 0, max: 10 });
-  const momentum = number('job-momentum', '0.9', { min: 0, max: 0.999 });
-  const weightDecay = number('job-weight-decay', '0', { min: 0, max: 1 });
+  const solver = h('select', { id: 'job-solver' });
+  const lr = number('job-lr');
+  const momentum = number('job-momentum');
+  const weightDecay = number('job-weight-decay');
 
-  const policy = select('job-policy', Object.keys(POLICIES).map((k) => [k, k]), 'fixed');
-  const warmup = number('job-warmup', '0', { min: 0, max: 100000, step: 1, inputmode: 'numeric' });
+  const policy = h('select', { id: 'job-policy' });
+  const warmup = number('job-warmup');
   const policyFields = h('div', { class: 'field-row', id: 'job-policy-fields' });
   const policyInputs = {};              // key -> input of the shown policy
   const policyValues = {};              // 'policy.key' -> the text last typed, across switches
@@ -109,33 +184,51 @@ export function buildJobForm(state) {
   const lrCaption = h('p', { class: 'hint', id: 'job-lr-caption' });
 
   const nesterov = check('job-nesterov', 'Nesterov momentum');
-  const beta1 = number('job-beta1', '0.9', { min: 0, max: 0.999999 });
-  const beta2 = number('job-beta2', '0.999', { min: 0, max: 0.999999 });
-  const eps = h('input', { id: 'job-eps', type: 'text', value: '1e-8', inputmode: 'decimal', autocomplete: 'off' });
+  const beta1 = number('job-beta1');
+  const beta2 = number('job-beta2');
+  // text, as before: epsilon is typed in exponent form (1e-8)
+  const eps = h('input', { id: 'job-eps', type: 'text', inputmode: 'decimal', autocomplete: 'off' });
   const decayBias = check('job-decay-bias', 'Decay biases and batch-norm parameters too');
-  const clipNorm = number('job-clip-norm', '0', { min: 0 });
-  const smoothing = number('job-label-smoothing', '0', { min: 0, max: 0.99 });
-  const larc = select('job-larc', [['', 'none'], ['clip', 'clip'], ['scale', 'scale']], '');
-  const larcEta = number('job-larc-eta', '0.001', { min: 0, max: 1 });
-  const lossScaling = select('job-loss-scaling', [['', 'default (dynamic for FP16)'], ['dynamic', 'dynamic'],
-    ['off', 'off']], '');
-  const seed = number('job-seed', '1', { min: 0, step: 1, inputmode: 'numeric' });
-  const snapshot = number('job-snapshot', '1', { min: 1, max: 10000, step: 1, inputmode: 'numeric' });
+  const clipNorm = number('job-clip-norm');
+  const smoothing = number('job-label-smoothing');
+  const smoothingHint = h('p', { class: 'hint', id: 'job-label-smoothing-hint' });
+  const larc = h('select', { id: 'job-larc' });
+  const larcEta = number('job-larc-eta');
+  const lossScaling = h('select', { id: 'job-loss-scaling' });
+  const lossScalingHint = h('p', { class: 'hint', id: 'job-loss-scaling-hint' });
+  const seed = number('job-seed');
+  const snapshot = number('job-snapshot');
+
+  /* Each number input and the schema field it shows, for its initial value
+   * and bounds; the same paths name the fields in the API's errors. */
+  const numberFields = [
+    ['epochs', epochs], ['batch_size', batch], ['seed', seed], ['snapshot_interval', snapshot],
+    ['solver.lr', lr], ['solver.momentum', momentum], ['solver.weight_decay', weightDecay],
+    ['solver.beta1', beta1], ['solver.beta2', beta2], ['solver.eps', eps], ['solver.clip_norm', clipNorm],
+    ['solver.label_smoothing', smoothing], ['solver.larc.eta', larcEta], ['lr_policy.warmup_epochs', warmup],
+  ];
 
   const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
   const button = h('button', { type: 'submit', class: 'btn btn-primary', id: 'job-submit' }, 'Start training');
+  const loading = h('p', { class: 'muted', id: 'job-form-loading', role: 'status' }, 'Loading the job settings…');
+  const retry = h('button', { type: 'button', class: 'btn', id: 'job-form-retry' }, 'Try again');
+  const schemaErrorText = h('span');
+  const schemaError = h('div', { class: 'form-error', id: 'job-form-schema-error', role: 'alert', hidden: true },
+    h('p', {}, schemaErrorText), retry);
 
   // ---- layout ---------------------------------------------------------------
   const momentumField = field('job-momentum', 'Momentum', momentum);
-  const adamRow = h('div', { class: 'field-row', id: 'job-adam-row' },
-    field('job-beta1', 'Beta 1', beta1), field('job-beta2', 'Beta 2', beta2));
+  const beta1Field = field('job-beta1', 'Beta 1', beta1);
+  const beta2Field = field('job-beta2', 'Beta 2', beta2);
+  const adamRow = h('div', { class: 'field-row', id: 'job-adam-row' }, beta1Field, beta2Field);
   const adamEps = h('div', { class: 'field-row', id: 'job-eps-row' },
     field('job-eps', 'Epsilon', eps), h('div'));
   const nesterovField = h('div', { class: 'field check-field', id: 'job-nesterov-field' }, nesterov.el);
   const larcEtaField = field('job-larc-eta', 'LARC eta', larcEta);
   const larcRow = h('div', { class: 'field-row', id: 'job-larc-row' },
     field('job-larc', 'LARC', larc, 'layer-wise adaptive rate control'), larcEtaField);
-  const lossScalingField = field('job-loss-scaling', 'Loss scaling', lossScaling);
+  const lossScalingField = h('div', { class: 'field', id: 'job-loss-scaling-field' },
+    h('label', { for: 'job-loss-scaling' }, 'Loss scaling'), lossScaling, lossScalingHint);
   const deviceField = field('job-device', 'Device', device);
   deviceField.hidden = true;          // until GET /info names a GPU
   const advancedCount = h('span', { class: 'muted advanced-count', id: 'job-advanced-count' });
@@ -146,7 +239,8 @@ export function buildJobForm(state) {
     adamRow,
     adamEps,
     h('div', { class: 'field-row' }, field('job-clip-norm', 'Clip gradient norm', clipNorm, '0: off'),
-      field('job-label-smoothing', 'Label smoothing', smoothing, '0 to below 1; training loss only')),
+      h('div', { class: 'field', id: 'job-label-smoothing-field' },
+        h('label', { for: 'job-label-smoothing' }, 'Label smoothing'), smoothing, smoothingHint)),
     h('div', { class: 'field check-field' }, decayBias.el),
     larcRow,
     lossScalingField,
@@ -154,7 +248,8 @@ export function buildJobForm(state) {
     h('div', { class: 'field-row' }, field('job-seed', 'Seed', seed),
       field('job-snapshot', 'Snapshot interval', snapshot, 'epochs between checkpoints')));
 
-  const el = h('form', { class: 'form', id: 'job-form', novalidate: true },
+  // The form's body shows once the schema has filled it in.
+  const body = h('div', { class: 'form', id: 'job-form-body', hidden: true },
     field('job-dataset', 'Dataset', dataset),
     h('div', { class: 'field', id: 'job-network-field' },
       h('label', { for: 'job-network' }, 'Network'),
@@ -176,35 +271,142 @@ export function buildJobForm(state) {
     advanced,
     error,
     h('div', { class: 'actions' }, button));
+  const el = h('form', { class: 'form', id: 'job-form', novalidate: true }, loading, schemaError, body);
+
+  // ---- the schema -----------------------------------------------------------
+  /* A select's options: the schema field's choices, after `first` (a choice
+   * the API expresses by leaving the field out); starts at the default. */
+  function setChoices(select, path, first) {
+    const r = rule(path);
+    if (!Array.isArray(r.enum) || !r.enum.length) throw new Error(`GET /api/v1/schema lists no choices for ${path}`);
+    const labels = CHOICE_LABELS[path] || {};
+    fill(select, first || null, r.enum.map((v) => h('option', { value: v }, labels[v] || v)));
+    select.value = first ? first.value : r.default;
+  }
+
+  /* The fields of learning-rate policy `type`, from the schema: {key, label,
+   * type, default, bounds...}, in POLICY_LABELS' order. */
+  function policyFieldsOf(type) {
+    const order = Object.keys(POLICY_LABELS);
+    const rank = (f) => {
+      const i = order.findIndex((k) => k === `${type}.${f.key}` || k === f.key);
+      return i < 0 ? order.length : i;
+    };
+    return Object.entries(S)
+      .filter(([p, r]) => p.startsWith('lr_policy.') && Array.isArray(r.policies) && r.policies.includes(type))
+      .map(([p, r]) => {
+        const key = p.slice('lr_policy.'.length);
+        return { ...r, key, label: POLICY_LABELS[`${type}.${key}`] || POLICY_LABELS[key] || key };
+      })
+      .sort((a, b) => rank(a) - rank(b));
+  }
+
+  /* Whether a solver field goes with the chosen solver ("solvers" in the schema; absent: all). */
+  function applies(path) {
+    const s = rule(path).solvers;
+    return !Array.isArray(s) || s.includes(solver.value);
+  }
+
+  /* The rate the form offers for a solver: SUGGEST's, or the API's default. */
+  function usualLr(type) {
+    const r = rule('solver.lr');
+    const v = SUGGEST.lr[type];
+    return v !== undefined && inRange(v, r) ? v : r.default;
+  }
+
+  function applySchema(job) {
+    S = job;
+    for (const [path, input] of numberFields) {
+      const r = rule(path);
+      limit(input, r);
+      input.value = initialText(r.default);
+    }
+    name.maxLength = rule('name').maxLength;
+    setChoices(precision, 'precision');
+    setChoices(solver, 'solver.type');
+    lr.value = String(usualLr(solver.value));
+    setChoices(policy, 'lr_policy.type');
+    // LARC: the API's default is no "larc" object; its policy's default applies only inside one.
+    setChoices(larc, 'solver.larc.policy', h('option', { value: '' }, 'none'));
+    // Loss scaling: the API's default (null) depends on the precision, which its description says.
+    const ls = rule('loss_scaling');
+    setChoices(lossScaling, 'loss_scaling', h('option', { value: '' }, 'default'));
+    fill(lossScalingHint, ls.description || '');
+    fill(smoothingHint, `${rangeText(rule('solver.label_smoothing'))}; training loss only`);
+    nesterov.input.checked = rule('solver.nesterov').default === true;
+    decayBias.input.checked = rule('solver.decay_bias').default === true;
+    lastSolver = solver.value;
+    for (const k of Object.keys(policyValues)) delete policyValues[k];
+    showSolver();
+    showLarc();
+    showPrecision();
+    showPolicy();
+    // Every initial value, to tell what the user changed (the Advanced count).
+    for (const c of el.querySelectorAll('input, select')) {
+      c.dataset.initial = c.type === 'checkbox' ? String(c.checked) : c.value;
+    }
+    countAdvanced();
+    lastKey = '';
+    setDatasets(pendingDatasets);
+  }
+
+  async function load() {
+    loading.hidden = false;
+    schemaError.hidden = true;
+    try {
+      applySchema(await loadSchema());
+      body.hidden = false;
+    } catch (e) {
+      S = null;
+      body.hidden = true;
+      schemaError.hidden = false;
+      fill(schemaErrorText, `The job form needs the API's settings and could not load them: ${e.message}`);
+    } finally {
+      loading.hidden = true;
+    }
+  }
+  retry.addEventListener('click', load);
 
   // ---- what shows when ------------------------------------------------------
   function showSolver() {
-    const sgd = solver.value === 'sgd';
-    momentumField.hidden = !sgd;
-    nesterovField.hidden = !sgd;
-    larcRow.hidden = !sgd;
-    adamRow.hidden = sgd;
-    adamEps.hidden = sgd;
+    momentumField.hidden = !applies('solver.momentum');
+    nesterovField.hidden = !applies('solver.nesterov');
+    larcRow.hidden = !applies('solver.larc.policy');
+    beta1Field.hidden = !applies('solver.beta1');
+    beta2Field.hidden = !applies('solver.beta2');
+    adamRow.hidden = beta1Field.hidden && beta2Field.hidden;
+    adamEps.hidden = !applies('solver.eps');
   }
   function showLarc() {
     larcEtaField.hidden = !larc.value;
   }
   function showPrecision() {
+    // Loss scaling is for mixed precision: any precision but fp32 (the engine's FP32 path has none).
     lossScalingField.hidden = precision.value === 'fp32';
   }
   function showPolicy() {
     fill(policyFields);
     for (const k of Object.keys(policyInputs)) delete policyInputs[k];
-    for (const f of POLICIES[policy.value]) {
+    const fields = policyFieldsOf(policy.value);
+    for (const f of fields) {
       const id = `job-policy-${f.key}`;
+      const initial = SUGGEST[`${policy.value}.${f.key}`] ?? initialText(f.default);
+      let input;
+      if (f.type === 'array') {
+        input = h('input', { id, type: 'text', placeholder: initial, inputmode: 'numeric', autocomplete: 'off' });
+        input.title = 'whole step numbers, increasing, separated by commas';
+      } else {
+        input = number(id);
+        limit(input, f);
+      }
       const remembered = policyValues[`${policy.value}.${f.key}`];
-      const input = number(id, remembered ?? f.value, f.attrs);
-      input.dataset.initial = f.value;
+      input.value = remembered ?? initial;
+      input.dataset.initial = initial;
       input.addEventListener('input', () => { policyValues[`${policy.value}.${f.key}`] = input.value; });
       policyInputs[f.key] = input;
       policyFields.append(field(id, f.label, input));
     }
-    policyFields.hidden = !POLICIES[policy.value].length;
+    policyFields.hidden = !fields.length;
   }
   function builtin(n) {
     return state.networks.find((x) => x.name === n);
@@ -219,10 +421,11 @@ export function buildJobForm(state) {
     networkAbout.title = about;
     copyButton.hidden = custom || !(b && b.spec);
   }
+  let lastSolver = '';
   solver.addEventListener('change', () => {
     // a learning rate left at one solver's usual value follows to the other's
-    if (solver.value === 'sgd' && lr.value === ADAM_LR) lr.value = SGD_LR;
-    else if (solver.value !== 'sgd' && lr.value === SGD_LR) lr.value = ADAM_LR;
+    if (Number(lr.value) === usualLr(lastSolver)) lr.value = String(usualLr(solver.value));
+    lastSolver = solver.value;
     showSolver();
   });
   larc.addEventListener('change', showLarc);
@@ -245,16 +448,12 @@ export function buildJobForm(state) {
     spec.scrollTop = 0;
   });
 
-  // Every initial value, to tell what the user changed (the Advanced count).
-  const advancedControls = [...advanced.querySelectorAll('input, select')];
-  for (const c of el.querySelectorAll('input, select')) {
-    c.dataset.initial = c.type === 'checkbox' ? String(c.checked) : c.value;
-  }
   function changed(c) {
     return (c.type === 'checkbox' ? String(c.checked) : c.value) !== c.dataset.initial;
   }
   function countAdvanced() {
-    const n = advancedControls.filter((c) => !c.closest('[hidden]') && changed(c)).length;
+    const n = [...advanced.querySelectorAll('input, select')]
+      .filter((c) => !c.closest('[hidden]') && changed(c)).length;
     fill(advancedCount, n ? ` · ${n} changed` : '');
   }
 
@@ -301,10 +500,18 @@ export function buildJobForm(state) {
     if (int && !Number.isInteger(v)) throw new FieldError(`${what} must be a whole number.`, input);
     return v;
   }
-  /* Sets obj[key] from an input unless it is empty or the API's default. */
-  function optional(obj, key, input, what, { int = false, def = API_DEFAULT[key] } = {}) {
-    const v = read(input, what, { int, optional: true });
-    if (v !== undefined && v !== def) obj[key] = v;
+  /* The number of schema field `path` (a whole one where the schema says integer). */
+  function readField(path, input, what, optional = false) {
+    return read(input, what, { int: rule(path).type === 'integer', optional });
+  }
+  /* Sets obj[key] from the input of schema field `path` unless it is empty or the field's default. */
+  function optional(obj, key, path, input, what) {
+    const v = readField(path, input, what, true);
+    if (v !== undefined && v !== rule(path).default) obj[key] = v;
+  }
+  /* Sets obj[key] from a checkbox unless it is the field's default. */
+  function optionalCheck(obj, key, path, box) {
+    if (box.checked !== (rule(path).default === true)) obj[key] = box.checked;
   }
 
   /* The policy with every value (for the plot), and the request's part (only
@@ -312,68 +519,68 @@ export function buildJobForm(state) {
   function policyValue() {
     const full = { type: policy.value };
     const sent = { type: policy.value };
-    for (const f of POLICIES[policy.value]) {
+    for (const f of policyFieldsOf(policy.value)) {
       const input = policyInputs[f.key];
       let v;
-      if (f.kind === 'list') {
+      if (f.type === 'array') {
         const parts = String(input.value).split(/[\s,]+/).filter(Boolean);
+        if (!parts.length) throw new FieldError(`${f.label}: list the steps, such as 1000, 2000.`, input);
         v = parts.map(Number);
-        if (!parts.length) throw new FieldError('Milestones: list the steps where the rate drops, such as 1000, 2000.', input);
-        if (v.some((x) => !Number.isInteger(x) || x < 1)) throw new FieldError('Milestones must be whole step numbers of 1 or more.', input);
+        const bad = parts.find((_, i) => !Number.isFinite(v[i]));
+        if (bad !== undefined) throw new FieldError(`${f.label}: “${bad}” is not a number.`, input);
       } else {
-        v = read(input, f.label, { int: f.kind === 'int' });
+        v = read(input, f.label, { int: f.type === 'integer' });
       }
       full[f.key] = v;
-      if (f.kind === 'list' || API_DEFAULT[f.key] === undefined || v !== API_DEFAULT[f.key]) sent[f.key] = v;
+      if (f.default === undefined || v !== f.default) sent[f.key] = v;
     }
-    const w = read(warmup, 'Warm-up epochs', { int: true, optional: true }) || 0;
-    full.warmup_epochs = w;
-    if (w) sent.warmup_epochs = w;
-    return { full, sent: sent.type === 'fixed' && !w ? null : sent };
+    const wr = rule('lr_policy.warmup_epochs');
+    const w = readField('lr_policy.warmup_epochs', warmup, 'Warm-up epochs', true);
+    full.warmup_epochs = w ?? wr.default ?? 0;
+    if (w !== undefined && w !== wr.default) sent.warmup_epochs = w;
+    const plain = sent.type === rule('lr_policy.type').default && Object.keys(sent).length === 1;
+    return { full, sent: plain ? null : sent };
   }
 
   /* The request body from the form; throws a FieldError naming a bad field. */
   function requestBody() {
+    if (!S) throw new FieldError('The form has not loaded the API\'s settings yet.', null);
     if (!dataset.value) throw new FieldError('Choose a dataset (one that is ready).', dataset);
     const net = checkSpec();
     if (net instanceof Error) throw net;
+    // The settings on view are always sent, so a request reads whole; the rest only when changed.
     const body = {
       dataset_id: Number(dataset.value),
       network: net,
-      epochs: read(epochs, 'Epochs', { int: true }),
-      batch_size: read(batch, 'Batch size', { int: true }),
+      epochs: readField('epochs', epochs, 'Epochs'),
+      batch_size: readField('batch_size', batch, 'Batch size'),
     };
     // devices: left out, a GPU when there is one; 0 the CPU; N any N GPUs; [i] GPU i.
     if (device.value === 'cpu') body.devices = 0;
     else if (device.value === 'any') body.devices = 1;
     else if (/^n\d+$/.test(device.value)) body.devices = Number(device.value.slice(1));
     else if (/^\d+$/.test(device.value)) body.devices = [Number(device.value)];
-    if (precision.value !== 'fp32') {
-      body.precision = precision.value;
-      if (lossScaling.value) body.loss_scaling = lossScaling.value;
-    }
-    const s = { type: solver.value, lr: read(lr, 'Learning rate') };
-    if (s.type === 'sgd') {
-      optional(s, 'momentum', momentum, 'Momentum');
-      if (nesterov.input.checked) s.nesterov = true;
-    } else {
-      optional(s, 'beta1', beta1, 'Beta 1');
-      optional(s, 'beta2', beta2, 'Beta 2');
-      optional(s, 'eps', eps, 'Epsilon');
-    }
-    optional(s, 'weight_decay', weightDecay, 'Weight decay');
-    if (decayBias.input.checked) s.decay_bias = true;
-    optional(s, 'clip_norm', clipNorm, 'Clip gradient norm');
-    optional(s, 'label_smoothing', smoothing, 'Label smoothing');
-    if (s.type === 'sgd' && larc.value) {
-      s.larc = { policy: larc.value };
-      optional(s.larc, 'eta', larcEta, 'LARC eta', { def: API_DEFAULT.larc_eta });
+    if (precision.value !== rule('precision').default) body.precision = precision.value;
+    if (!lossScalingField.hidden && lossScaling.value) body.loss_scaling = lossScaling.value;
+    const s = { type: solver.value, lr: readField('solver.lr', lr, 'Learning rate') };
+    if (applies('solver.momentum')) optional(s, 'momentum', 'solver.momentum', momentum, 'Momentum');
+    if (applies('solver.nesterov')) optionalCheck(s, 'nesterov', 'solver.nesterov', nesterov.input);
+    if (applies('solver.beta1')) optional(s, 'beta1', 'solver.beta1', beta1, 'Beta 1');
+    if (applies('solver.beta2')) optional(s, 'beta2', 'solver.beta2', beta2, 'Beta 2');
+    if (applies('solver.eps')) optional(s, 'eps', 'solver.eps', eps, 'Epsilon');
+    optional(s, 'weight_decay', 'solver.weight_decay', weightDecay, 'Weight decay');
+    optionalCheck(s, 'decay_bias', 'solver.decay_bias', decayBias.input);
+    optional(s, 'clip_norm', 'solver.clip_norm', clipNorm, 'Clip gradient norm');
+    optional(s, 'label_smoothing', 'solver.label_smoothing', smoothing, 'Label smoothing');
+    if (applies('solver.larc.policy') && larc.value) {
+      s.larc = { policy: larc.value };   // the choice that turns LARC on, so always sent
+      optional(s.larc, 'eta', 'solver.larc.eta', larcEta, 'LARC eta');
     }
     body.solver = s;
     const p = policyValue().sent;
     if (p) body.lr_policy = p;
-    optional(body, 'seed', seed, 'Seed', { int: true });
-    optional(body, 'snapshot_interval', snapshot, 'Checkpoint interval', { int: true });
+    optional(body, 'seed', 'seed', seed, 'Seed');
+    optional(body, 'snapshot_interval', 'snapshot_interval', snapshot, 'Checkpoint interval');
     if (name.value.trim()) body.name = name.value.trim();
     return body;
   }
@@ -440,12 +647,14 @@ export function buildJobForm(state) {
     const net = checkSpec();
     if (net instanceof Error) { hideSummary(); spec.focus(); return; }
     const ds = currentDataset();
+    // A batch out of the API's range (being typed) summarises at the default batch.
     const b = Number(batch.value);
-    const q = { network: net, batch_size: Number.isInteger(b) && b >= 1 && b <= 4096 ? b : 64, precision: precision.value };
+    const br = rule('batch_size');
+    const q = { network: net, batch_size: inRange(b, br) ? b : br.default, precision: precision.value };
     const m = Number(momentum.value);
     // The optimizer's state: SGD keeps a momentum buffer unless momentum is 0.
-    q.solver = solver.value === 'sgd' && String(momentum.value).trim() !== '' && m === 0
-      ? { type: 'sgd', momentum: 0 } : solver.value;
+    q.solver = applies('solver.momentum') && String(momentum.value).trim() !== '' && m === 0
+      ? { type: solver.value, momentum: 0 } : solver.value;
     if (ds && Array.isArray(ds.shape)) q.input = ds.shape;
     if (ds && Array.isArray(ds.classes) && ds.classes.length) q.classes = ds.classes.length;
     const seq = ++summarySeq;
@@ -482,6 +691,7 @@ export function buildJobForm(state) {
 
   // ---- the learning-rate schedule plot --------------------------------------
   function drawSchedule() {
+    if (!S) return;
     const ds = currentDataset();
     let p;
     let base;
@@ -489,18 +699,19 @@ export function buildJobForm(state) {
     let b;
     try {
       p = policyValue().full;
-      base = read(lr, 'lr');
-      ep = read(epochs, 'epochs', { int: true });
-      b = read(batch, 'batch', { int: true });
+      base = readField('solver.lr', lr, 'lr');
+      ep = readField('epochs', epochs, 'epochs');
+      b = readField('batch_size', batch, 'batch');
     } catch {
       fill(lrPlot);
       fill(lrCaption, 'The schedule shows once the rates and counts are numbers.');
       return;
     }
     const train = ds && ds.counts && ds.counts.train;
-    if (!(train > 0) || ep < 1 || b < 1 || !(base > 0)) {
+    if (!(train > 0) || !inRange(ep, rule('epochs')) || !inRange(b, rule('batch_size')) ||
+        !inRange(base, rule('solver.lr'))) {
       fill(lrPlot);
-      fill(lrCaption, train > 0 ? 'The schedule shows once epochs, batch size and learning rate are above 0.'
+      fill(lrCaption, train > 0 ? 'The schedule shows once epochs, batch size and learning rate are in range.'
         : 'Choose a dataset to see the schedule over the run.');
       return;
     }
@@ -541,7 +752,11 @@ export function buildJobForm(state) {
 
   // ---- lists from the API ---------------------------------------------------
   let lastKey = '';
+  let pendingDatasets = [];
+  /* The ready datasets as choices; kept until the schema has filled the form in. */
   function setDatasets(items) {
+    pendingDatasets = items;
+    if (!S) return;
     const ready = items.filter((d) => d.status === 'ready');
     const key = ready.map((d) => `${d.id}:${d.name}:${d.counts && d.counts.train}`).join('|');
     if (key === lastKey) return;
@@ -581,13 +796,9 @@ export function buildJobForm(state) {
     deviceField.hidden = !gpus.length;
   }
 
-  showSolver();
-  showLarc();
-  showPrecision();
-  showPolicy();
   setNetworks(state.networks);
-  setDatasets([]);
   setDevices([]);
+  load();
   el.addEventListener('input', countAdvanced);
   el.addEventListener('change', countAdvanced);
 

@@ -1,7 +1,8 @@
 // The dashboard in headless Chromium (Debian's /usr/bin/chromium driven by
 // playwright-core; no browser download): open the page; drive the new-job form
 // (model summary, custom specs, solvers, policies, errors from the API) and
-// check the requests it sends and the configs the server stores; start a LeNet
+// check the requests it sends and the configs the server stores, and that its
+// defaults, bounds and choices are GET /api/v1/schema's; start a LeNet
 // job from the form, watch the charts receive points and the job reach `done`.
 // Screenshots go to tests/browser/out/ (git-ignored).
 
@@ -108,6 +109,110 @@ test('the dashboard lists the service, the demo dataset and the job form', async
   // The schedule's caption counts the steps of the chosen dataset and batch: 8,000 / 64 = 125 an epoch.
   assert.match(await page.textContent('#job-lr-caption'), /125 per epoch/);
   await shot('home');
+});
+
+test('the form\'s defaults, bounds and choices are the ones GET /api/v1/schema publishes', async () => {
+  const r = await fetch(`${base}/api/v1/schema`);
+  assert.equal(r.status, 200);
+  const S = (await r.json()).job;
+  await page.goto(`${base}/`);
+  await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
+  /* A number input shows the field's default (or `value`) and its bounds: min
+   * and max carry the inclusive bound, or the exclusive one where that is
+   * what the schema has; integers step by 1. */
+  async function expectNumber(id, path, value = S[path].default) {
+    const rule = S[path];
+    assert.ok(rule, `the schema describes ${path}`);
+    assert.ok(await page.isVisible(`#${id}`), `#${id} is on view`);
+    const got = await page.$eval(`#${id}`, (e) => ({ value: e.value, type: e.type, min: e.getAttribute('min'),
+      max: e.getAttribute('max'), step: e.getAttribute('step') }));
+    assert.equal(Number(got.value), value, `#${id} starts at ${value} (${path})`);
+    if (got.type !== 'number') return;
+    const num = (a) => (a === null ? undefined : Number(a));
+    assert.equal(num(got.min), rule.minimum ?? rule.exclusiveMinimum, `#${id} min (${path})`);
+    assert.equal(num(got.max), rule.maximum ?? rule.exclusiveMaximum, `#${id} max (${path})`);
+    if (rule.type === 'integer') assert.equal(got.step, '1', `#${id} takes whole numbers (${path})`);
+  }
+  const options = (id) => page.$$eval(`#${id} option`, (os) => os.map((o) => o.value));
+  await expectNumber('job-epochs', 'epochs');
+  await expectNumber('job-batch', 'batch_size');
+  await expectNumber('job-lr', 'solver.lr');
+  await expectNumber('job-momentum', 'solver.momentum');
+  await expectNumber('job-weight-decay', 'solver.weight_decay');
+  await expectNumber('job-warmup', 'lr_policy.warmup_epochs');
+  assert.deepEqual(await options('job-precision'), S.precision.enum);
+  assert.equal(await page.inputValue('#job-precision'), S.precision.default);
+  assert.deepEqual(await options('job-solver'), S['solver.type'].enum);
+  assert.equal(await page.inputValue('#job-solver'), S['solver.type'].default);
+  assert.deepEqual(await options('job-policy'), S['lr_policy.type'].enum);
+  assert.equal(await page.inputValue('#job-policy'), S['lr_policy.type'].default);
+  assert.equal(Number(await page.getAttribute('#job-name', 'maxlength')), S.name.maxLength);
+  await openAdvanced();
+  await expectNumber('job-seed', 'seed');
+  await expectNumber('job-snapshot', 'snapshot_interval');
+  await expectNumber('job-clip-norm', 'solver.clip_norm');
+  await expectNumber('job-label-smoothing', 'solver.label_smoothing');
+  assert.equal(await page.isChecked('#job-nesterov'), S['solver.nesterov'].default);
+  assert.equal(await page.isChecked('#job-decay-bias'), S['solver.decay_bias'].default);
+  // LARC: none (no "larc" object, the API's default), or one of the schema's policies with its eta.
+  assert.deepEqual(await options('job-larc'), ['', ...S['solver.larc.policy'].enum]);
+  await page.selectOption('#job-larc', S['solver.larc.policy'].default);
+  await expectNumber('job-larc-eta', 'solver.larc.eta');
+  await page.selectOption('#job-larc', '');
+  await page.selectOption('#job-precision', 'amp-fp16');
+  assert.deepEqual(await options('job-loss-scaling'), ['', ...S.loss_scaling.enum]);
+  assert.equal(await page.inputValue('#job-loss-scaling'), '', 'loss scaling left to the API (its default is null)');
+  await page.selectOption('#job-precision', S.precision.default);
+  // Adam's fields; the ones that go with SGD only (the schema's "solvers") leave.
+  await page.selectOption('#job-solver', 'adam');
+  await expectNumber('job-beta1', 'solver.beta1');
+  await expectNumber('job-beta2', 'solver.beta2');
+  await expectNumber('job-eps', 'solver.eps');
+  for (const [id, path] of [['job-momentum', 'solver.momentum'], ['job-nesterov', 'solver.nesterov'],
+    ['job-larc', 'solver.larc.policy']]) {
+    assert.ok(!S[path].solvers.includes('adam'));
+    assert.ok(!(await page.isVisible(`#${id}`)), `#${id} is not on view for adam`);
+  }
+  await page.selectOption('#job-solver', 'sgd');
+  await expectNumber('job-lr', 'solver.lr');
+  // Each policy's fields are the schema's for that policy, at their defaults where the API has one.
+  await page.selectOption('#job-policy', 'step');
+  await expectNumber('job-policy-gamma', 'lr_policy.gamma');
+  assert.equal(await page.getAttribute('#job-policy-step_size', 'min'), String(S['lr_policy.step_size'].minimum));
+  await page.selectOption('#job-policy', 'polynomial');
+  await expectNumber('job-policy-power', 'lr_policy.power');
+  await page.selectOption('#job-policy', 'cosine');
+  await expectNumber('job-policy-min_lr', 'lr_policy.min_lr');
+  for (const type of S['lr_policy.type'].enum) {
+    await page.selectOption('#job-policy', type);
+    const want = Object.entries(S).filter(([p, f]) => p.startsWith('lr_policy.') && f.policies?.includes(type))
+      .map(([p]) => `job-policy-${p.slice('lr_policy.'.length)}`).sort();
+    const shown = (await page.$$eval('#job-policy-fields input', (es) => es.map((e) => e.id))).sort();
+    assert.deepEqual(shown, want, `the fields of the ${type} policy`);
+  }
+  await page.selectOption('#job-policy', S['lr_policy.type'].default);
+  assert.match(await page.textContent('#job-lr-caption'), /125 per epoch/);
+  await shot('form-schema');
+
+  // Without the schema the form says so, and offers nothing to send.
+  const missing = (route) => route.fulfill({ status: 404,
+    json: { error: { code: 'not_found', message: 'no route for GET /api/v1/schema' } } });
+  await page.route('**/api/v1/schema', missing);
+  try {
+    await page.reload();
+    await page.waitForSelector('#job-form-schema-error:not([hidden])', { timeout: 15_000 });
+    assert.match(await page.textContent('#job-form-schema-error'), /no route for GET \/api\/v1\/schema/);
+    assert.ok(!(await page.isVisible('#job-form-body')), 'no form without the rules');
+    assert.ok(!(await page.isVisible('#job-submit')));
+    await shot('form-no-schema');
+  } finally {
+    await page.unroute('**/api/v1/schema', missing);
+  }
+  await page.click('#job-form-retry');
+  await page.waitForSelector('#job-form-body:not([hidden])', { timeout: 15_000 });
+  await page.waitForSelector(`#job-dataset option[value="${datasetId}"]`, { state: 'attached', timeout: 15_000 });
+  assert.ok(!(await page.isVisible('#job-form-schema-error')));
+  assert.equal(Number(await page.inputValue('#job-epochs')), S.epochs.default);
 });
 
 test('an error from the API shows next to the form and marks the field', async () => {

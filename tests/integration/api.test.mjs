@@ -226,6 +226,55 @@ test('cancel a running job: the stream ends with status cancelled', { timeout: 3
   await stillServing();
 });
 
+test('GET /api/v1/schema: the rules a minimal job gets; the job\'s typed devices', { timeout: 120_000 }, async () => {
+  const r = await api(base, 'GET', '/api/v1/schema');
+  assert.equal(r.status, 200, describeResponse('GET', '/api/v1/schema', r));
+  assert.match(r.headers.get('content-type') || '', /application\/json/);
+  const S = r.body.job;
+  for (const p of ['epochs', 'batch_size', 'seed', 'snapshot_interval', 'precision', 'loss_scaling', 'solver.type',
+    'solver.lr', 'solver.momentum', 'solver.beta1', 'solver.eps', 'solver.larc.eta', 'lr_policy.type',
+    'lr_policy.gamma', 'lr_policy.warmup_epochs', 'name', 'devices'])
+    assert.ok(S[p], `the schema describes ${p}`);
+  // Every default lies within its own field's rule.
+  for (const [p, f] of Object.entries(S)) {
+    if (f.default === undefined || f.default === null) continue;
+    if (f.enum) { assert.ok(f.enum.includes(f.default), `${p}: default ${f.default} is a choice`); continue; }
+    if (f.type === 'boolean') { assert.equal(typeof f.default, 'boolean', p); continue; }
+    const v = f.default;
+    assert.equal(typeof v, 'number', p);
+    if (f.type === 'integer') assert.ok(Number.isInteger(v), `${p}: integer default`);
+    assert.ok(f.minimum === undefined || v >= f.minimum, `${p}: ${v} >= ${f.minimum}`);
+    assert.ok(f.exclusiveMinimum === undefined || v > f.exclusiveMinimum, `${p}: ${v} > ${f.exclusiveMinimum}`);
+    assert.ok(f.maximum === undefined || v <= f.maximum, `${p}: ${v} <= ${f.maximum}`);
+    assert.ok(f.exclusiveMaximum === undefined || v < f.exclusiveMaximum, `${p}: ${v} < ${f.exclusiveMaximum}`);
+  }
+  // A job that gives nothing optional gets exactly the published defaults (sgd's fields; no LARC, fixed lr).
+  const c = await api(base, 'POST', '/api/v1/jobs', { dataset_id: datasetId, network: 'lenet', devices: 0 });
+  assert.equal(c.status, 201, describeResponse('POST', '/api/v1/jobs', c));
+  const id = c.body.id;
+  try {
+    const cfg = c.body.config;
+    for (const [p, f] of Object.entries(S)) {
+      if (f.default === undefined || f.default === null || p.startsWith('lr_policy.') || p.startsWith('solver.larc.')) continue;
+      if (f.solvers && !f.solvers.includes(S['solver.type'].default)) continue;
+      const got = p.split('.').reduce((o, k) => (o == null ? undefined : o[k]), cfg);
+      assert.equal(got, f.default, `${p}: the job got ${got}, the schema says ${f.default}`);
+    }
+    // devices: typed, from the config the job stored (backend cpu, no GPU list).
+    const cpu = { kind: 'cpu', count: 1, gpus: null };
+    assert.deepEqual(c.body.devices, cpu, JSON.stringify(c.body));
+    assert.equal(cfg.backend, 'cpu');
+    const one = await api(base, 'GET', `/api/v1/jobs/${id}`);
+    assert.deepEqual(one.body.devices, cpu);
+    const list = await api(base, 'GET', '/api/v1/jobs');
+    assert.deepEqual(list.body.items.find((j) => j.id === id).devices, cpu);
+  } finally {
+    await api(base, 'POST', `/api/v1/jobs/${id}/cancel`);
+    await waitFor(async () => ['cancelled', 'done', 'failed'].includes((await api(base, 'GET', `/api/v1/jobs/${id}`)).body.status),
+      { timeoutMs: 60_000, what: `job ${id} to end` });
+  }
+});
+
 test('kiln --help, --version and CMD --help describe every flag', async () => {
   const top = await runKiln(['--help']);
   assert.equal(top.code, 0);
