@@ -29,7 +29,7 @@
  *              add, concat, flatten, and batch norm (whose statistics,
  *              scale and shift are FP32 inside)
  * Softmax and the loss are not layers: they are FP32 always. A tensor is
- * cast only where it crosses from one type to another (engine/net.c,
+ * cast only where it crosses from one type to another (engine/net_build.c,
  * plan_dtypes). */
 typedef enum amp_class { AMP_LOW, AMP_INPUT } amp_class;
 amp_class amp_layer_class(layer_kind k);

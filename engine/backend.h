@@ -2,7 +2,7 @@
  *
  * A backend is a `const backend` table of functions (the CPU one on oneDNN in
  * engine/cpu/, the CUDA one on cuDNN/cuBLAS later). The network code in
- * engine/net.c only ever calls through this table, so a second backend is a
+ * engine/net*.c only ever calls through this table, so a second backend is a
  * second table, not a second engine.
  *
  * Ownership and memory
@@ -380,7 +380,7 @@ typedef struct backend {
     int (*sumsq)(be_ctx *ctx, const be_buf *b, size_t count, double *out,
                  char *err, size_t errlen);
 
-    /* ---- data parallelism (engine/net.c: replicas) ---- */
+    /* ---- data parallelism (engine/net_dp.c: replicas) ---- */
     /* Makes the calling thread ready to queue operations on ctx (CUDA:
      * selects its GPU). A replica's thread calls it before anything else. */
     void (*ctx_bind)(be_ctx *ctx);

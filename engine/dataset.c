@@ -15,9 +15,9 @@
  *   must be called from one thread at a time (the consumer); the loader
  *   synchronises them with its producer.
  */
-#include "base/err.h"
 #include "engine/dataset.h"
 
+#include "base/err.h"
 #include "engine/fileio.h"   /* fio_commit, fio_write_atomic, fio_read_file */
 #include "engine/rng.h"      /* rng_splitmix64, rng_splitmix64_below */
 

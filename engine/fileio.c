@@ -1,8 +1,8 @@
 /* engine/fileio.c: atomic writes, whole-file reads, mkdir -p, rm -rf
  * (contract in engine/fileio.h). */
 #define _GNU_SOURCE           /* nftw's FTW_PHYS and FTW_DEPTH */
-#include "base/err.h"
 #include "engine/fileio.h"
+#include "base/err.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -15,7 +15,8 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "engine/settings.h"   /* precision, solver_type, larc_policy, net_devices */
+#include "engine/param.h"      /* net_param */
+#include "engine/settings.h"   /* precision_mode, net_solver, net_devices */
 
 typedef struct net_shape { int c, h, w; } net_shape;
 
@@ -38,26 +39,6 @@ int net_validate(const cJSON *spec, net_shape in, int classes, char *err, size_t
 /* ---- building and training ------------------------------------------------ */
 
 typedef struct net net;
-
-typedef struct net_solver {
-    solver_type type;      /* SOLVER_SGD (the zero value), SOLVER_ADAM, SOLVER_ADAMW (engine/optim.h) */
-    float lr;              /* base learning rate */
-    float momentum;        /* sgd: 0 = plain SGD */
-    float weight_decay;    /* L2 (sgd, adam) or decoupled (adamw), 0 = none */
-    /* Added in issue 3; zero values mean off, or the defaults noted. */
-    bool nesterov;         /* sgd: Nesterov momentum */
-    bool decay_bias;       /* weight decay also on biases and batch-norm parameters */
-    float beta1, beta2, eps;   /* adam, adamw; all three 0: 0.9, 0.999, 1e-8 */
-    float clip_norm;       /* > 0: clip gradients to this global L2 norm */
-    larc_policy larc;      /* sgd: LARC_NONE, LARC_CLIP or LARC_SCALE (seeds/000) */
-    float larc_eta;        /* LARC's trust coefficient; 0: 0.001 */
-    float label_smoothing; /* the loss's: eps in [0, 1), targets (1 - eps) one-hot + eps / classes;
-                            * training steps only (evaluation reports the plain loss) */
-    /* Added in issue 4: mixed precision (DESIGN.md, AMP; engine/amp.h). */
-    precision_mode precision;   /* PREC_FP32 (the zero value), PREC_AMP_BF16, PREC_AMP_FP16 */
-    int loss_scaling;      /* dynamic loss scaling: 0 the precision's default (on for
-                            * amp-fp16 only), 1 on, -1 off */
-} net_solver;
 
 /* Builds a network for batches of up to max_batch images on devices (NULL:
  * the CPU), parameters initialised from seed; solver NULL is plain SGD at
@@ -116,29 +97,15 @@ int net_device_count(const net *n);
 
 /* ---- parameters for optimizers (engine/optim.*, engine/checkpoint.*) ------ */
 
-/* ACCESSOR (issue 3, added for the optimizer/checkpoint code): one trainable
- * tensor of a net. The buffers belong to the net (its backend, its context:
- * net_backend below); they stay valid until net_free. After net_train_step's
- * backward pass, grad holds dL/dvalue for the latest batch (mean over the
- * batch). decay is false for biases and batch-norm scale/shift, which weight
- * decay skips unless a solver asks otherwise. */
-struct be_buf;
 struct be_ctx;
 struct backend;
-typedef struct net_param {
-    const char *name;              /* "conv1.weight", "bn1.bias", ...: the safetensors name */
-    int ndim;
-    int64_t shape[4];
-    size_t count;                  /* FP32 elements */
-    bool decay;                    /* weight decay applies */
-    struct be_buf *value;          /* the parameter */
-    struct be_buf *grad;           /* its gradient */
-    struct be_buf *momentum;       /* count zeroed FP32s the net keeps for SGD momentum */
-} net_param;
 
-/* Fills out[0..min(max, total)) with the net's parameters in a fixed order
- * (layer order, weight before bias) and returns the total; out may be NULL
- * with max 0 to ask for the count. */
+/* Fills out[0..min(max, total)) with the net's trainable tensors
+ * (engine/param.h) in a fixed order (layer order, weight before bias) and
+ * returns the total; out may be NULL with max 0 to ask for the count. The
+ * buffers belong to the net (its backend, its context: net_backend below);
+ * they stay valid until net_free. After net_train_step's backward pass, grad
+ * holds dL/dvalue for the latest batch (mean over the batch). */
 size_t net_param_tensors(const net *n, net_param *out, size_t max);
 
 /* The same for the net's state that is saved but not trained (batch norm's

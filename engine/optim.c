@@ -1,9 +1,10 @@
 /* engine/optim.c: SGD, Adam and AdamW with weight decay, global-norm clipping
- * and LARC over a net's parameters (contract and order of a step in
+ * and LARC over a list of parameters (contract and order of a step in
  * engine/optim.h). */
 #include "engine/optim.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +96,8 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
     return 0;
 }
 
-optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
+optim *optim_create(const backend *be, be_ctx *ctx, const net_param *params, size_t nparams,
+                    const net_solver *s, char *err, size_t errlen)
 {
     optim *o = calloc(1, sizeof *o);
     optim *ret = NULL;
@@ -111,8 +113,9 @@ optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
     }
     o->larc = s->larc != LARC_NONE;
     o->larc_clip = s->larc == LARC_CLIP;
-    o->be = net_backend(n, &o->ctx);
-    o->np = net_param_tensors(n, NULL, 0);
+    o->be = be;
+    o->ctx = ctx;
+    o->np = nparams;
     if (o->np) {
         o->params = calloc(o->np, sizeof *o->params);
         o->sq = calloc(o->np, sizeof *o->sq);
@@ -120,7 +123,7 @@ optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen)
             set_err(err, errlen, "out of memory");
             goto out;
         }
-        net_param_tensors(n, o->params, o->np);
+        memcpy(o->params, params, o->np * sizeof *o->params);
     }
     if (o->kind != SOLVER_SGD && o->np) {
         if (!(o->second = calloc(o->np, sizeof *o->second))) {

@@ -1,4 +1,4 @@
-/* engine/optim.h: the optimizers that update a net's parameters.
+/* engine/optim.h: the optimizers that update a list of parameters.
  *
  * SGD (momentum, Nesterov), Adam and AdamW, in PyTorch's forms; weight decay
  * (not on biases and batch-norm parameters unless the solver's decay_bias
@@ -22,6 +22,10 @@
  *
  * Determinism: norms are summed by the backend in a fixed order, the rest is
  * element-wise: the same inputs and thread count give the same weights.
+ *
+ * An optimizer knows a backend, its context and a parameter list
+ * (engine/param.h), not a net: a net makes its own (net_create) and hands it
+ * out for checkpoints (net_optim in engine/net.h).
  */
 #ifndef KILN_ENGINE_OPTIM_H
 #define KILN_ENGINE_OPTIM_H
@@ -30,9 +34,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/net.h"   /* net, net_solver, net_param_tensors */
-
-struct be_buf;
+#include "engine/backend.h"    /* backend, be_ctx, be_buf */
+#include "engine/param.h"      /* net_param */
+#include "engine/settings.h"   /* net_solver */
 
 typedef struct optim optim;
 
@@ -41,11 +45,15 @@ typedef struct optim optim;
  * Returns 0, or -1 with err set to a message naming the field. */
 int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen);
 
-/* An optimizer for the parameters of n (net_param_tensors), allocating the
- * state it needs beyond the net's momentum buffers on the net's backend.
- * s must have passed optim_check. Returns a new optim owned by the caller
- * (net_create keeps it inside the net), or NULL with err set. */
-optim *optim_create(net *n, const net_solver *s, char *err, size_t errlen);
+/* An optimizer for the nparams parameters params[] (each value, grad and
+ * momentum buffer a count-float buffer of backend be on context ctx),
+ * allocating the state it needs beyond their momentum buffers on that
+ * backend. It copies the array; the names and buffers it points to must
+ * outlive the optimizer. s must have passed optim_check. Returns a new optim
+ * owned by the caller (net_create keeps one inside the net), or NULL with
+ * err set. */
+optim *optim_create(const backend *be, be_ctx *ctx, const net_param *params, size_t nparams,
+                    const net_solver *s, char *err, size_t errlen);
 void optim_free(optim *o);                     /* NULL is a no-op */
 
 /* One update of every parameter from its gradient at learning rate lr.
@@ -63,18 +71,19 @@ const net_solver *optim_solver(const optim *o);
 
 /* One state tensor: slot "momentum" (sgd), "exp_avg" or "exp_avg_sq"
  * (adam, adamw) of parameter `param` (a net_param name), count FP32 values in
- * buf on the net's backend. */
+ * buf on the optimizer's backend. */
 typedef struct optim_state {
     const char *param;
     const char *slot;
     int ndim;
     int64_t shape[4];
     size_t count;
-    struct be_buf *buf;
+    be_buf *buf;
 } optim_state;
 
 /* Fills out[0..min(max, total)) and returns the total (out may be NULL with
- * max 0). Order: parameters in net order, slots in the order above. */
+ * max 0). Order: parameters in the order given to optim_create, slots in the
+ * order above. */
 size_t optim_state_tensors(const optim *o, optim_state *out, size_t max);
 
 #endif

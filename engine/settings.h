@@ -44,6 +44,28 @@ const char *const *larc_policy_names(void);
 /* "a, b or c" of a name list, into buf. */
 void settings_join(const char *const *names, char *buf, size_t n);
 
+/* How a net is trained (engine/net.h, net_create; checked and its defaults
+ * resolved by optim_check in engine/optim.h). */
+typedef struct net_solver {
+    solver_type type;      /* SOLVER_SGD (the zero value), SOLVER_ADAM, SOLVER_ADAMW */
+    float lr;              /* base learning rate */
+    float momentum;        /* sgd: 0 = plain SGD */
+    float weight_decay;    /* L2 (sgd, adam) or decoupled (adamw), 0 = none */
+    /* Added in issue 3; zero values mean off, or the defaults noted. */
+    bool nesterov;         /* sgd: Nesterov momentum */
+    bool decay_bias;       /* weight decay also on biases and batch-norm parameters */
+    float beta1, beta2, eps;   /* adam, adamw; all three 0: 0.9, 0.999, 1e-8 */
+    float clip_norm;       /* > 0: clip gradients to this global L2 norm */
+    larc_policy larc;      /* sgd: LARC_NONE, LARC_CLIP or LARC_SCALE (seeds/000) */
+    float larc_eta;        /* LARC's trust coefficient; 0: 0.001 */
+    float label_smoothing; /* the loss's: eps in [0, 1), targets (1 - eps) one-hot + eps / classes;
+                            * training steps only (evaluation reports the plain loss) */
+    /* Added in issue 4: mixed precision (DESIGN.md, AMP; engine/amp.h). */
+    precision_mode precision;   /* PREC_FP32 (the zero value), PREC_AMP_BF16, PREC_AMP_FP16 */
+    int loss_scaling;      /* dynamic loss scaling: 0 the precision's default (on for
+                            * amp-fp16 only), 1 on, -1 off */
+} net_solver;
+
 /* The devices a net trains on: one, or several data-parallel replicas
  * (engine/net.h), each a device number of the kind's backend. */
 typedef struct net_devices {

@@ -189,12 +189,34 @@ static const rule *rule_at(const char *path)
 
 /* ---- one rule's reader ------------------------------------------------------------ */
 
+/* 400 invalid_field stating rule r: what its value must be. */
+static int refuse(const rule *r, api_error *e)
+{
+    char where[32];
+    prefix_of(r, where, sizeof where);
+    switch (r->kind) {
+    case R_INT:
+        return api_fail(e, 400, "invalid_field", "%s%s must be an integer from %.0f to %.0f",
+                        where, r->key, r->lo, r->hi);
+    case R_NUM:
+        return api_fail(e, 400, "invalid_field", "%s%s must be a number %s %g and %s %g", where,
+                        r->key, r->lo_open ? "greater than" : "at least", r->lo,
+                        r->hi_open ? "below" : "at most", r->hi);
+    case R_BOOL:
+        return api_fail(e, 400, "invalid_field", "%s%s must be true or false", where, r->key);
+    case R_CHOICE: {
+        char all[160];
+        join_quoted(r->names(), all, sizeof all);
+        return api_fail(e, 400, "invalid_field", "%s%s must be %s", where, r->key, all);
+    }
+    }
+    return api_fail(e, 500, "internal", "rule %s has no reader", r->key);
+}
+
 /* The value of rule r in obj (the rule's own object), or its default, as a
  * double (R_CHOICE: the name's index). */
 static int read_rule(const rule *r, const cJSON *obj, double *out, api_error *e)
 {
-    char where[32];
-    prefix_of(r, where, sizeof where);
     const cJSON *v = obj ? opt_field(obj, r->key) : NULL;
     if (!v) {
         *out = r->def;
@@ -203,24 +225,20 @@ static int read_rule(const rule *r, const cJSON *obj, double *out, api_error *e)
     switch (r->kind) {
     case R_INT:
         if (!is_integer(v) || v->valuedouble < r->lo || v->valuedouble > r->hi)
-            return api_fail(e, 400, "invalid_field", "%s%s must be an integer from %.0f to %.0f",
-                            where, r->key, r->lo, r->hi);
+            return refuse(r, e);
         *out = v->valuedouble;
         return 0;
     case R_NUM: {
         double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-        bool ok = isfinite(x) && (r->lo_open ? x > r->lo : x >= r->lo) &&
-                  (r->hi_open ? x < r->hi : x <= r->hi);
-        if (!ok)
-            return api_fail(e, 400, "invalid_field", "%s%s must be a number %s %g and %s %g", where,
-                            r->key, r->lo_open ? "greater than" : "at least", r->lo,
-                            r->hi_open ? "below" : "at most", r->hi);
+        if (!(isfinite(x) && (r->lo_open ? x > r->lo : x >= r->lo) &&
+              (r->hi_open ? x < r->hi : x <= r->hi)))
+            return refuse(r, e);
         *out = x;
         return 0;
     }
     case R_BOOL:
         if (!cJSON_IsBool(v))
-            return api_fail(e, 400, "invalid_field", "%s%s must be true or false", where, r->key);
+            return refuse(r, e);
         *out = cJSON_IsTrue(v);
         return 0;
     case R_CHOICE: {
@@ -230,12 +248,10 @@ static int read_rule(const rule *r, const cJSON *obj, double *out, api_error *e)
                 *out = i;
                 return 0;
             }
-        char all[160];
-        join_quoted(names, all, sizeof all);
-        return api_fail(e, 400, "invalid_field", "%s%s must be %s", where, r->key, all);
+        return refuse(r, e);
     }
     }
-    return api_fail(e, 500, "internal", "rule %s has no reader", r->key);
+    return refuse(r, e);
 }
 
 static void store_rule(const rule *r, jobcfg *c, double v)
@@ -260,6 +276,12 @@ static double load_rule(const rule *r, const jobcfg *c)
     case S_BOOL: { bool x; memcpy(&x, at, sizeof x); return x; }
     }
     return 0;
+}
+
+int jobcfg_refuse(const char *path, api_error *e)
+{
+    const rule *r = rule_at(path);
+    return r ? refuse(r, e) : api_fail(e, 500, "internal", "%s is not a setting", path);
 }
 
 int jobcfg_read_int(const cJSON *obj, const char *path, int *out, api_error *e)

@@ -116,10 +116,13 @@ cJSON *jobcfg_schema(void);
 /* The readers the table uses, for requests that share fields with a job
  * (POST /api/v1/networks/summary): the field `path` ("batch_size",
  * "precision", "solver.type", "solver.momentum") of obj, absent or null
- * giving the table's default. Returns 0, or -1 with e filled as
+ * giving the table's default (a request that refuses null says so with
+ * jobcfg_refuse). Returns 0, or -1 with e filled as
  * jobcfg_from_json would. */
 int jobcfg_read_int(const cJSON *obj, const char *path, int *out, api_error *e);
 int jobcfg_read_num(const cJSON *obj, const char *path, double *out, api_error *e);
 int jobcfg_read_choice(const cJSON *obj, const char *path, int *out, api_error *e);
+/* Fills e with the 400 that states what field `path` must be; returns -1. */
+int jobcfg_refuse(const char *path, api_error *e);
 
 #endif

@@ -197,7 +197,7 @@ static int summary_solver(const cJSON *f, summary_req *q, api_error *e)
         q->solver = (solver_type)type;
         return 0;
     }
-    cJSON *wrap = cJSON_CreateObject();
+    cJSON *wrap = cJSON_IsString(f) ? cJSON_CreateObject() : NULL;
     int rc = wrap && cJSON_AddItemReferenceToObject(wrap, "type", (cJSON *)f) ?
              jobcfg_read_choice(wrap, "solver.type", &type, e) : -1;
     cJSON_Delete(wrap);
@@ -262,6 +262,11 @@ static int summary_request(const cJSON *body, summary_req *q, api_error *e)
                             SUMMARY_DIM_MAX);
         q->classes = (int)f->valuedouble;
     }
+    /* Unlike a job request, the summary has always refused null values. */
+    static const char *const shared[] = { "batch_size", "precision" };
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++)
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(body, shared[i])))
+            return jobcfg_refuse(shared[i], e);
     int prec;
     if (jobcfg_read_int(body, "batch_size", &q->batch, e) != 0 ||
         jobcfg_read_choice(body, "precision", &prec, e) != 0 ||
@@ -269,7 +274,7 @@ static int summary_request(const cJSON *body, summary_req *q, api_error *e)
         return -1;
     q->prec = (precision_mode)prec;
     q->solver = SOLVER_SGD;
-    if ((f = cJSON_GetObjectItemCaseSensitive(body, "solver")) && !cJSON_IsNull(f))
+    if ((f = cJSON_GetObjectItemCaseSensitive(body, "solver")))
         return summary_solver(f, q, e);
     return 0;
 }

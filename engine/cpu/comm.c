@@ -2,7 +2,7 @@
  *
  * The CPU gains nothing from several replicas of a net (oneDNN already uses
  * every core for one); this communicator exists so that the data-parallel
- * code of engine/net.c (the batch split, the gradient buckets, the averaged
+ * code of engine/net_dp.c (the batch split, the gradient buckets, the averaged
  * batch-norm statistics, the shared overflow decision) runs and is tested on
  * machines without GPUs, against the same net trained whole. It is the
  * contract NCCL keeps on GPUs: every rank calls the same collectives in the

@@ -1,5 +1,5 @@
 /* engine/cuda/comm.c: data parallelism across GPUs with NCCL
- * (engine/backend.h, the data-parallelism slots; engine/net.c runs one
+ * (engine/backend.h, the data-parallelism slots; engine/net_dp.c runs one
  * replica per GPU, each from its own host thread).
  *
  * One NCCL communicator per rank, made together by ncclCommInitAll from the
@@ -99,7 +99,7 @@ out:
 /* Called by the thread of a rank that failed, while the others may be
  * blocked on their GPUs behind collectives that will never complete: aborting
  * every rank's communicator stops those kernels, so the others' waits return
- * (with an error) and engine/net.c can join their threads and fail the step.
+ * (with an error) and engine/net_dp.c can collect their threads and fail the step.
  * A rank still inside ncclAllReduce's enqueue at that moment races with the
  * abort; NCCL's non-blocking communicators (ncclCommGetAsyncError) would close
  * that window and are the next step if it is ever seen on hardware. */

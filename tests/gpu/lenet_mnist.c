@@ -25,7 +25,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "tests/settings_util.h"
 #include "engine/fileio.h"
 #include "engine/net.h"
 #include "engine/rng.h"
@@ -109,15 +108,24 @@ int main(int argc, char **argv)
     const char *backend = argc > 2 ? argv[2] : "cuda:0";
     const char *precision = argc > 3 ? argv[3] : "amp-fp16";
     int epochs = argc > 4 ? atoi(argv[4]) : 10;
+    char err[1024];
+    net_solver sv = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f };
+    net_devices devices;
+    /* the names are read here, once */
+    if (net_devices_parse(backend, &devices, err, sizeof err) != 0) {
+        fprintf(stderr, "lenet_mnist: %s\n", err);
+        return 2;
+    }
+    if (precision_parse(precision, &sv.precision) != 0) {
+        fprintf(stderr, "lenet_mnist: unknown precision \"%s\"\n", precision);
+        return 2;
+    }
     set train = { 0 }, val = { 0 };
     if (load(argv[1], &train, &val) < 0)
         return 1;
 
-    char err[1024];
-    net_solver sv = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f };
-    sv.precision = prec_of(precision);
     cJSON *spec = cJSON_Parse(net_builtin("lenet"));
-    net *n = net_create(spec, (net_shape){ 1, SIDE, SIDE }, 10, BATCH, backend, &sv, 1, err,
+    net *n = net_create(spec, (net_shape){ 1, SIDE, SIDE }, 10, BATCH, &devices, &sv, 1, err,
                         sizeof err);
     cJSON_Delete(spec);
     if (!n) {

@@ -1,6 +1,6 @@
 /* Data parallelism on GPUs: a net on "cuda:0,1" (NCCL between the two
  * replicas, engine/cuda/comm.c) against the same net on "cuda:0" fed the
- * whole batch. The CPU's communicator proves the training code of engine/net.c
+ * whole batch. The CPU's communicator proves the training code of engine/net_dp.c
  * (tests/unit/test_engine_dp.c); this proves the NCCL communicator, the
  * streams it overlaps with and a replica's thread on its own GPU: losses agree
  * step by step, weights and batch-norm statistics after the steps, in FP32
@@ -36,7 +36,8 @@ static net *make(const char *where, const char *precision)
     net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     sv.precision = prec_of(precision);
     cJSON *spec = cJSON_Parse(NET);
-    net *n = net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, where, &sv, 11, err, sizeof err);
+    net_devices d = devices_of(where);
+    net *n = net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, &d, &sv, 11, err, sizeof err);
     cJSON_Delete(spec);
     if (!n) {
         fprintf(stderr, "FAIL: net_create on %s, %s: %s\n", where, precision, err);
@@ -130,9 +131,15 @@ int main(void)
     net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f };
     char where[32];
     snprintf(where, sizeof where, "cuda:0,%d", n);
-    CHECK(!net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, "cuda:1,1", &sv, 1, err, sizeof err),
-          "cuda:1,1 accepted");
-    CHECK(!net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, where, &sv, 1, err, sizeof err),
+    /* (the name is refused where it is read; a list that says it anyway, by net_create) */
+    net_devices twice;
+    CHECK(net_devices_parse("cuda:1,1", &twice, err, sizeof err) != 0 &&
+          strstr(err, "device 1 is listed twice"), "cuda:1,1 parsed: %s", err);
+    twice = (net_devices){ .kind = BACKEND_CUDA, .count = 2, .ids = { 1, 1 } };
+    CHECK(!net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, &twice, &sv, 1, err, sizeof err) &&
+          strstr(err, "device 1 is listed twice"), "cuda:1,1 accepted: %s", err);
+    net_devices absent = devices_of(where);
+    CHECK(!net_create(spec, (net_shape){ 3, 16, 16 }, 4, B, &absent, &sv, 1, err, sizeof err),
           "%s accepted", where);
     cJSON_Delete(spec);
     return gpu_finish();

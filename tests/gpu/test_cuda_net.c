@@ -1,4 +1,4 @@
-/* Whole nets on the CUDA backend (engine/net.c over engine/cuda/) against the
+/* Whole nets on the CUDA backend (engine/net*.c over engine/cuda/) against the
  * same nets on the CPU backend: the same spec, seed and batches give losses
  * that agree step by step (FP32: closely; mixed precision: loosely, since the
  * two backends round 16-bit results in different places), the GPU net
@@ -33,7 +33,8 @@ static net *make(const char *spec_txt, net_shape in, int classes, int batch, con
     net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     sv.precision = prec_of(precision);
     cJSON *spec = cJSON_Parse(spec_txt);
-    net *n = net_create(spec, in, classes, batch, where, &sv, 5, err, sizeof err);
+    net_devices d = devices_of(where);
+    net *n = net_create(spec, in, classes, batch, &d, &sv, 5, err, sizeof err);
     cJSON_Delete(spec);
     if (!n) {
         fprintf(stderr, "FAIL: net_create on %s, %s: %s\n", where, precision, err);
@@ -142,15 +143,18 @@ static void test_devices_and_memory(void)
 {
     net_solver sv = { .type = SOLVER_SGD, .lr = 0.01f, .momentum = 0.9f };
     cJSON *spec = cJSON_Parse(net_builtin("lenet"));
-    net *n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, "cuda:0", &sv, 1, err, sizeof err);
+    net_devices d = devices_of("cuda:0");
+    net *n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, &d, &sv, 1, err, sizeof err);
     CHECK(n != NULL, "lenet on cuda:0: %s", err);
     net_free(n);
-    n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, "cuda:999", &sv, 1, err, sizeof err);
+    d = devices_of("cuda:999");
+    n = net_create(spec, (net_shape){ 1, 28, 28 }, 10, 64, &d, &sv, 1, err, sizeof err);
     CHECK(n == NULL && strstr(err, "no GPU 999"), "cuda:999 refused: %s", err);
     cJSON_Delete(spec);
     spec = cJSON_Parse("{\"layers\": [{\"type\": \"dense\", \"name\": \"huge\", "
                        "\"units\": 1048576}, {\"type\": \"dense\", \"units\": \"classes\"}]}");
-    n = net_create(spec, (net_shape){ 1, 2, 2 }, 2, 1 << 20, "cuda", &sv, 1, err, sizeof err);
+    d = devices_of("cuda");
+    n = net_create(spec, (net_shape){ 1, 2, 2 }, 2, 1 << 20, &d, &sv, 1, err, sizeof err);
     CHECK(n == NULL && strstr(err, "GPU's free") && strstr(err, "\"huge\""),
           "a net beyond the GPU is refused naming the layer: %s", err);
     printf("refused: %s\n", err);

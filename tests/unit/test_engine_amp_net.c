@@ -1,4 +1,4 @@
-/* Mixed precision on whole nets (engine/net.c with engine/amp.h): the loss
+/* Mixed precision on whole nets (engine/net*.c with engine/amp.h): the loss
  * scaler under injected overflow (the step skipped with every weight and
  * optimizer state untouched, the scale halved, growth after the interval,
  * divergence at the floor), determinism, exact resume from checkpoints, and

@@ -147,7 +147,7 @@ static void resume_exact(const net_solver *sv, bool expect_optim_tensors)
     for (int i = 0; i < M; i++) {
         if (memcmp(&first[i], &second[i], sizeof first[i]) != 0) {
             print_error("%s: step %d: loss %.17g after the checkpoint, %.17g restored\n",
-                        sv->type, K + i + 1, first[i], second[i]);
+                        solver_type_name(sv->type), K + i + 1, first[i], second[i]);
             fail();
         }
     }
@@ -170,7 +170,7 @@ static void resume_exact(const net_solver *sv, bool expect_optim_tensors)
     assert_int_equal(net_load(c, path, err, sizeof err), 0);
     net_set_step(c, K);
     double other = step(c, K);
-    if (sv->momentum > 0 || strcmp(sv->type, "sgd") != 0)
+    if (sv->momentum > 0 || sv->type != SOLVER_SGD)
         assert_true(other == first[0]);      /* the first step after only needs weights... */
     double later = 0;
     for (int i = 1; i < M; i++)

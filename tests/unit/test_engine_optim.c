@@ -89,18 +89,18 @@ static void ref_step(ref *r, const net_solver *s, double lr, double g[2][OUT * I
     double total = norm2(g[0], r->count[0]) + norm2(g[1], r->count[1]);
     double c = s->clip_norm > 0 && sqrt(total) > s->clip_norm ? s->clip_norm / (sqrt(total) + 1e-6)
                                                              : 1.0;
-    bool adam = strcmp(s->type, "sgd") != 0, adamw = !strcmp(s->type, "adamw");
+    bool adam = s->type != SOLVER_SGD, adamw = s->type == SOLVER_ADAMW;
     r->t++;
     for (int p = 0; p < 2; p++) {
         double wd = r->decay[p] || s->decay_bias ? s->weight_decay : 0;
         double *w = r->w[p], *gp = g[p];
         double gsc = c;
-        if (s->larc[0]) {
+        if (s->larc != LARC_NONE) {
             double wn = sqrt(norm2(w, r->count[p])), gn = sqrt(norm2(gp, r->count[p])) * c;
             double f = 1;
             if (wn > 0 && gn > 0) {
                 double trust = s->larc_eta * wn / (gn + wd * wn + 1e-8);
-                f = !strcmp(s->larc, "clip") ? fmin(trust / lr, 1.0) : trust;
+                f = s->larc == LARC_CLIP ? fmin(trust / lr, 1.0) : trust;
             }
             gsc *= f;
             wd *= f;
@@ -193,7 +193,7 @@ static void check_solver(const char *what, net_solver s, bool big_grads)
         /* the state, slot by slot */
         optim_state os[4];
         size_t ns = optim_state_tensors(o, os, 4);
-        assert_int_equal(ns, strcmp(s.type, "sgd") ? 4 : 2);
+        assert_int_equal(ns, s.type != SOLVER_SGD ? 4 : 2);
         for (size_t k = 0; k < ns; k++) {
             int pi = (int)(ns == 4 ? k / 2 : k);
             bool second = ns == 4 && k % 2 == 1;
@@ -291,7 +291,8 @@ static void test_check(void **state)
         net_solver s;
         const char *msg;
     } bad[] = {
-        { { .type = "rmsprop" }, "solver type \"rmsprop\" is unknown (use sgd, adam or adamw)" },
+        /* a type or policy no name gives (the parsers refuse the names, below) */
+        { { .type = SOLVER_COUNT }, "solver type 3 is unknown (use sgd, adam or adamw)" },
         { { .type = SOLVER_SGD, .nesterov = true }, "solver nesterov needs a momentum above 0" },
         { { .type = SOLVER_ADAM, .momentum = 0.9f },
           "solver adam takes beta1 and beta2, not momentum or nesterov" },
@@ -299,7 +300,7 @@ static void test_check(void **state)
           "solver beta1 and beta2 must be in [0, 1)" },
         { { .type = SOLVER_ADAMW, .beta1 = 0.9f, .beta2 = 0.9f }, "solver eps must be a finite number > 0" },
         { { .type = SOLVER_SGD, .clip_norm = -1 }, "solver clip_norm must be a finite number >= 0 (0: off)" },
-        { { .type = SOLVER_SGD, .larc = "max" }, "solver larc policy \"max\" is unknown (use clip or scale)" },
+        { { .type = SOLVER_SGD, .larc = LARC_COUNT }, "solver larc policy 3 is unknown (use clip or scale)" },
         { { .type = SOLVER_ADAM, .larc = LARC_CLIP }, "solver larc works with type sgd only" },
         { { .type = SOLVER_SGD, .larc = LARC_CLIP, .larc_eta = -1 }, "solver larc eta must be a finite number > 0" },
         { { .type = SOLVER_SGD, .lr = NAN }, "solver lr must be a finite number >= 0" },
@@ -308,11 +309,79 @@ static void test_check(void **state)
         assert_int_equal(optim_check(&bad[i].s, &out, err, sizeof err), -1);
         assert_string_equal(err, bad[i].msg);
     }
+    /* Names are read once, at the border (engine/settings.h): unknown ones are
+     * refused there and leave the value untouched. */
+    solver_type t = SOLVER_ADAM;
+    larc_policy l = LARC_SCALE;
+    assert_int_equal(solver_type_parse("rmsprop", &t), -1);
+    assert_int_equal(t, SOLVER_ADAM);
+    assert_int_equal(larc_policy_parse("max", &l), -1);
+    assert_int_equal(l, LARC_SCALE);
     assert_int_equal(optim_check(&(net_solver){ .type = SOLVER_ADAMW }, &out, err, sizeof err), 0);
     assert_true(out.beta1 == 0.9f && out.beta2 == 0.999f && out.eps == 1e-8f);
     assert_int_equal(optim_check(&(net_solver){ .type = SOLVER_SGD, .larc = LARC_SCALE }, &out, err,
                                  sizeof err), 0);
     assert_true(out.larc_eta == 0.001f);
+}
+
+/* An optimizer needs a backend and a parameter list, not a net: one
+ * parameter made here on the CPU backend, updated by plain SGD with momentum
+ * (the backend's sgd_update, ew_sgd_momentum element by element) and
+ * compared bit for bit with that formula on the host; Adam keeps its second
+ * moment beside the caller's momentum buffer. */
+static void test_optim_without_net(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    char err[256] = "";
+    const backend *be = &cpu_backend;
+    be_ctx *ctx = NULL;
+    assert_int_equal(be->ctx_create(0, &ctx, err, sizeof err), 0);
+    float w[N] = { 0.5f, -1.0f, 2.0f, 0.0f, 3.0f }, g[N] = { 0.1f, 0.2f, -0.3f, 1.0f, -2.0f };
+    float v[N] = { 0 }, got[N];
+    be_buf *bw = be->buf_alloc(ctx, sizeof w, err, sizeof err);
+    be_buf *bg = be->buf_alloc(ctx, sizeof g, err, sizeof err);
+    be_buf *bv = be->buf_alloc(ctx, sizeof v, err, sizeof err);     /* zeroed */
+    assert_true(bw && bg && bv);
+    assert_int_equal(be->buf_upload(ctx, bw, 0, w, sizeof w, err, sizeof err), 0);
+    assert_int_equal(be->buf_upload(ctx, bg, 0, g, sizeof g, err, sizeof err), 0);
+    const net_param p = { .name = "w", .ndim = 1, .shape = { N }, .count = N, .decay = true,
+                          .value = bw, .grad = bg, .momentum = bv };
+    net_solver sv = { .type = SOLVER_SGD, .momentum = 0.9f, .weight_decay = 0.01f };
+    optim *o = optim_create(be, ctx, &p, 1, &sv, err, sizeof err);
+    assert_non_null(o);
+    for (int step = 0; step < 3; step++) {
+        assert_int_equal(optim_step(o, 0.1f, NULL, err, sizeof err), 0);
+        for (int i = 0; i < N; i++)
+            ew_sgd_momentum(&w[i], &v[i], g[i], 0.1f, 0.9f, 0.01f);
+    }
+    assert_int_equal(be->buf_download(ctx, bw, 0, got, sizeof got, err, sizeof err), 0);
+    assert_memory_equal(got, w, sizeof w);
+    assert_int_equal(be->buf_download(ctx, bv, 0, got, sizeof got, err, sizeof err), 0);
+    assert_memory_equal(got, v, sizeof v);
+    assert_int_equal(optim_steps(o), 3);
+    optim_free(o);
+
+    sv = (net_solver){ .type = SOLVER_ADAM };
+    net_solver resolved;
+    assert_int_equal(optim_check(&sv, &resolved, err, sizeof err), 0);
+    assert_non_null(o = optim_create(be, ctx, &p, 1, &resolved, err, sizeof err));
+    optim_state st[2];
+    assert_int_equal(optim_state_tensors(o, st, 2), 2);
+    assert_string_equal(st[0].slot, "exp_avg");
+    assert_ptr_equal(st[0].buf, bv);
+    assert_string_equal(st[1].slot, "exp_avg_sq");
+    assert_true(st[1].buf != NULL && st[1].buf != bv);
+    optim_free(o);
+
+    /* a type no name gives is refused here too */
+    sv.type = SOLVER_COUNT;
+    assert_null(optim_create(be, ctx, &p, 1, &sv, err, sizeof err));
+    assert_string_equal(err, "solver type 3 is unknown");
+    be->buf_free(ctx, bw);
+    be->buf_free(ctx, bg);
+    be->buf_free(ctx, bv);
+    be->ctx_free(ctx);
 }
 
 int main(void)
@@ -327,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_larc_factor),
         cmocka_unit_test(test_sgd_forms_agree),
         cmocka_unit_test(test_check),
+        cmocka_unit_test(test_optim_without_net),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

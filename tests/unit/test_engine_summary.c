@@ -25,7 +25,8 @@ static void build(const char *json, net_shape in, int classes, int batch, const 
     char err[512] = "";
     cJSON *j = cJSON_Parse(json);
     assert_non_null(j);
-    int rc = summary_build(j, in, classes, batch, solver, momentum, NULL, s, err, sizeof err);
+    int rc = summary_build(j, in, classes, batch, solver_of(solver), momentum, PREC_FP32, s, err,
+                           sizeof err);
     cJSON_Delete(j);
     if (rc != 0) {
         print_error("summary_build: %s\n", err);
@@ -218,18 +219,22 @@ static void test_memory_amp(void **state)
     char err[256];
     summary s;
     cJSON *j = cJSON_Parse(TINY);
-    assert_int_equal(summary_build(j, (net_shape){ 1, 4, 4 }, 2, 16, "adam", false, "amp-bf16",
-                                   &s, err, sizeof err), 0);
-    assert_string_equal(s.precision, "amp-bf16");
+    assert_int_equal(summary_build(j, (net_shape){ 1, 4, 4 }, 2, 16, SOLVER_ADAM, false,
+                                   PREC_AMP_BF16, &s, err, sizeof err), 0);
+    assert_int_equal(s.precision, PREC_AMP_BF16);
+    assert_string_equal(precision_name(s.precision), "amp-bf16");
     assert_int_equal(s.copy_bytes, 272);
     assert_int_equal(s.image_bytes, 208);
     assert_int_equal(s.layers[0].act_bytes, 32 * 2);
     assert_int_equal(s.layers[2].act_bytes, 2 * 4);
     assert_int_equal(s.train_bytes, 584 + 584 + 1168 + 272 + 16 * 208);
     summary_free(&s);
-    assert_int_equal(summary_build(j, (net_shape){ 1, 4, 4 }, 2, 16, "adam", false, "fp64",
+    /* a precision no name gives: the parser refuses the name, summary_build the value */
+    precision_mode fp64 = PREC_COUNT;
+    assert_int_equal(precision_parse("fp64", &fp64), -1);
+    assert_int_equal(summary_build(j, (net_shape){ 1, 4, 4 }, 2, 16, SOLVER_ADAM, false, fp64,
                                    &s, err, sizeof err), -1);
-    assert_non_null(strstr(err, "precision"));
+    assert_string_equal(err, "unknown precision 3");
     cJSON_Delete(j);
 }
 
@@ -256,7 +261,8 @@ static void build_p(const char *json, net_shape in, int classes, int batch, cons
     char err[512] = "";
     cJSON *j = cJSON_Parse(json);
     assert_non_null(j);
-    int rc = summary_build(j, in, classes, batch, solver, momentum, precision, s, err, sizeof err);
+    int rc = summary_build(j, in, classes, batch, solver_of(solver), momentum, prec_of(precision),
+                           s, err, sizeof err);
     cJSON_Delete(j);
     if (rc != 0) {
         print_error("summary_build: %s\n", err);
@@ -310,7 +316,7 @@ static void test_max_batch(void **state)
     cJSON *j = cJSON_Parse(DROP);
     assert_int_equal(spec_parse(j, (net_shape){ 2, 4, 4 }, 8, &ns, err, sizeof err), 0);
     summary_mem m;
-    assert_int_equal(summary_memory(&ns, 0, "fp32", &m, err, sizeof err), 0);
+    assert_int_equal(summary_memory(&ns, 0, PREC_FP32, &m, err, sizeof err), 0);
     assert_int_equal(m.fixed, 8448);
     assert_int_equal(m.per_image, 3776);
     assert_int_equal(summary_train_bytes(&m, 100), 8448 + 377600);
@@ -327,8 +333,10 @@ static void test_max_batch(void **state)
     assert_int_equal(m.act_layer_bytes, 1536);
     assert_int_equal(m.param_layer, 4);
     assert_int_equal(m.param_layer_bytes, 8256);
-    assert_int_equal(summary_memory(&ns, 0, "fp8", &m, err, sizeof err), -1);
-    assert_non_null(strstr(err, "unknown precision \"fp8\""));
+    precision_mode fp8 = PREC_COUNT;
+    assert_int_equal(precision_parse("fp8", &fp8), -1);
+    assert_int_equal(summary_memory(&ns, 0, fp8, &m, err, sizeof err), -1);
+    assert_string_equal(err, "unknown precision 3");
     spec_free(&ns);
     cJSON_Delete(j);
 }
@@ -398,24 +406,24 @@ static void test_check_memory(void **state)
     const int64_t MiB = 1 << 20;
     assert_int_equal(spec_parse(j, (net_shape){ 8, 128, 128 }, 8, &ns, err, sizeof err), 0);
     cJSON_Delete(j);
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 369124224, "this machine's", err,
-                                          sizeof err), 0);     /* exactly enough */
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 0, "this machine's", err,
+    assert_int_equal(summary_check_memory(&ns, 0, PREC_FP32, 64, 1, 369124224, "this machine's",
+                                          err, sizeof err), 0);     /* exactly enough */
+    assert_int_equal(summary_check_memory(&ns, 0, PREC_FP32, 64, 1, 0, "this machine's", err,
                                           sizeof err), 0);     /* unknown: no refusal */
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 256 * MiB, "this machine's", err,
-                                          sizeof err), -1);
+    assert_int_equal(summary_check_memory(&ns, 0, PREC_FP32, 64, 1, 256 * MiB, "this machine's",
+                                          err, sizeof err), -1);
     assert_string_equal(err, "the network needs at least 353 MiB at batch size 64, more than "
                              "this machine's 256 MiB (the largest activation is layer 2 (conv2d "
                              "\"c2\"): 256 MiB for the batch); use a smaller batch (at most 46 "
                              "fits)");
     /* Two devices, 32 images each: the advice is the whole batch, 2 x 46. */
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 2, 256 * MiB, "GPU 1's free", err,
+    assert_int_equal(summary_check_memory(&ns, 0, PREC_FP32, 64, 2, 256 * MiB, "GPU 1's free", err,
                                           sizeof err), -1);
     assert_non_null(strstr(err, "at batch size 64 on each of 2 devices, more than GPU 1's free "
                                 "256 MiB"));
     assert_non_null(strstr(err, "use a smaller batch (at most 92 fits)"));
-    assert_int_equal(summary_check_memory(&ns, 0, "fp32", 64, 1, 4992 + 5767487, "the GPU's free",
-                                          err, sizeof err), -1);
+    assert_int_equal(summary_check_memory(&ns, 0, PREC_FP32, 64, 1, 4992 + 5767487,
+                                          "the GPU's free", err, sizeof err), -1);
     assert_non_null(strstr(err, "more than the GPU's free 5 MiB (the largest activation is "
                                 "layer 2 (conv2d \"c2\")"));
     assert_non_null(strstr(err, "not even one image fits"));
@@ -424,7 +432,7 @@ static void test_check_memory(void **state)
     j = cJSON_Parse(WIDE);
     assert_int_equal(spec_parse(j, (net_shape){ 1, 32, 32 }, 8, &ns, err, sizeof err), 0);
     cJSON_Delete(j);
-    assert_int_equal(summary_check_memory(&ns, 2, "fp32", 1, 1, 32 * MiB, "this machine's", err,
+    assert_int_equal(summary_check_memory(&ns, 2, PREC_FP32, 1, 1, 32 * MiB, "this machine's", err,
                                           sizeof err), -1);
     assert_string_equal(err, "the network's weights, gradients and optimizer state alone need "
                              "at least 65 MiB, more than this machine's 32 MiB (the most "
@@ -508,13 +516,18 @@ static void test_refusals(void **state)
     summary s;
     cJSON *j = cJSON_Parse(TINY);
     const net_shape in = { 1, 4, 4 };
-    assert_int_equal(summary_build(j, in, 2, 0, "sgd", false, NULL, &s, err, sizeof err), -1);
+    assert_int_equal(summary_build(j, in, 2, 0, SOLVER_SGD, false, PREC_FP32, &s, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "batch size"));
-    assert_int_equal(summary_build(j, in, 2, 8, "rmsprop", false, NULL, &s, err, sizeof err), -1);
-    assert_non_null(strstr(err, "unknown solver \"rmsprop\""));
+    solver_type rmsprop = SOLVER_COUNT;
+    assert_int_equal(solver_type_parse("rmsprop", &rmsprop), -1);
+    assert_int_equal(summary_build(j, in, 2, 8, rmsprop, false, PREC_FP32, &s, err, sizeof err),
+                     -1);
+    assert_string_equal(err, "unknown solver 3");
     /* a 3x3 kernel on a 2x2 input: the parser's message names the layer */
     const net_shape small = { 1, 2, 2 };
-    assert_int_equal(summary_build(j, small, 2, 8, "sgd", false, NULL, &s, err, sizeof err), -1);
+    assert_int_equal(summary_build(j, small, 2, 8, SOLVER_SGD, false, PREC_FP32, &s, err,
+                                   sizeof err), -1);
     assert_non_null(strstr(err, "layer 1 (conv2d \"c\")"));
     assert_null(s.layers);
     cJSON_Delete(j);
