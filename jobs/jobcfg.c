@@ -128,19 +128,6 @@ static bool in_list(const char *const *list, const char *s)
     return false;
 }
 
-/* "a, b, c" into buf. */
-static void join_list(const char *const *list, char *buf, size_t n)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; list[i] && used < n; i++) {
-        int k = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", list[i]);
-        if (k < 0)
-            break;
-        used += (size_t)k;
-    }
-}
-
 /* "\"a\", \"b\" or \"c\"" into buf: the choices as a message names them. */
 static void join_quoted(const char *const *list, char *buf, size_t n)
 {
@@ -337,7 +324,7 @@ static int check_fields(const cJSON *obj, const char *where, const char *const *
         const char *key = c->string ? c->string : "";
         if (!in_list(names, key)) {
             char all[400];
-            join_list(names, all, sizeof all);
+            settings_join(names, all, sizeof all);
             return api_fail(e, 400, "unknown_field", "unknown field \"%s%.64s\": %s takes %s",
                             prefix, key, what, all);
         }

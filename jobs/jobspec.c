@@ -34,19 +34,6 @@
 #include "engine/lr.h"        /* lr_from_json, lr_to_json */
 #include "engine/net.h"       /* net_builtin, net_builtin_names, net_validate */
 
-/* "a, b, c" into buf. */
-static void join_list(const char *const *list, char *buf, size_t n)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; list[i] && used < n; i++) {
-        int k = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", list[i]);
-        if (k < 0)
-            break;
-        used += (size_t)k;
-    }
-}
-
 /* ---- the dataset and the network ------------------------------------------ */
 
 static int load_dataset(store *st, const char *abs_data, int64_t id, char *dir, size_t dirlen,
@@ -92,7 +79,7 @@ static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **sp
         const char *text = net_builtin(req_net->valuestring);
         if (!text) {
             char names[256];
-            join_list(net_builtin_names(), names, sizeof names);
+            settings_join(net_builtin_names(), names, sizeof names);
             return api_fail(e, 422, "unknown_network", "unknown network \"%.64s\"; built-in networks: %s",
                         req_net->valuestring, names);
         }
