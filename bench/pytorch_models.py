@@ -10,6 +10,11 @@ model and the batch are in channels-last memory format, which is PyTorch's
 fastest on the CPU (oneDNN's blocked kernels); --nchw measures the default
 layout instead.
 
+Run by hand it uses whatever allocator its environment gives it; for PyTorch
+at its best on the CPU (no page faults in the steps), run it as
+bench/pytorch_compare does: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 (Debian's libjemalloc2).
+
 With --amp bf16 the steps run under torch.autocast("cpu", torch.bfloat16),
 PyTorch's mixed precision on the CPU (convolutions and matrix products in
 bfloat16 on oneDNN's AVX-512 BF16 kernels, FP32 weights).
