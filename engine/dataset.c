@@ -18,6 +18,7 @@
 #include "engine/dataset.h"
 
 #include "base/err.h"
+#include "base/layout.h"   /* LAYOUT_DATASET_HEADER */
 #include "engine/fileio.h"   /* fio_commit, fio_write_atomic, fio_read_file */
 #include "engine/rng.h"      /* rng_splitmix64, rng_splitmix64_below */
 
@@ -334,7 +335,7 @@ static int json_int(const cJSON *o, const char *key, long long lo, long long hi,
 
 int ds_info_load(const char *dir, ds_info *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    char *path = str_cat(dir, "/header.json");
+    char *path = str_cat(dir, "/" LAYOUT_DATASET_HEADER);
     char *text = NULL;
     cJSON *root = NULL;
     int rc = -1;
@@ -477,7 +478,7 @@ int ds_info_save(const char *dir, const ds_info *info, const char *source, char 
     if (!cJSON_AddStringToObject(root, "resize", info->resize[0] ? info->resize : "squash")) goto oom;
     if (!cJSON_AddStringToObject(root, "source", source ? source : "")) goto oom;
     text = cJSON_Print(root);
-    path = str_cat(dir, "/header.json");
+    path = str_cat(dir, "/" LAYOUT_DATASET_HEADER);
     if (!text || !path) goto oom;
     rc = fio_write_atomic(path, text, strlen(text), err, errlen);
     goto out;

@@ -49,7 +49,7 @@
 #include <turbojpeg.h>
 
 #include "base/err.h"
-#include "base/layout.h"      /* LAYOUT_IMPORT_LOG */
+#include "base/layout.h"      /* the dataset folder's files */
 #include "engine/dataset.h"   /* ds_writer_*, ds_info_save */
 #include "engine/fileio.h"    /* fio_read_file, fio_write_atomic */
 #include "engine/rng.h"       /* rng_splitmix64, rng_splitmix64_below */
@@ -913,8 +913,8 @@ static int write_dataset(importer *im, char **classes, int nclasses, int val_per
         goto out;
     }
     uint64_t sums[4] = { 0, 0, 0, 0 };
-    if (write_split(im, "train.kds", train, ntrain, sums, progress, arg, 0.9, 0.97, err, errlen) != 0 ||
-        write_split(im, "val.kds", val, nval, NULL, progress, arg, 0.97, 0.99, err, errlen) != 0)
+    if (write_split(im, LAYOUT_TRAIN_SPLIT, train, ntrain, sums, progress, arg, 0.9, 0.97, err, errlen) != 0 ||
+        write_split(im, LAYOUT_VAL_SPLIT, val, nval, NULL, progress, arg, 0.97, 0.99, err, errlen) != 0)
         goto out;
     memset(info, 0, sizeof *info);
     info->c = im->c;

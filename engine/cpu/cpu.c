@@ -151,6 +151,8 @@ size_t cpu_round_count(const dnnl_memory_desc_t *md, be_dtype dt)
 void cpu_round_f16(void *p, size_t count)
 {
     float *f = p;
+    if (count == 0)
+        return;             /* FP32 and bf16: nothing to round, and no OpenMP team to make */
 #pragma omp parallel for schedule(static) if (count > 65536)
     for (size_t i = 0; i < count; i++)
         f[i] = ew_round_f16(f[i]);
