@@ -282,6 +282,19 @@ out:
     return rc;
 }
 
+/* libjpeg-turbo 2.1 keeps state in its handle after a failed or warned-about
+ * decode (a truncated file left the next file's header read as 165246019x32696
+ * pixels), so a failure throws the handle away and the next file gets a new
+ * one: each file is decoded independently. */
+static int jpeg_fail(importer *im, char *why, size_t whylen, const char *what)
+{
+    set_err(why, whylen, "%s: %s", what, im->tj ? tjGetErrorStr2(im->tj) : "no decoder");
+    if (im->tj)
+        tjDestroy(im->tj);
+    im->tj = NULL;
+    return -1;
+}
+
 static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h,
                        bool *gray, char *why, size_t whylen) {
     if (!im->tj && !(im->tj = tjInitDecompress())) {
@@ -289,10 +302,8 @@ static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **r
         return -1;
     }
     int jw, jh, subsamp, cs;
-    if (tjDecompressHeader3(im->tj, buf, (unsigned long)len, &jw, &jh, &subsamp, &cs) != 0) {
-        set_err(why, whylen, "bad JPEG: %s", tjGetErrorStr2(im->tj));
-        return -1;
-    }
+    if (tjDecompressHeader3(im->tj, buf, (unsigned long)len, &jw, &jh, &subsamp, &cs) != 0)
+        return jpeg_fail(im, why, whylen, "bad JPEG");
     if (jw < 1 || jh < 1 || (unsigned)jw > IMPORT_MAX_SIDE || (unsigned)jh > IMPORT_MAX_SIDE ||
         (uint64_t)jw * (uint64_t)jh > IMPORT_MAX_PIXELS) {
         set_err(why, whylen, "JPEG of %dx%d pixels is too large", jw, jh);
@@ -303,12 +314,12 @@ static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **r
         set_err(why, whylen, "out of memory");
         return -1;
     }
-    /* a warning (e.g. extra bytes after the image) still leaves a whole image */
-    if (tjDecompress2(im->tj, buf, (unsigned long)len, out, jw, 0, jh, TJPF_RGB, 0) != 0 &&
-        tjGetErrorCode(im->tj) != TJERR_WARNING) {
-        set_err(why, whylen, "bad JPEG: %s", tjGetErrorStr2(im->tj));
+    /* A warning means libjpeg made up part of the image (a premature end fills
+     * the rest with grey; corrupt data is skipped): not an image to train on. */
+    if (tjDecompress2(im->tj, buf, (unsigned long)len, out, jw, 0, jh, TJPF_RGB,
+                      TJFLAG_STOPONWARNING) != 0) {
         free(out);
-        return -1;
+        return jpeg_fail(im, why, whylen, "bad JPEG");
     }
     *w = jw;
     *h = jh;

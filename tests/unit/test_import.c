@@ -25,6 +25,7 @@
 
 #include "data_util.h"
 #include "db/store.h"
+#include "engine/fileio.h"
 #include "engine/dataset.h"
 #include "jobs/import.h"
 #include "jobs/import_job.h"
@@ -573,6 +574,77 @@ static void test_corrupt_png_listed(void **state) {
     expect_clean_dir(f);
 }
 
+/* A JPEG of noise: large enough (several KB) that its first 600 bytes hold
+ * the whole header but not the image. */
+static blob make_jpeg_noise(int w, int h, unsigned seed) {
+    size_t n = (size_t)w * (size_t)h * 3;
+    uint8_t *pix = malloc(n);
+    assert_non_null(pix);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        pix[i] = (uint8_t)(seed >> 16);
+    }
+    tjhandle tj = tjInitCompress();
+    assert_non_null(tj);
+    unsigned char *out = NULL;
+    unsigned long len = 0;
+    assert_int_equal(tjCompress2(tj, pix, w, 0, h, TJPF_RGB, &out, &len, TJSAMP_420, 90, 0), 0);
+    blob b = { malloc(len), len };
+    assert_non_null(b.p);
+    memcpy(b.p, out, len);
+    tjFree(out);
+    tjDestroy(tj);
+    free(pix);
+    return b;
+}
+
+/* Issue 13's sequences: a truncated JPEG (the first 600 bytes of one) and
+ * one with damaged data are counted and named as unreadable, never imported,
+ * and the files after them decode as if they had not been there, in either
+ * order. */
+static void test_corrupt_jpeg_does_not_poison_the_next(void **state) {
+    fixture *f = *state;
+    static const char *const orders[2][5] = {
+        { "a/truncated.jpg", "a/ok.jpg", "b/damaged.jpg", "b/001.jpg", "b/002.jpg" },
+        { "a/ok.jpg", "b/001.jpg", "a/truncated.jpg", "b/damaged.jpg", "b/002.jpg" },
+    };
+    for (int o = 0; o < 2; o++) {
+        blob cut = make_jpeg_noise(64, 64, 7);
+        assert_true(cut.n > 2000);
+        cut.n = 600;
+        /* bytes of the scan overwritten: libjpeg warns and goes on */
+        blob damaged = make_jpeg_noise(64, 64, 9);
+        memset(damaged.p + damaged.n / 2, 0xFF, 64);
+        struct archive *a = arc_open(f->archive, TAR);
+        for (int i = 0; i < 5; i++) {
+            if (strstr(orders[o][i], "truncated"))
+                arc_blob(a, orders[o][i], cut);
+            else if (strstr(orders[o][i], "damaged"))
+                arc_blob(a, orders[o][i], damaged);
+            else
+                arc_blob(a, orders[o][i], make_jpeg_noise(64, 64, (unsigned)(i + 1)));
+        }
+        arc_close(a);
+        char err[512] = "";
+        if (import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err) != 0)
+            fail_msg("order %d: %s", o, err);
+        static const char *const classes[] = { "a", "b" };
+        ds_info info;
+        expect_info(f, &info, 3, 64, 64, 3, 0, classes, 2);   /* ok, 001, 002 */
+        ds_info_free(&info);
+        char *log = read_log(f);
+        if (!strstr(log, "unreadable: 2") || !strstr(log, "a/truncated.jpg") ||
+            !strstr(log, "b/damaged.jpg"))
+            fail_msg("order %d: the log does not name the two bad files:\n%s", o, log);
+        assert_null(strstr(log, "a/ok.jpg"));
+        assert_null(strstr(log, "too large"));
+        free(log);
+        expect_clean_dir(f);
+        fio_rm_rf(f->dir);
+        assert_int_equal(fio_mkdir_p(f->dir), 0);
+    }
+}
+
 static void test_resize_to_first_image(void **state) {
     fixture *f = *state;
     uint8_t halves[8 * 8];
@@ -935,6 +1007,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_tar_gz_of_class_folders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zip_of_class_folders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_colour_and_jpeg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_jpeg_does_not_poison_the_next, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_an_archive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_entries_skipped, setup, teardown),
