@@ -72,6 +72,13 @@ static void report(import_progress_fn progress, void *arg, double fraction) {
     if (progress) progress(arg, fraction < 0 ? 0 : fraction > 1 ? 1 : fraction);
 }
 
+/* How far through the archive file the reading is, 0..1 (libarchive's count
+ * can run past the file's size behind a compression filter). */
+static double archive_fraction(struct archive *a, off_t size) {
+    double x = size > 0 ? (double)archive_filter_bytes(a, -1) / (double)size : 0;
+    return x < 0 ? 0 : x > 1 ? 1 : x;
+}
+
 /* ---- seeded shuffles -------------------------------------------------------- */
 
 /* Fisher-Yates over v[0..n) with a stream drawn from (seed, stream). */
@@ -148,6 +155,8 @@ typedef struct importer {
     uint8_t *plane;          /* one source-sized channel, reused */
     size_t plane_cap;
     uint8_t *chw;            /* one converted image, reused */
+    double read_from, read_to;   /* the share of progress the reading pass reports */
+    char shape_note[160];    /* how the shape was chosen, for import.log */
 } importer;
 
 static void log_file(importer *im, const char *what, const char *path, const char *why) {
@@ -612,7 +621,7 @@ static int add_image(importer *im, const import_opts *o, const char *path, const
     int sw = 0, sh = 0, rc = -1;
     bool gray = false;
     if (decode_image(im, buf, len, &rgb, &sw, &sh, &gray, why, whylen) != 0) return 1;
-    if (im->h == 0) {
+    if (im->h == 0) {            /* the mnist digits, or a shape not chosen before */
         im->c = o->channels ? o->channels : gray ? 1 : 3;
         im->w = o->width ? o->width : sw;
         im->h = o->height ? o->height : sh;
@@ -621,6 +630,8 @@ static int add_image(importer *im, const import_opts *o, const char *path, const
                     "to resize the images", path, sw, sh, IMPORT_MAX_TARGET);
             goto out;
         }
+    }
+    if (!im->chw) {
         im->image_bytes = (size_t)im->c * (size_t)im->h * (size_t)im->w;
         im->chw = malloc(im->image_bytes);
         if (!im->chw) {
@@ -658,6 +669,124 @@ out:
     return rc;
 }
 
+/* ---- the shape when the user gives none ------------------------------------------ */
+
+/* An image's size and whether it is grey, from its header only. Returns 0,
+ * or -1 (not an image kiln reads). */
+static int image_header(importer *im, const uint8_t *buf, size_t len, int *w, int *h, bool *gray) {
+    char why[8];
+    switch (image_signature(buf, len)) {
+    case IMAGE_PNG: {
+        spng_ctx *ctx = spng_ctx_new(0);
+        struct spng_ihdr ihdr;
+        int r = !ctx || spng_set_png_buffer(ctx, buf, len) != 0 || spng_get_ihdr(ctx, &ihdr) != 0;
+        spng_ctx_free(ctx);
+        if (r) return -1;
+        *w = (int)ihdr.width;
+        *h = (int)ihdr.height;
+        *gray = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
+                ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA;
+        return 0;
+    }
+    case IMAGE_JPEG: {
+        int subsamp, cs;
+        if (!im->tj && !(im->tj = tjInitDecompress())) return -1;
+        if (tjDecompressHeader3(im->tj, buf, (unsigned long)len, w, h, &subsamp, &cs) != 0)
+            return jpeg_fail(im, why, sizeof why, "bad JPEG");
+        *gray = cs == TJCS_GRAY;
+        return 0;
+    }
+    case IMAGE_NONE: break;
+    }
+    return -1;
+}
+
+typedef struct size_count {
+    int w, h;
+    size_t n;
+} size_count;
+
+/* A first pass over the archive, reading headers only: the most common
+ * image size (the first seen of equal counts), and whether every image is
+ * grey. Sets the shape the second pass squashes to, and im->shape_note. */
+static int choose_shape(importer *im, const char *archive_path, const import_opts *o,
+                        import_progress_fn progress, void *arg, char *err, size_t errlen) {
+    struct archive *a = NULL;
+    off_t size = 0;
+    if (open_archive(archive_path, &a, &size, err, errlen) != OPEN_OK) return -1;
+    caps cp = { o->max_bytes ? o->max_bytes : IMPORT_MAX_BYTES_DEFAULT, 0,
+                o->max_entries ? o->max_entries : IMPORT_MAX_ENTRIES_DEFAULT };
+    unsigned long entries = 0;
+    size_count *sizes = NULL;
+    size_t nsizes = 0, total = 0;
+    bool all_gray = true;
+    int rc = -1;
+    char why[256], path[4096];
+    for (;;) {
+        struct archive_entry *e;
+        int r = next_entry(a, &e, &entries, cp.max_entries, err, errlen);
+        if (r == ARCHIVE_EOF) break;
+        if (r == ARCHIVE_FATAL) goto out;
+        report(progress, arg, im->read_from * archive_fraction(a, size));
+        const char *name = entry_name(e);
+        if (!name || r != ARCHIVE_OK || classify_entry(e, name, path, sizeof path) != ENTRY_FILE)
+            continue;
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
+        if (rr < 0) goto out;
+        int w, h;
+        bool gray;
+        if (rr == 0 && image_header(im, buf, len, &w, &h, &gray) == 0 && w > 0 && h > 0) {
+            size_t k = 0;
+            while (k < nsizes && (sizes[k].w != w || sizes[k].h != h)) k++;
+            if (k == nsizes) {
+                size_count *ns = realloc(sizes, (nsizes + 1) * sizeof *ns);
+                if (!ns) {
+                    free(buf);
+                    set_err(err, errlen, "out of memory");
+                    goto out;
+                }
+                sizes = ns;
+                sizes[nsizes++] = (size_count){ w, h, 0 };
+            }
+            sizes[k].n++;
+            total++;
+            all_gray = all_gray && gray;
+        }
+        free(buf);
+    }
+    rc = 0;
+    if (total == 0) goto out;                      /* no images: the second pass says so */
+    size_t best = 0;
+    for (size_t k = 1; k < nsizes; k++)
+        if (sizes[k].n > sizes[best].n) best = k;
+    im->c = o->channels ? o->channels : all_gray ? 1 : 3;
+    if (o->width) {                                /* the user's size; channels were left to us */
+        im->w = o->width;
+        im->h = o->height;
+        snprintf(im->shape_note, sizeof im->shape_note, "the size asked for");
+        goto out;
+    }
+    im->w = sizes[best].w;
+    im->h = sizes[best].h;
+    if (nsizes == 1)
+        snprintf(im->shape_note, sizeof im->shape_note, "every image's size");
+    else
+        snprintf(im->shape_note, sizeof im->shape_note, "the most common size, %zu of %zu images; "
+                 "the others are squashed to it (give width and height to choose)",
+                 sizes[best].n, total);
+    if (im->w > IMPORT_MAX_TARGET || im->h > IMPORT_MAX_TARGET) {
+        set_err(err, errlen, "most images are %dx%d; give a width and height of at most %d to "
+                "resize them", im->w, im->h, IMPORT_MAX_TARGET);
+        rc = -1;
+    }
+out:
+    free(sizes);
+    archive_read_free(a);
+    return rc;
+}
+
 /* Reads every entry of the archive, decoding images into the scratch file. */
 static int read_archive(importer *im, const char *archive_path, const import_opts *o,
                         import_progress_fn progress, void *arg, char *err, size_t errlen) {
@@ -678,7 +807,8 @@ static int read_archive(importer *im, const char *archive_path, const import_opt
         int r = next_entry(a, &e, &entries, cp.max_entries, err, errlen);
         if (r == ARCHIVE_EOF) break;
         if (r == ARCHIVE_FATAL) goto out;
-        if (size > 0) report(progress, arg, 0.9 * (double)archive_filter_bytes(a, -1) / (double)size);
+        double x = archive_fraction(a, size);           /* ends on read_to exactly */
+        report(progress, arg, im->read_from * (1 - x) + im->read_to * x);
         const char *name = entry_name(e);
         if (!name) {
             im->n_skipped++;
@@ -1013,6 +1143,13 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
     }
     report(progress, arg, 0);
     if (open_scratch(&im, err, errlen) != 0) goto out;
+    /* Without a size or channel count, a first pass over the headers
+     * chooses them: the most common size, grey only if every image is. */
+    im.read_to = 0.9;
+    if (o->width == 0 || o->channels == 0) {
+        im.read_from = 0.3;
+        if (choose_shape(&im, archive_path, o, progress, arg, err, errlen) != 0) goto out;
+    }
     if (read_archive(&im, archive_path, o, progress, arg, err, errlen) != 0) goto out;
     if (assign_classes(&im, &classes, &nclasses, err, errlen) != 0) goto out;
     if (nclasses == 0) {
@@ -1028,10 +1165,10 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
     if (write_dataset(&im, classes, nclasses, o->val_percent, o->seed, true, source, progress, arg,
                       &written, err, errlen) != 0)
         goto out;
-    char head[256];
-    snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val) in %d classes, shape [%d, %d, %d]\n",
+    char head[512];
+    snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val) in %d classes, shape [%d, %d, %d]%s%s%s\n",
              written.train_count + written.val_count, written.train_count, written.val_count, nclasses,
-             im.c, im.h, im.w);
+             im.c, im.h, im.w, im.shape_note[0] ? " (" : "", im.shape_note, im.shape_note[0] ? ")" : "");
     if (write_log(&im, head, err, errlen) != 0 || give_info(&written, info, err, errlen) != 0) goto out;
     report(progress, arg, 1.0);
     rc = 0;

@@ -21,8 +21,8 @@
 #include "engine/dataset.h"   /* ds_info */
 
 typedef struct import_opts {
-    int width, height;       /* 0: the size of the first image */
-    int channels;            /* 1 or 3; 0: 1 if the first image is grayscale, else 3 */
+    int width, height;       /* 0: the most common size among the images */
+    int channels;            /* 1 or 3; 0: 1 if every image is grayscale, else 3 */
     int val_percent;         /* share of each class held out for validation (default 20) */
     unsigned long long seed; /* the split is a seeded shuffle (default 1) */
     unsigned long long max_bytes;   /* cap on uncompressed bytes read; 0: 4 GiB */

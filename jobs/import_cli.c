@@ -41,8 +41,8 @@ static const char usage_text[] =
     "  --if-missing     if a ready dataset with this name exists, print its id and do nothing\n"
     "  --val-percent P  share of each class held out for validation, 0..100 (default 20)\n"
     "  --width W, --height H\n"
-    "                   resize (squash) every image to W x H (default: the first image's size)\n"
-    "  --channels C     1 (grey) or 3 (colour) (default: 1 if the first image is grey, else 3)\n"
+    "                   resize (squash) every image to W x H (default: the most common size)\n"
+    "  --channels C     1 (grey) or 3 (colour) (default: 1 if every image is grey, else 3)\n"
     "  --help           this text\n";
 
 static const struct {

@@ -306,7 +306,7 @@ static bool parse_options(request *r, import_opts *o, enum MHD_Result *answered)
     }
     if (up->have[F_WIDTH] != up->have[F_HEIGHT]) {
         *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
-                               "give width and height together (or neither: the first image's size)");
+                               "give width and height together (or neither: the most common size)");
         return false;
     }
     if (up->have[F_VAL])

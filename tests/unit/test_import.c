@@ -645,7 +645,10 @@ static void test_corrupt_jpeg_does_not_poison_the_next(void **state) {
     }
 }
 
-static void test_resize_to_first_image(void **state) {
+/* Without a width and height the images are squashed to the most common
+ * size among them (issue 13: no longer the first file's), and the log says
+ * so. */
+static void test_resize_to_most_common_size(void **state) {
     fixture *f = *state;
     uint8_t halves[8 * 8];
     for (int y = 0; y < 8; y++)
@@ -662,19 +665,23 @@ static void test_resize_to_first_image(void **state) {
     if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     static const char *const classes[] = { "x", "y" };
     ds_info info;
-    expect_info(f, &info, 1, 4, 4, 4, 0, classes, 2);
+    expect_info(f, &info, 1, 8, 8, 4, 0, classes, 2);       /* two of the four are 8x8 */
     ds_info_free(&info);
+    char *log = read_log(f);
+    if (!strstr(log, "shape [1, 8, 8] (the most common size, 2 of 4 images"))
+        fail_msg("the log does not say how the size was chosen:\n%s", log);
+    free(log);
     ds_split *tr = open_split(f, "train.kds");
     int found = 0;
     for (size_t i = 0; i < ds_split_count(tr); i++) {
         const uint8_t *img = ds_split_image(tr, i);
-        if (img[0] != img[3]) {          /* halves: left columns 0, right columns 200 */
-            for (int y = 0; y < 4; y++)
-                for (int x = 0; x < 4; x++) assert_int_equal(img[y * 4 + x], x < 2 ? 0 : 200);
+        if (img[0] != img[7]) {          /* halves, at its own size: left columns 0, right 200 */
+            for (int y = 0; y < 8; y++)
+                for (int x = 0; x < 8; x++) assert_int_equal(img[y * 8 + x], x < 4 ? 0 : 200);
             found |= 1;
             continue;
         }
-        for (int p = 1; p < 16; p++) assert_int_equal(img[p], img[0]);
+        for (int p = 1; p < 64; p++) assert_int_equal(img[p], img[0]);
         found |= img[0] == 100 ? 2 : img[0] == 200 ? 4 : img[0] == 50 ? 8 : 16;
     }
     assert_int_equal(found, 15);
@@ -1012,7 +1019,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_entries_skipped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_png_listed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_resize_to_first_image, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resize_to_most_common_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_keeps_one_train_image, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mnist_json, setup, teardown),
