@@ -26,6 +26,7 @@
 #define LAYOUT_DATASET_HEADER "header.json"   /* in a dataset's folder */
 #define LAYOUT_TRAIN_SPLIT "train.kds"        /* in a dataset's folder */
 #define LAYOUT_VAL_SPLIT "val.kds"            /* in a dataset's folder */
+#define LAYOUT_TEST_SPLIT "test.kds"          /* in a dataset's folder, when it has a test split */
 #define LAYOUT_IMPORT_LOG "import.log"        /* in a dataset's folder */
 
 /* <data>/<sub>: sub is one of LAYOUT_DATASETS, LAYOUT_JOBS, LAYOUT_UPLOADS. */

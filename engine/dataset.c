@@ -416,6 +416,13 @@ int ds_info_load(const char *dir, ds_info *out, char *err, size_t errlen) {
         goto out;
     }
     out->val_count = (size_t)v;
+    if (cJSON_GetObjectItemCaseSensitive(counts, "test")) {      /* headers before issue 13 have none */
+        if (json_int(counts, "test", 0, UINT32_MAX, &v) != 0) {
+            set_err(err, errlen, "%s: bad \"counts\"", path);
+            goto out;
+        }
+        out->test_count = (size_t)v;
+    }
 
     const cJSON *mean = cJSON_GetObjectItemCaseSensitive(root, "mean");
     if (!cJSON_IsArray(mean) || cJSON_GetArraySize(mean) != out->c) {
@@ -464,7 +471,8 @@ int ds_info_save(const char *dir, const ds_info *info, const char *source, char 
     }
     cJSON *counts = cJSON_AddObjectToObject(root, "counts");
     if (!counts || !cJSON_AddNumberToObject(counts, "train", (double)info->train_count) ||
-        !cJSON_AddNumberToObject(counts, "val", (double)info->val_count)) goto oom;
+        !cJSON_AddNumberToObject(counts, "val", (double)info->val_count) ||
+        !cJSON_AddNumberToObject(counts, "test", (double)info->test_count)) goto oom;
     if (!(a = cJSON_AddArrayToObject(root, "mean"))) goto oom;
     for (int i = 0; i < info->c && i < KDS_MAX_CHANNELS; i++) {
         /* rounded to 1e-4 so the text stays short; plenty for a mean of bytes */

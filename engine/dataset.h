@@ -55,6 +55,7 @@ typedef struct ds_info {
     int nclasses;
     char **classes;          /* nclasses strdup'ed names */
     size_t train_count, val_count;
+    size_t test_count;       /* test.kds, when the source had a test split; 0: none */
     float mean[4];           /* per channel, in pixel units 0..255 */
     char resize[16];         /* "squash", "crop", "fill", "half_crop" */
 } ds_info;

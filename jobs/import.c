@@ -17,12 +17,20 @@
  *   Mpixels.
  * - Classes: the first path component below an optional common top folder (one
  *   folder holding every file, with class folders inside it). Files outside any
- *   class folder are listed and left out. Classes are sorted by strcmp.
- * - Images are decoded (PNG: libspng, JPEG: libturbojpeg), converted to the
- *   target channels (grey = (299 R + 587 G + 114 B) / 1000), squashed to the
- *   target size with bilinear sampling, and kept in an unlinked scratch file in
- *   the dataset folder until the split is written.
- * - The split is a function of the seed: per class a seeded shuffle sends
+ *   class folder are listed and left out. Classes are sorted by strcmp. When
+ *   every top folder is train/, val/ (or validation/) or test/, and train/ is
+ *   one, they are the source's splits, with the class folders inside them
+ *   (detect_splits); test/ goes to test.kds.
+ * - Images are decoded (PNG: libspng, JPEG: libturbojpeg), each on its own (a
+ *   failed JPEG decode drops the decoder's state; a JPEG libjpeg warns about
+ *   is unreadable), converted to the target channels (grey = (299 R + 587 G +
+ *   114 B) / 1000), squashed to the target size with bilinear sampling
+ *   (without width and height: the most common size, from a first pass over
+ *   the headers), and kept in an unlinked scratch file in the dataset folder
+ *   until the split is written.
+ * - The split is the source's where it has split folders (then val_percent
+ *   draws val from train only when there is no val/). Otherwise it is a
+ *   function of the seed: per class a seeded shuffle sends
  *   round(n * val_percent / 100) images to val, keeping at least one in train;
  *   each split is then shuffled as a whole. The mean is per channel over train.
  * - Files are written atomically (engine/dataset.h writers, fio_write_atomic:
@@ -136,9 +144,12 @@ static char *path_join(const char *dir, const char *name) {
 
 /* ---- the importer's state ---------------------------------------------------- */
 
+typedef enum rec_split { SPLIT_ANY, SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST } rec_split;
+
 typedef struct image_rec {
     char *path;              /* normalised entry path */
     int label;               /* -1 until classes are known, or when left out */
+    rec_split split;         /* the source's split folder; SPLIT_ANY: drawn by val_percent */
 } image_rec;                 /* the image itself is record i of the scratch file */
 
 typedef struct importer {
@@ -156,6 +167,8 @@ typedef struct importer {
     size_t plane_cap;
     uint8_t *chw;            /* one converted image, reused */
     double read_from, read_to;   /* the share of progress the reading pass reports */
+    bool split_folders;      /* the source's top folders are train/, val/, test/ */
+    bool has_val;            /* ... and one of them is val/ (or validation/) */
     char shape_note[160];    /* how the shape was chosen, for import.log */
 } importer;
 
@@ -662,6 +675,7 @@ static int add_image(importer *im, const import_opts *o, const char *path, const
     }
     im->recs[im->nrecs].path = p;
     im->recs[im->nrecs].label = -1;
+    im->recs[im->nrecs].split = SPLIT_ANY;
     im->nrecs++;
     rc = 0;
 out:
@@ -898,6 +912,45 @@ static int cmp_str(const void *a, const void *b) {
 /* The class component of each record: below a common top folder when every file
  * sits in one folder that itself holds folders. Fills recs[i].label and
  * *classes (sorted, strdup'ed). */
+/* The split a top folder names: train/, val/ or validation/, test/. */
+static rec_split split_named(const char *p, size_t len) {
+    static const struct { const char *name; rec_split split; } names[] = {
+        { "train", SPLIT_TRAIN }, { "val", SPLIT_VAL }, { "validation", SPLIT_VAL },
+        { "test", SPLIT_TEST },
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i].name) == len && !strncmp(p, names[i].name, len)) return names[i].split;
+    return SPLIT_ANY;
+}
+
+/* When every image's top folder (below the wrapping one, strip bytes) names a
+ * split and one of them is train/, the source comes split: the class folders
+ * are one level down. The split is then the source's, not a draw. */
+static void detect_splits(importer *im, size_t strip) {
+    bool train = false, all = im->nrecs > 0;
+    for (size_t i = 0; i < im->nrecs && all; i++) {
+        const char *p = im->recs[i].path + strip;
+        const char *slash = strchr(p, '/');
+        rec_split sp = slash ? split_named(p, (size_t)(slash - p)) : SPLIT_ANY;
+        all = sp != SPLIT_ANY;
+        train = train || sp == SPLIT_TRAIN;
+    }
+    if (!all || !train) return;
+    im->split_folders = true;
+    for (size_t i = 0; i < im->nrecs; i++) {
+        const char *p = im->recs[i].path + strip;
+        im->recs[i].split = split_named(p, (size_t)(strchr(p, '/') - p));
+        im->has_val = im->has_val || im->recs[i].split == SPLIT_VAL;
+    }
+}
+
+/* Record i's path from its class folder on: below the wrapping folder and,
+ * for a split source, below the split folder. */
+static const char *class_path(const importer *im, size_t i, size_t strip) {
+    const char *p = im->recs[i].path + strip;
+    return im->split_folders ? strchr(p, '/') + 1 : p;
+}
+
 static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, char *err, size_t errlen) {
     size_t strip = 0;
     if (im->nrecs > 0) {
@@ -912,12 +965,13 @@ static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, 
         }
         if (same && deep) strip = tl + 1;
     }
+    detect_splits(im, strip);
     char **names = calloc(im->nrecs ? im->nrecs : 1, sizeof *names);
     size_t n = 0;
     int rc = -1;
     if (!names) goto oom;
     for (size_t i = 0; i < im->nrecs; i++) {
-        const char *p = im->recs[i].path + strip;
+        const char *p = class_path(im, i, strip);
         const char *slash = strchr(p, '/');
         if (!slash) {
             im->n_outside++;
@@ -943,7 +997,7 @@ static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, 
         goto out;
     }
     for (size_t i = 0; i < im->nrecs; i++) {
-        const char *p = im->recs[i].path + strip;
+        const char *p = class_path(im, i, strip);
         const char *slash = strchr(p, '/');
         if (!slash) continue;
         char key[4096];
@@ -1017,16 +1071,27 @@ static int write_dataset(importer *im, char **classes, int nclasses, int val_per
     size_t *train = malloc((im->nrecs ? im->nrecs : 1) * sizeof *train);
     size_t *val = malloc((im->nrecs ? im->nrecs : 1) * sizeof *val);
     size_t *cls = malloc((im->nrecs ? im->nrecs : 1) * sizeof *cls);
-    size_t ntrain = 0, nval = 0;
-    if (!train || !val || !cls) {
+    size_t *test = malloc((im->nrecs ? im->nrecs : 1) * sizeof *test);
+    size_t ntrain = 0, nval = 0, ntest = 0;
+    if (!train || !val || !cls || !test) {
         set_err(err, errlen, "out of memory");
         goto out;
     }
+    /* The source's own val and test images keep their split; the rest (all of
+     * them without split folders, train/'s without a val/) are drawn. */
+    for (size_t i = 0; i < im->nrecs; i++) {
+        if (im->recs[i].label < 0) continue;
+        if (im->recs[i].split == SPLIT_TEST) test[ntest++] = i;
+        else if (im->recs[i].split == SPLIT_VAL) val[nval++] = i;
+    }
+    if (im->has_val) val_percent = 0;
     if (per_class) {
         for (int k = 0; k < nclasses; k++) {
             size_t n = 0;
             for (size_t i = 0; i < im->nrecs; i++)
-                if (im->recs[i].label == k) cls[n++] = i;
+                if (im->recs[i].label == k && (im->recs[i].split == SPLIT_ANY ||
+                                               im->recs[i].split == SPLIT_TRAIN))
+                    cls[n++] = i;
             shuffle_idx(cls, n, seed, (uint64_t)k + 1);
             size_t nv = (n * (size_t)val_percent + 50) / 100;
             if (n >= 1 && nv > n - 1) nv = n - 1;
@@ -1049,13 +1114,16 @@ static int write_dataset(importer *im, char **classes, int nclasses, int val_per
     }
     shuffle_idx(train, ntrain, seed, 0x7261696eull);   /* "rain" */
     shuffle_idx(val, nval, seed, 0x76616cull);         /* "val" */
+    shuffle_idx(test, ntest, seed, 0x74657374ull);     /* "test" */
     if (fflush(im->scratch) != 0) {
         set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
         goto out;
     }
     uint64_t sums[4] = { 0, 0, 0, 0 };
-    if (write_split(im, LAYOUT_TRAIN_SPLIT, train, ntrain, sums, progress, arg, 0.9, 0.97, err, errlen) != 0 ||
-        write_split(im, LAYOUT_VAL_SPLIT, val, nval, NULL, progress, arg, 0.97, 0.99, err, errlen) != 0)
+    if (write_split(im, LAYOUT_TRAIN_SPLIT, train, ntrain, sums, progress, arg, 0.9, 0.96, err, errlen) != 0 ||
+        write_split(im, LAYOUT_VAL_SPLIT, val, nval, NULL, progress, arg, 0.96, 0.98, err, errlen) != 0 ||
+        (ntest > 0 &&
+         write_split(im, LAYOUT_TEST_SPLIT, test, ntest, NULL, progress, arg, 0.98, 0.99, err, errlen) != 0))
         goto out;
     memset(info, 0, sizeof *info);
     info->c = im->c;
@@ -1065,6 +1133,7 @@ static int write_dataset(importer *im, char **classes, int nclasses, int val_per
     info->classes = classes;
     info->train_count = ntrain;
     info->val_count = nval;
+    info->test_count = ntest;
     double pixels = (double)ntrain * (double)im->h * (double)im->w;
     for (int ch = 0; ch < im->c; ch++) info->mean[ch] = pixels > 0 ? (float)((double)sums[ch] / pixels) : 0.0f;
     snprintf(info->resize, sizeof info->resize, "squash");
@@ -1074,6 +1143,7 @@ out:
     free(train);
     free(val);
     free(cls);
+    free(test);
     return rc;
 }
 
@@ -1165,10 +1235,16 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
     if (write_dataset(&im, classes, nclasses, o->val_percent, o->seed, true, source, progress, arg,
                       &written, err, errlen) != 0)
         goto out;
-    char head[512];
-    snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val) in %d classes, shape [%d, %d, %d]%s%s%s\n",
-             written.train_count + written.val_count, written.train_count, written.val_count, nclasses,
-             im.c, im.h, im.w, im.shape_note[0] ? " (" : "", im.shape_note, im.shape_note[0] ? ")" : "");
+    char head[768], tests[48] = "";
+    if (written.test_count)
+        snprintf(tests, sizeof tests, ", %zu test", written.test_count);
+    snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val%s) in %d classes, shape [%d, %d, %d]%s%s%s\n%s",
+             written.train_count + written.val_count + written.test_count, written.train_count,
+             written.val_count, tests, nclasses, im.c, im.h, im.w, im.shape_note[0] ? " (" : "",
+             im.shape_note, im.shape_note[0] ? ")" : "",
+             !im.split_folders ? "" : im.has_val ? "splits: the source's train/, val/ and test/ folders\n"
+                                                : "splits: the source's train/ and test/ folders; val "
+                                                  "drawn from train\n");
     if (write_log(&im, head, err, errlen) != 0 || give_info(&written, info, err, errlen) != 0) goto out;
     report(progress, arg, 1.0);
     rc = 0;
@@ -1229,6 +1305,7 @@ static int mnist_read_class(importer *im, const char *digits_dir, int digit, cha
             }
             im->recs[im->nrecs].path = NULL;
             im->recs[im->nrecs].label = digit;
+            im->recs[im->nrecs].split = SPLIT_ANY;
             im->nrecs++;
         }
     }

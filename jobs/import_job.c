@@ -97,6 +97,7 @@ static char *info_json(const ds_info *info)
               (counts = cJSON_AddObjectToObject(root, "counts")) &&
               cJSON_AddNumberToObject(counts, "train", (double)info->train_count) &&
               cJSON_AddNumberToObject(counts, "val", (double)info->val_count) &&
+              cJSON_AddNumberToObject(counts, "test", (double)info->test_count) &&
               cJSON_AddItemToObject(root, "mean", cJSON_CreateFloatArray(info->mean, info->c)) &&
               cJSON_AddStringToObject(root, "resize", info->resize);
     char *text = ok ? cJSON_PrintUnformatted(root) : NULL;

@@ -48,10 +48,13 @@ static bool add_header_fields(cJSON *o, const char *info_json)
         cJSON *c = cJSON_CreateObject();
         const cJSON *tr = cJSON_GetObjectItemCaseSensitive(counts, "train");
         const cJSON *va = cJSON_GetObjectItemCaseSensitive(counts, "val");
+        const cJSON *te = cJSON_GetObjectItemCaseSensitive(counts, "test");
         ok &= c != NULL;
         if (c) {
             ok &= add_num(c, "train", cJSON_IsNumber(tr) ? tr->valuedouble : 0);
             ok &= add_num(c, "val", cJSON_IsNumber(va) ? va->valuedouble : 0);
+            if (cJSON_IsNumber(te) && te->valuedouble > 0)      /* only with a test split */
+                ok &= add_num(c, "test", te->valuedouble);
         }
         ok &= add_item(o, "counts", c);
     } else {

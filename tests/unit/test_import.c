@@ -433,6 +433,63 @@ static void test_colour_and_jpeg(void **state) {
     ds_split_close(tr);
 }
 
+/* Issue 13: train/, val/ (or validation/) and test/ at the top (here under a
+ * wrapping folder) are the splits, not classes; without val/, val is drawn
+ * from train by val_percent. The test split goes to test.kds. */
+static void test_split_folders(void **state) {
+    fixture *f = *state;
+    static const uint8_t v[1] = { 90 };
+    for (int with_val = 1; with_val >= 0; with_val--) {
+        struct archive *a = arc_open(f->archive, TAR_GZ);
+        char name[64];
+        for (int k = 0; k < 5; k++) {
+            snprintf(name, sizeof name, "set/train/cat/%d.png", k);
+            arc_blob(a, name, make_png_const(8, 8, 1, v));
+            snprintf(name, sizeof name, "set/train/dog/%d.png", k);
+            arc_blob(a, name, make_png_const(8, 8, 1, v));
+        }
+        if (with_val) {
+            arc_blob(a, "set/validation/cat/v.png", make_png_const(8, 8, 1, v));
+            arc_blob(a, "set/validation/dog/v.png", make_png_const(8, 8, 1, v));
+        }
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "set/test/%s/%d.png", k ? "dog" : "cat", k);
+            arc_blob(a, name, make_png_const(8, 8, 1, v));
+        }
+        arc_close(a);
+        char err[512] = "";
+        ds_info info;
+        if (import_archive(f->archive, f->dir, NULL, NULL, NULL, &info, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        assert_int_equal(info.nclasses, 2);                 /* cat, dog: not train and test */
+        assert_string_equal(info.classes[0], "cat");
+        assert_string_equal(info.classes[1], "dog");
+        /* with val/: 10 train, its 2 val; without: 20% of each class's 5 drawn */
+        assert_int_equal(info.train_count, with_val ? 10 : 8);
+        assert_int_equal(info.val_count, 2);
+        assert_int_equal(info.test_count, 3);
+        ds_info_free(&info);
+        ds_info back;
+        assert_int_equal(ds_info_load(f->dir, &back, err, sizeof err), 0);
+        assert_int_equal(back.test_count, 3);
+        ds_info_free(&back);
+        ds_split *te = open_split(f, "test.kds");
+        assert_int_equal(ds_split_count(te), 3);
+        size_t per[2] = { 0, 0 };
+        for (size_t i = 0; i < 3; i++) per[ds_split_label(te, i)]++;
+        assert_int_equal(per[0], 1);
+        assert_int_equal(per[1], 2);
+        ds_split_close(te);
+        char *log = read_log(f);
+        if (!strstr(log, "(10 train, 2 val, 3 test) in 2 classes") && with_val)
+            fail_msg("%s", log);
+        assert_non_null(strstr(log, with_val ? "train/, val/ and test/" : "val drawn from train"));
+        free(log);
+        fio_rm_rf(f->dir);
+        assert_int_equal(fio_mkdir_p(f->dir), 0);
+    }
+}
+
 static void test_not_an_archive(void **state) {
     fixture *f = *state;
     const char *text = "this is just a text file, not an archive\n";
@@ -1015,6 +1072,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_zip_of_class_folders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_colour_and_jpeg, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_jpeg_does_not_poison_the_next, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_folders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_an_archive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_entries_skipped, setup, teardown),
