@@ -1228,6 +1228,29 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
         write_log(&im, "kiln import: " NO_IMAGES_MSG "\n", ignored, sizeof ignored);
         goto out;
     }
+    /* A guard: split folders are found from the readable images, so a train/
+     * whose files are all unreadable is not seen as one (a gap: issue 13). */
+    size_t trainable = 0;
+    for (size_t i = 0; i < im.nrecs; i++)
+        trainable += im.recs[i].label >= 0 && im.recs[i].split != SPLIT_VAL &&
+                     im.recs[i].split != SPLIT_TEST;
+    if (trainable == 0) {
+        set_err(err, errlen, "no training images: the train/ folder holds no readable image");
+        char ignored[64];
+        write_log(&im, "kiln import: no training images in train/\n", ignored, sizeof ignored);
+        goto out;
+    }
+    if (nclasses < 2) {            /* nothing to tell apart: refuse rather than train on it */
+        char why[600], ignored[64];
+        snprintf(why, sizeof why, "the images make up one class (\"%.200s\") after %zu unreadable and "
+                 "%zu left out; a classifier needs at least two class folders", classes[0],
+                 im.n_unreadable, im.n_outside);
+        set_err(err, errlen, "%s", why);
+        char head[700];
+        snprintf(head, sizeof head, "kiln import: %s\n", why);
+        write_log(&im, head, ignored, sizeof ignored);
+        goto out;
+    }
     const char *base = strrchr(archive_path, '/');
     base = base ? base + 1 : archive_path;
     char source[512];

@@ -758,6 +758,24 @@ static void test_resize_to_most_common_size(void **state) {
     assert_non_null(strstr(err, "height"));
 }
 
+/* Issue 13: an import left with one class (here after its other class's
+ * only image was unreadable) fails and says why, instead of making a "ready"
+ * dataset nothing can be trained on. */
+static void test_one_class_fails(void **state) {
+    fixture *f = *state;
+    blob cut = make_jpeg_noise(64, 64, 3);
+    cut.n = 600;
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "a/truncated.jpg", cut);
+    arc_blob(a, "b/001.jpg", make_jpeg_noise(64, 64, 4));
+    arc_blob(a, "b/002.jpg", make_jpeg_noise(64, 64, 5));
+    arc_close(a);
+    char err[512] = "";
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "one class (\"b\") after 1 unreadable"));
+    assert_non_null(strstr(err, "at least two class folders"));
+}
+
 static void test_caps(void **state) {
     fixture *f = *state;
     struct archive *a = arc_open(f->archive, TAR_GZ);
@@ -1073,6 +1091,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_colour_and_jpeg, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_jpeg_does_not_poison_the_next, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_folders, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_class_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_an_archive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_entries_skipped, setup, teardown),
