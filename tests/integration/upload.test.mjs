@@ -64,6 +64,15 @@ test('upload a PNG archive of digits: the dataset becomes ready with 10 classes'
   assert.equal(ds.counts.val, 10 * PER_CLASS * 0.2, 'the default split holds out 20% of each class');
   assert.equal(ds.error, null);
   assert.equal(ds.progress, 1);
+  // the import report (issue 13): what was read, and the images per class of each split
+  assert.equal(ds.report.images, 10 * PER_CLASS);
+  assert.equal(ds.report.unreadable, 0);
+  assert.deepEqual(ds.report.problems, []);
+  assert.equal(ds.report.shape_chosen, "every image's size");
+  for (const c of CLASSES) {
+    assert.equal(ds.report.per_class.train[c] + ds.report.per_class.val[c], PER_CLASS, `class ${c}`);
+    assert.equal(ds.report.per_class.val[c], PER_CLASS * 0.2, `class ${c}'s val`);
+  }
 
   const list = await api(base, 'GET', '/api/v1/datasets');
   assert.equal(list.status, 200);

@@ -683,8 +683,22 @@ static void test_corrupt_jpeg_does_not_poison_the_next(void **state) {
         }
         arc_close(a);
         char err[512] = "";
-        if (import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err) != 0)
+        import_report rep;
+        if (import_archive_reported(f->archive, f->dir, NULL, NULL, NULL, NULL, &rep, err,
+                                    sizeof err) != 0)
             fail_msg("order %d: %s", o, err);
+        /* the report names both bad files, counts the rest per class */
+        assert_int_equal(rep.images, 3);
+        assert_int_equal(rep.unreadable, 2);
+        assert_int_equal(rep.nproblems, 2);
+        for (int k = 0; k < 2; k++) {
+            assert_string_equal(rep.problems[k].what, "unreadable");
+            assert_non_null(strstr(rep.problems[k].why, "bad JPEG"));
+        }
+        assert_int_equal(rep.nclasses, 2);
+        assert_int_equal(rep.per_class[0][0], 1);               /* a: ok.jpg */
+        assert_int_equal(rep.per_class[0][1], 2);               /* b: 001, 002 */
+        import_report_free(&rep);
         static const char *const classes[] = { "a", "b" };
         ds_info info;
         expect_info(f, &info, 3, 64, 64, 3, 0, classes, 2);   /* ok, 001, 002 */
