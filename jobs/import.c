@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>          /* strcasecmp */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,6 +168,8 @@ typedef struct importer {
     size_t plane_cap;
     uint8_t *chw;            /* one converted image, reused */
     double read_from, read_to;   /* the share of progress the reading pass reports */
+    char **seen;             /* every file's path, readable or not: the layout is theirs */
+    size_t nseen, seen_cap;
     bool split_folders;      /* the source's top folders are train/, val/, test/ */
     bool has_val;            /* ... and one of them is val/ (or validation/) */
     char shape_note[160];    /* how the shape was chosen, for import.log */
@@ -192,7 +195,10 @@ static void importer_free(importer *im) {
     if (im->tj) tjDestroy(im->tj);
     free(im->plane);
     free(im->chw);
+    for (size_t i = 0; i < im->nseen; i++) free(im->seen[i]);
+    free(im->seen);
 }
+
 
 static int open_scratch(importer *im, char *err, size_t errlen) {
     char *path = path_join(im->dir, "import.scratch.tmp");
@@ -809,6 +815,28 @@ out:
     return rc;
 }
 
+/* Whether a file counts for the layout: it starts like a PNG or JPEG, or is
+ * named like one (a README beside the class folders does not). */
+static bool looks_like_image(const char *path, const uint8_t *buf, size_t len) {
+    if (buf && image_signature(buf, len) != IMAGE_NONE) return true;
+    const char *dot = strrchr(path, '.');
+    return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
+}
+
+/* Keeps a file's path for the layout (the wrapping folder, split folders). */
+static int remember(importer *im, const char *path, char *err, size_t errlen) {
+    if (im->nseen == im->seen_cap) {
+        size_t ncap = im->seen_cap ? im->seen_cap * 2 : 256;
+        char **ns = realloc(im->seen, ncap * sizeof *ns);
+        if (!ns) return set_err(err, errlen, "out of memory");
+        im->seen = ns;
+        im->seen_cap = ncap;
+    }
+    if (!(im->seen[im->nseen] = strdup(path))) return set_err(err, errlen, "out of memory");
+    im->nseen++;
+    return 0;
+}
+
 /* Reads every entry of the archive, decoding images into the scratch file. */
 static int read_archive(importer *im, const char *archive_path, const import_opts *o,
                         import_progress_fn progress, void *arg, char *err, size_t errlen) {
@@ -853,6 +881,10 @@ static int read_archive(importer *im, const char *archive_path, const import_opt
         size_t len = 0;
         int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
         if (rr < 0) goto out;
+        if (looks_like_image(path, rr == 0 ? buf : NULL, len) && remember(im, path, err, errlen) != 0) {
+            free(buf);
+            goto out;
+        }
         if (rr == 0) {
             rr = add_image(im, o, path, buf, len, why, sizeof why, err, errlen);
             free(buf);
@@ -931,13 +963,14 @@ static rec_split split_named(const char *p, size_t len) {
     return SPLIT_ANY;
 }
 
-/* When every image's top folder (below the wrapping one, strip bytes) names a
- * split and one of them is train/, the source comes split: the class folders
- * are one level down. The split is then the source's, not a draw. */
+/* When every file's top folder (below the wrapping one, strip bytes; the
+ * files that did not decode count too) names a split and one of them is
+ * train/, the source comes split: the class folders are one level down. The
+ * split is then the source's, not a draw. */
 static void detect_splits(importer *im, size_t strip) {
-    bool train = false, all = im->nrecs > 0;
-    for (size_t i = 0; i < im->nrecs && all; i++) {
-        const char *p = im->recs[i].path + strip;
+    bool train = false, all = im->nseen > 0;
+    for (size_t i = 0; i < im->nseen && all; i++) {
+        const char *p = im->seen[i] + strip;
         const char *slash = strchr(p, '/');
         rec_split sp = slash ? split_named(p, (size_t)(slash - p)) : SPLIT_ANY;
         all = sp != SPLIT_ANY;
@@ -960,14 +993,16 @@ static const char *class_path(const importer *im, size_t i, size_t strip) {
 }
 
 static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, char *err, size_t errlen) {
+    /* One wrapping folder holding every file (readable or not) and deeper
+     * folders is left out of the class names. */
     size_t strip = 0;
-    if (im->nrecs > 0) {
-        const char *first = im->recs[0].path;
+    if (im->nseen > 0) {
+        const char *first = im->seen[0];
         const char *slash = strchr(first, '/');
         bool same = slash != NULL, deep = false;
         size_t tl = slash ? (size_t)(slash - first) : 0;
-        for (size_t i = 0; i < im->nrecs && same; i++) {
-            const char *p = im->recs[i].path;
+        for (size_t i = 0; i < im->nseen && same; i++) {
+            const char *p = im->seen[i];
             if (strncmp(p, first, tl + 1) != 0) same = false;
             else if (strchr(p + tl + 1, '/')) deep = true;
         }
@@ -1272,8 +1307,6 @@ int import_archive_reported(const char *archive_path, const char *dir, const imp
         write_log(&im, "kiln import: " NO_IMAGES_MSG "\n", ignored, sizeof ignored);
         goto out;
     }
-    /* A guard: split folders are found from the readable images, so a train/
-     * whose files are all unreadable is not seen as one (a gap: issue 13). */
     size_t trainable = 0;
     for (size_t i = 0; i < im.nrecs; i++)
         trainable += im.recs[i].label >= 0 && im.recs[i].split != SPLIT_VAL &&

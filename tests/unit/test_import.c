@@ -448,6 +448,7 @@ static void test_split_folders(void **state) {
             snprintf(name, sizeof name, "set/train/dog/%d.png", k);
             arc_blob(a, name, make_png_const(8, 8, 1, v));
         }
+        arc_file(a, "README.txt", "a readme beside the folder", 26);   /* not part of the layout */
         if (with_val) {
             arc_blob(a, "set/validation/cat/v.png", make_png_const(8, 8, 1, v));
             arc_blob(a, "set/validation/dog/v.png", make_png_const(8, 8, 1, v));
@@ -773,8 +774,8 @@ static void test_resize_to_most_common_size(void **state) {
 }
 
 /* Issue 13: an import left with one class (here after its other class's
- * only image was unreadable) fails and says why, instead of making a "ready"
- * dataset nothing can be trained on. */
+ * only image was unreadable), or with no training images, fails and says
+ * why, instead of making a "ready" dataset nothing can be trained on. */
 static void test_one_class_fails(void **state) {
     fixture *f = *state;
     blob cut = make_jpeg_noise(64, 64, 3);
@@ -788,6 +789,17 @@ static void test_one_class_fails(void **state) {
     assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "one class (\"b\") after 1 unreadable"));
     assert_non_null(strstr(err, "at least two class folders"));
+
+    /* train/ holds only an unreadable file: still the split layout, and no
+     * image to train on (the files that do not decode count for the layout) */
+    static const uint8_t v[1] = { 7 };
+    a = arc_open(f->archive, TAR);
+    arc_blob(a, "train/a/bad.png", (blob){ (uint8_t *)strdup("not a png"), 9 });
+    arc_blob(a, "val/a/1.png", make_png_const(4, 4, 1, v));
+    arc_blob(a, "val/b/1.png", make_png_const(4, 4, 1, v));
+    arc_close(a);
+    assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no training images"));
 }
 
 static void test_caps(void **state) {
