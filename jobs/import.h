@@ -31,6 +31,17 @@ typedef struct import_opts {
 
 #define IMPORT_OPTS_DEFAULT { 0, 0, 0, 20, 1, 0, 0 }
 
+/* The options a user sets (the upload's form fields, kiln import's flags:
+ * "val_percent", "width", "height", "channels"), one table of their limits
+ * in import.c. import_option_set parses text strictly into o: 0, or -1 with
+ * e a 400 invalid_field naming the field. import_options_check refuses a
+ * width without a height (or the reverse). import_schema prints the table
+ * for GET /api/v1/schema ("dataset"). */
+int import_option_set(import_opts *o, const char *name, const char *text, api_error *e);
+int import_options_check(const import_opts *o, api_error *e);
+struct cJSON;
+struct cJSON *import_schema(void);
+
 /* Called now and then with the fraction done (0..1). May be NULL. */
 typedef void (*import_progress_fn)(void *arg, double fraction);
 

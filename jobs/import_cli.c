@@ -75,15 +75,6 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, bo
     return argv[++*i];
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "kiln import: ");
     fprintf(stderr, fmt, arg);
@@ -97,7 +88,6 @@ static int parse_args(int argc, char **argv, int first, cli *c) {
     for (int i = first; i < argc; i++) {
         const char *a = argv[i], *v;
         bool missing = false;
-        int num;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage_text, stdout);
             return 1;
@@ -107,18 +97,16 @@ static int parse_args(int argc, char **argv, int first, cli *c) {
             c->data = v;
         } else if ((v = opt_value(argc, argv, &i, "--name", &missing))) {
             c->name = v;
-        } else if ((v = opt_value(argc, argv, &i, "--val-percent", &missing))) {
-            if (parse_int(v, 0, 100, &num) != 0) return usage_error("--val-percent must be 0..100, not %s", v);
-            c->src.opts.val_percent = num;
-        } else if ((v = opt_value(argc, argv, &i, "--width", &missing))) {
-            if (parse_int(v, 1, 4096, &num) != 0) return usage_error("--width must be 1..4096, not %s", v);
-            c->src.opts.width = num;
-        } else if ((v = opt_value(argc, argv, &i, "--height", &missing))) {
-            if (parse_int(v, 1, 4096, &num) != 0) return usage_error("--height must be 1..4096, not %s", v);
-            c->src.opts.height = num;
-        } else if ((v = opt_value(argc, argv, &i, "--channels", &missing))) {
-            if (parse_int(v, 1, 3, &num) != 0 || num == 2) return usage_error("--channels must be 1 or 3, not %s", v);
-            c->src.opts.channels = num;
+        } else if ((v = opt_value(argc, argv, &i, "--val-percent", &missing)) ||
+                   (v = opt_value(argc, argv, &i, "--width", &missing)) ||
+                   (v = opt_value(argc, argv, &i, "--height", &missing)) ||
+                   (v = opt_value(argc, argv, &i, "--channels", &missing))) {
+            /* --val-percent is the option val_percent: import.c's table has its limits */
+            char field[32];
+            snprintf(field, sizeof field, "%s", a + 2);
+            for (char *p = field; *p; p++) if (*p == '-') *p = '_';
+            api_error e;
+            if (import_option_set(&c->src.opts, field, v, &e) != 0) return usage_error("%s", e.message);
         } else if (missing) {
             return usage_error("%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -17,6 +17,7 @@
 #include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
 #include "engine/summary.h"        /* summary_build, summary_to_json */
+#include "jobs/import.h"           /* import_schema: the upload's options */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/jobspec.h"          /* jobspec_create */
 #include "server/http.h"
@@ -303,13 +304,21 @@ static int h_network_summary(request *r)
 }
 
 /* GET /api/v1/schema: the limits and defaults of every request field, from
- * the table the server validates with (jobs/jobcfg.c). */
+ * the tables the server validates with: a job's (jobs/jobcfg.c) and a
+ * dataset upload's options (jobs/import.c). */
 static int h_schema(request *r)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON *job = jobcfg_schema();
-    if (!o || !job || !cJSON_AddItemToObject(o, "job", job)) {
+    cJSON *job = jobcfg_schema(), *ds = import_schema();
+    bool ok = o && job && cJSON_AddItemToObject(o, "job", job);
+    if (ok)
+        job = NULL;
+    ok = ok && ds && cJSON_AddItemToObject(o, "dataset", ds);
+    if (ok)
+        ds = NULL;
+    if (!ok) {
         cJSON_Delete(job);
+        cJSON_Delete(ds);
         cJSON_Delete(o);
         return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
     }

@@ -283,40 +283,21 @@ static void upload_finished(void *arg)
 
 /* ---- the handler ------------------------------------------------------------------ */
 
-/* Parses the optional small fields into opts; queues a 400 on a bad value. */
+/* Parses the optional small fields into opts (jobs/import.c's table of
+ * their limits); queues a 400 on a bad value. */
 static bool parse_options(request *r, import_opts *o, enum MHD_Result *answered)
 {
     upload *up = r->up;
-    static const struct { int lo, hi; } range[F_COUNT] = {
-        [F_VAL] = { 0, 100 }, [F_WIDTH] = { 1, 4096 }, [F_HEIGHT] = { 1, 4096 }, [F_CHANNELS] = { 1, 3 },
-    };
-    int64_t v[F_COUNT] = { 0 };
-    for (int f = 0; f < F_COUNT; f++) {
-        if (!up->have[f])
-            continue;
-        if (!http_parse_i64(up->small[f], range[f].lo, range[f].hi, &v[f]) ||
-            (f == F_CHANNELS && v[f] == 2)) {
-            *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
-                                   "field \"%s\" must be %s, not \"%s\"", small_fields[f],
-                                   f == F_CHANNELS ? "1 or 3" : f == F_VAL ? "an integer 0..100"
-                                                                           : "an integer 1..4096",
-                                   up->small[f]);
+    api_error e;
+    for (int f = 0; f < F_COUNT; f++)
+        if (up->have[f] && import_option_set(o, small_fields[f], up->small[f], &e) != 0) {
+            *answered = http_error(r, (unsigned)e.status, e.code, "%s", e.message);
             return false;
         }
-    }
-    if (up->have[F_WIDTH] != up->have[F_HEIGHT]) {
-        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
-                               "give width and height together (or neither: the most common size)");
+    if (import_options_check(o, &e) != 0) {
+        *answered = http_error(r, (unsigned)e.status, e.code, "%s", e.message);
         return false;
     }
-    if (up->have[F_VAL])
-        o->val_percent = (int)v[F_VAL];
-    if (up->have[F_WIDTH]) {
-        o->width = (int)v[F_WIDTH];
-        o->height = (int)v[F_HEIGHT];
-    }
-    if (up->have[F_CHANNELS])
-        o->channels = (int)v[F_CHANNELS];
     return true;
 }
 

@@ -47,10 +47,25 @@ export const post = (path, body) => request('POST', path, body);
 
 /* Uploads a dataset archive as multipart/form-data through XHR, so the browser
  * reports upload progress: onProgress(fraction). Resolves to the dataset. */
-export function uploadDataset(name, file, onProgress) {
+/* GET /api/v1/schema (the server's tables of request fields: "job", "dataset"),
+ * once per page; asked again after a failure. */
+let schemaRequest = null;
+export function getSchema() {
+  if (!schemaRequest) {
+    schemaRequest = get('/schema');
+    schemaRequest.catch(() => { schemaRequest = null; });
+  }
+  return schemaRequest;
+}
+
+/* options: {val_percent, width, height, channels}, each sent only when set. */
+export function uploadDataset(name, file, onProgress, options = {}) {
   return new Promise((resolve, reject) => {
     const form = new FormData();
     form.append('name', name);
+    for (const [k, v] of Object.entries(options)) {
+      if (v !== undefined && v !== null && v !== '') form.append(k, String(v));
+    }
     form.append('archive', file, file.name);
     const xhr = new XMLHttpRequest();
     xhr.open('POST', `${API}/datasets`);

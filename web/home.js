@@ -1,7 +1,7 @@
 // The home view (#/): datasets with an upload form, jobs with a "new job" form.
 // Lists refresh every few seconds while the page is open.
 
-import { get, uploadDataset, ApiError } from './api.js';
+import { get, getSchema, uploadDataset, ApiError } from './api.js';
 import { buildJobForm } from './jobform.js';
 import {
   h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes,
@@ -163,6 +163,41 @@ function buildUploadForm(state, refresh) {
   const note = h('p', { class: 'form-note', 'aria-live': 'polite' });
   const button = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Upload');
 
+  // The import's options, with the limits and defaults of the server's table
+  // (GET /api/v1/schema's "dataset"): left empty, the server chooses.
+  const opt = (id, attrs) => h('input', { id, type: 'number', step: 1, inputmode: 'numeric',
+    autocomplete: 'off', ...attrs });
+  const width = opt('upload-width', { placeholder: 'most common' });
+  const height = opt('upload-height', { placeholder: 'most common' });
+  const valPercent = opt('upload-val-percent', {});
+  const channels = h('select', { id: 'upload-channels' }, h('option', { value: '' }, 'as the images'));
+  const optionsHint = h('p', { class: 'hint', id: 'upload-options-hint' });
+  const options = h('details', { class: 'advanced', id: 'upload-options' },
+    h('summary', {}, 'Options'),
+    h('div', { class: 'field-row' },
+      h('div', { class: 'field' }, h('label', { for: 'upload-width' }, 'Width'), width),
+      h('div', { class: 'field' }, h('label', { for: 'upload-height' }, 'Height'), height)),
+    h('div', { class: 'field-row' },
+      h('div', { class: 'field' }, h('label', { for: 'upload-channels' }, 'Channels'), channels),
+      h('div', { class: 'field' }, h('label', { for: 'upload-val-percent' }, 'Validation %'), valPercent)),
+    optionsHint);
+  getSchema().then((s) => {
+    const d = (s && s.dataset) || {};
+    for (const [input, key] of [[width, 'width'], [height, 'height'], [valPercent, 'val_percent']]) {
+      const f = d[key];
+      if (!f) continue;
+      if (f.minimum !== undefined) input.min = String(f.minimum);
+      if (f.maximum !== undefined) input.max = String(f.maximum);
+      if (f.default !== null && f.default !== undefined) input.defaultValue = input.value = String(f.default);
+      input.title = f.description || '';
+    }
+    for (const c of (d.channels && d.channels.enum) || []) {
+      channels.append(h('option', { value: String(c) }, c === 1 ? '1 (grey)' : c === 3 ? '3 (colour)' : String(c)));
+    }
+    fill(optionsHint, (d.width && d.width.description) ? `Size ${d.width.description.replace(/^with height; /, '')}. ` +
+      'An archive with train/, val/ and test/ folders keeps its own split.' : '');
+  }).catch(() => fill(optionsHint, 'The server\'s limits for these options could not be read; it checks them on upload.'));
+
   file.addEventListener('change', () => {
     const f = file.files[0];
     if (f && !name.value) name.value = f.name.replace(/\.(tar\.gz|tgz|tar|zip)$/i, '');
@@ -172,7 +207,7 @@ function buildUploadForm(state, refresh) {
     h('div', { class: 'field' }, h('label', { for: 'upload-name' }, 'Name'), name),
     h('div', { class: 'field' }, h('label', { for: 'upload-file' }, 'Archive'), file,
       h('p', { class: 'hint' }, `A .tar, .tar.gz or .zip with one folder of PNG or JPEG images per class (up to ${fmtBytes(MAX_UPLOAD_BYTES)}).`)),
-    barRow, error, note,
+    options, barRow, error, note,
     h('div', { class: 'actions' }, button));
 
   form.addEventListener('submit', async (ev) => {
@@ -194,7 +229,8 @@ function buildUploadForm(state, refresh) {
       const ds = await uploadDataset(n, f, (frac) => {
         setBar(frac);
         fill(barText, `${fmtPercent(frac, 0)} of ${fmtBytes(f.size)}`);
-      });
+      }, { width: width.value.trim(), height: height.value.trim(), channels: channels.value,
+        val_percent: valPercent.value.trim() });
       fill(note, `Uploaded. Dataset “${ds.name}” is ${ds.status}.`);
       form.reset();
       refresh();

@@ -18,7 +18,7 @@
 // is the server's to say, by the same rule the schema publishes, and its
 // answer marks the field it names.
 
-import { get, post, ApiError } from './api.js';
+import { post, ApiError, getSchema } from './api.js';
 import { h, svg, fill, fmtCount, fmtBytes } from './ui.js';
 
 const CUSTOM = '__custom__';
@@ -65,17 +65,12 @@ const POLICY_LABELS = {
   gamma: 'Gamma', power: 'Power', min_lr: 'Final lr',
 };
 
-/* GET /api/v1/schema's "job" object, once per page (again after a failure). */
-let schemaRequest = null;
+/* GET /api/v1/schema's "job" object (api.js fetches the schema once per page). */
 function loadSchema() {
-  if (!schemaRequest) {
-    schemaRequest = get('/schema').then((s) => {
-      if (!s || typeof s.job !== 'object' || !s.job) throw new Error('GET /api/v1/schema has no "job" object');
-      return s.job;
-    });
-    schemaRequest.catch(() => { schemaRequest = null; });
-  }
-  return schemaRequest;
+  return getSchema().then((s) => {
+    if (!s || typeof s.job !== 'object' || !s.job) throw new Error('GET /api/v1/schema has no "job" object');
+    return s.job;
+  });
 }
 
 /* Whether v is in a schema field's range, inclusive and exclusive bounds as

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { ROOT, importDemo, startServer, tempDir } from '../integration/lib/kiln.mjs';
+import { ROOT, importDemo, makeDigitArchive, startServer, tempDir, waitDataset } from '../integration/lib/kiln.mjs';
 
 const require = createRequire(import.meta.url);
 const { chromium } = require('playwright-core');
@@ -542,6 +542,41 @@ test('a reloaded job page replays the finished job from the API', async () => {
   await page.goto(`${base}/#/jobs/987654`);
   await page.waitForSelector('#job-error:not([hidden])', { timeout: 15_000 });
   assert.match(await page.textContent('#job-error'), /no job 987654/i);
+});
+
+test('upload a dataset with options from the form: size, channels and split as asked', { timeout: 300_000 }, async () => {
+  const schema = (await (await fetch(`${base}/api/v1/schema`)).json()).dataset;
+  const work = path.join(tmp.dir, 'upload-form');
+  mkdirSync(work, { recursive: true });
+  const archive = await makeDigitArchive(work, 10);
+  await page.goto(`${base}/#/`);
+  await page.waitForSelector('#upload-form');
+  await page.click('#upload-options > summary');
+  // the options' defaults and bounds are the server's (GET /api/v1/schema "dataset")
+  await page.waitForFunction(() => document.querySelectorAll('#upload-channels option').length > 1);
+  assert.equal(await page.inputValue('#upload-val-percent'), String(schema.val_percent.default));
+  assert.equal(await page.getAttribute('#upload-width', 'max'), String(schema.width.maximum));
+  assert.equal(await page.getAttribute('#upload-val-percent', 'max'), String(schema.val_percent.maximum));
+  assert.deepEqual(await page.$$eval('#upload-channels option', (os) => os.map((o) => o.value)),
+    ['', ...schema.channels.enum.map(String)]);
+  await page.fill('#upload-name', 'digits-14');
+  await page.setInputFiles('#upload-file', archive);
+  await page.fill('#upload-width', '14');
+  await page.fill('#upload-height', '14');
+  await page.selectOption('#upload-channels', '3');
+  await page.fill('#upload-val-percent', '10');
+  await page.screenshot({ path: path.join(OUT, 'upload-options.png'), fullPage: true });
+  await page.click('#upload-form button[type=submit]');
+  await page.waitForFunction(() => /Uploaded/.test(document.querySelector('#upload-form .form-note')?.textContent || ''),
+    null, { timeout: 60_000 });
+  const list = await (await fetch(`${base}/api/v1/datasets`)).json();
+  const made = list.items.find((d) => d.name === 'digits-14');
+  assert.ok(made, 'the dataset is listed');
+  const ds = await waitDataset(base, made.id);
+  assert.equal(ds.status, 'ready', ds.error);
+  assert.deepEqual(ds.shape, [3, 14, 14]);
+  assert.equal(ds.counts.val, 10, '10% of each class of 10');
+  assert.equal(ds.counts.train, 90);
 });
 
 test('the page made no request off the machine and logged no error', () => {
