@@ -95,18 +95,14 @@ static blob make_png_const(int w, int h, int c, const uint8_t *value) {
 }
 
 /* JPEG of a constant colour; grey when c == 1. */
-static blob make_jpeg_const(int w, int h, int c, const uint8_t *value) {
-    size_t n = (size_t)w * (size_t)h;
-    uint8_t *pix = malloc(n * 3);
-    assert_non_null(pix);
-    for (size_t i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++) pix[i * (size_t)c + (size_t)ch] = value[ch];
+/* pix (w x h, c channels, interleaved) as a JPEG; frees pix. */
+static blob encode_jpeg(uint8_t *pix, int w, int h, int c, int samp, int quality) {
     tjhandle tj = tjInitCompress();
     assert_non_null(tj);
     unsigned char *out = NULL;
     unsigned long len = 0;
-    assert_int_equal(tjCompress2(tj, pix, w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB, &out, &len,
-                                 c == 1 ? TJSAMP_GRAY : TJSAMP_444, 95, 0), 0);
+    assert_int_equal(tjCompress2(tj, pix, w, 0, h, c == 1 ? TJPF_GRAY : TJPF_RGB, &out, &len, samp,
+                                 quality, 0), 0);
     blob b = { malloc(len), len };
     assert_non_null(b.p);
     memcpy(b.p, out, len);
@@ -114,6 +110,15 @@ static blob make_jpeg_const(int w, int h, int c, const uint8_t *value) {
     tjDestroy(tj);
     free(pix);
     return b;
+}
+
+static blob make_jpeg_const(int w, int h, int c, const uint8_t *value) {
+    size_t n = (size_t)w * (size_t)h;
+    uint8_t *pix = malloc(n * 3);
+    assert_non_null(pix);
+    for (size_t i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) pix[i * (size_t)c + (size_t)ch] = value[ch];
+    return encode_jpeg(pix, w, h, c, c == 1 ? TJSAMP_GRAY : TJSAMP_444, 95);
 }
 
 /* ---- making archives ---------------------------------------------------------- */
@@ -642,18 +647,7 @@ static blob make_jpeg_noise(int w, int h, unsigned seed) {
         seed = seed * 1103515245u + 12345u;
         pix[i] = (uint8_t)(seed >> 16);
     }
-    tjhandle tj = tjInitCompress();
-    assert_non_null(tj);
-    unsigned char *out = NULL;
-    unsigned long len = 0;
-    assert_int_equal(tjCompress2(tj, pix, w, 0, h, TJPF_RGB, &out, &len, TJSAMP_420, 90, 0), 0);
-    blob b = { malloc(len), len };
-    assert_non_null(b.p);
-    memcpy(b.p, out, len);
-    tjFree(out);
-    tjDestroy(tj);
-    free(pix);
-    return b;
+    return encode_jpeg(pix, w, h, 3, TJSAMP_420, 90);
 }
 
 /* Issue 13's sequences: a truncated JPEG (the first 600 bytes of one) and
