@@ -1,12 +1,14 @@
-// kiln dashboard: a hash router over two views, and the header's service info.
-//   #/          datasets and jobs (home.js)
-//   #/jobs/ID   one job, live (job.js)
+// kiln dashboard: a hash router over three views, and the header's service info.
+//   #/              datasets and jobs (home.js)
+//   #/jobs/ID       one job, live (job.js)
+//   #/datasets/ID   one dataset: its import report and classes (dataset.js)
 // Everything goes through the public REST API under /api/v1.
 
 import { get } from './api.js';
 import { h, fill, fmtBytes } from './ui.js';
 import { renderHome } from './home.js';
 import { renderJob } from './job.js';
+import { renderDataset } from './dataset.js';
 
 const main = document.getElementById('main');
 let teardown = null;
@@ -15,11 +17,15 @@ function route() {
   if (teardown) { teardown(); teardown = null; }
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
-  main.dataset.view = m ? 'job' : 'home';
+  const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : 'home';
   delete main.dataset.status;
   if (m) {
     document.title = `Job ${m[1]} · kiln`;
     teardown = renderJob(main, Number(m[1]));
+  } else if (ds) {
+    document.title = `Dataset ${ds[1]} · kiln`;
+    teardown = renderDataset(main, Number(ds[1]));
   } else {
     document.title = 'kiln';
     teardown = renderHome(main);

@@ -119,7 +119,8 @@ function renderDatasets(tbody, items) {
     }
     const classes = Array.isArray(d.classes) ? d.classes : [];
     return h('tr', { 'data-dataset-id': d.id },
-      h('td', { class: 'nowrap' }, h('strong', {}, d.name), h('span', { class: 'muted small id' }, ` #${d.id}`)),
+      h('td', { class: 'nowrap' }, h('a', { href: `#/datasets/${d.id}`, class: 'dataset-link' }, h('strong', {}, d.name)),
+        h('span', { class: 'muted small id' }, ` #${d.id}`)),
       h('td', {}, status),
       h('td', { title: classes.join(', '), class: 'num' }, classes.length ? String(classes.length) : '—'),
       h('td', { class: 'num' }, fmtCount(d.counts && d.counts.train)),

@@ -577,6 +577,20 @@ test('upload a dataset with options from the form: size, channels and split as a
   assert.deepEqual(ds.shape, [3, 14, 14]);
   assert.equal(ds.counts.val, 10, '10% of each class of 10');
   assert.equal(ds.counts.train, 90);
+
+  // its page, from the home page's link: the facts, the import report and the images per class
+  await page.goto(`${base}/#/`);
+  await page.click(`a.dataset-link[href="#/datasets/${made.id}"]`);
+  await page.waitForSelector('#class-histogram');
+  assert.match(await page.textContent('#dataset-facts'), /3 × 14 × 14|3×14×14/);
+  assert.match(await page.textContent('#dataset-subtitle'), /^Dataset #\d+ · created \w{3} \d+, \d\d:\d\d$/);
+  assert.match(await page.textContent('#report-counts'), /images read\s*100/);
+  assert.match(await page.textContent('#report-problems'), /every file was read/);
+  const rows = await page.$$eval('#class-histogram tbody tr', (trs) => trs.map((tr) =>
+    [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)));
+  assert.equal(rows.length, 10);
+  for (const [cls, train, val] of rows) assert.deepEqual([train, val], ['9', '1'], `class ${cls}`);
+  await page.screenshot({ path: path.join(OUT, 'dataset-page.png'), fullPage: true });
 });
 
 test('the page made no request off the machine and logged no error', () => {
