@@ -32,7 +32,7 @@
 /* ---- the table -------------------------------------------------------------- */
 
 typedef enum rule_kind { R_INT, R_NUM, R_BOOL, R_CHOICE } rule_kind;
-typedef enum rule_store { S_INT, S_U64, S_DOUBLE, S_BOOL, S_ENUM } rule_store;
+typedef enum rule_store { S_INT, S_U64, S_DOUBLE, S_BOOL } rule_store;   /* enums are S_INT */
 
 #define ALL_SOLVERS 0u
 #define SGD_ONLY (1u << SOLVER_SGD)
@@ -43,6 +43,8 @@ static const char *const *loss_scaling_names(void)
     static const char *const names[] = { "dynamic", "off", NULL };
     return names;
 }
+static const int loss_scaling_values[] = { 1, 0 };              /* dynamic_scaling */
+static const int larc_values[] = { LARC_CLIP, LARC_SCALE };     /* the names leave out none */
 
 typedef struct rule {
     const char *obj;                   /* "" top level, "solver", "solver.larc" */
@@ -52,6 +54,7 @@ typedef struct rule {
     double lo, hi;
     bool lo_open, hi_open;
     const char *const *(*names)(void); /* R_CHOICE */
+    const int *values;                 /* R_CHOICE: what name i stores; NULL: i itself */
     unsigned solvers;                  /* the solver types it goes with; 0: all */
     rule_store store;
     size_t off;                        /* in jobcfg */
@@ -73,12 +76,13 @@ static const rule rules[] = {
       .doc = "initialisation, shuffling and dropout" },
     { "", "snapshot_interval", R_INT, 1, 1, 10000, .store = S_INT, .off = AT(snapshot_interval),
       .doc = "a checkpoint every this many epochs" },
-    { "", "precision", R_CHOICE, PREC_FP32, .names = precision_names, .store = S_ENUM,
+    { "", "precision", R_CHOICE, PREC_FP32, .names = precision_names, .store = S_INT,
       .off = AT(precision), .doc = "fp32, or mixed precision in bfloat16 or FP16" },
-    { "", "loss_scaling", R_CHOICE, -1, .names = loss_scaling_names, .store = S_BOOL,
+    { "", "loss_scaling", R_CHOICE, -1, .names = loss_scaling_names,
+      .values = loss_scaling_values, .store = S_BOOL,
       .off = AT(dynamic_scaling), .doc = "dynamic loss scaling; default dynamic for amp-fp16, "
       "else off (dynamic is for mixed precision only)" },
-    { "solver", "type", R_CHOICE, SOLVER_SGD, .names = solver_type_names, .store = S_ENUM,
+    { "solver", "type", R_CHOICE, SOLVER_SGD, .names = solver_type_names, .store = S_INT,
       .off = SOLVER(type), .doc = "the optimizer (PyTorch's update rules)" },
     { "solver", "lr", R_NUM, 0.01, 0, 10, true, false, .store = S_DOUBLE, .off = SOLVER(lr),
       .doc = "the base learning rate" },
@@ -100,8 +104,9 @@ static const rule rules[] = {
       .doc = "clip gradients to this global L2 norm; 0: off" },
     { "solver", "label_smoothing", R_NUM, 0, 0, 1, false, true, .store = S_DOUBLE,
       .off = SOLVER(label_smoothing), .doc = "the loss's eps; training steps only" },
-    { "solver.larc", "policy", R_CHOICE, 0, .names = larc_policy_names, .solvers = SGD_ONLY,
-      .store = S_ENUM, .off = SOLVER(larc), .doc = "LARC (seeds/000); solver.larc absent: none" },
+    { "solver.larc", "policy", R_CHOICE, 0, .names = larc_policy_names, .values = larc_values,
+      .solvers = SGD_ONLY,
+      .store = S_INT, .off = SOLVER(larc), .doc = "LARC (seeds/000); solver.larc absent: none" },
     { "solver.larc", "eta", R_NUM, 0.001, 0, 1, true, false, .solvers = SGD_ONLY,
       .store = S_DOUBLE, .off = SOLVER(larc_eta), .doc = "LARC's trust coefficient" },
 };
@@ -200,13 +205,20 @@ static int refuse(const rule *r, api_error *e)
     return api_fail(e, 500, "internal", "rule %s has no reader", r->key);
 }
 
+/* What a choice rule stores for its name i. */
+static int choice_value(const rule *r, int i)
+{
+    return r->values ? r->values[i] : i;
+}
+
 /* The value of rule r in obj (the rule's own object), or its default, as a
- * double (R_CHOICE: the name's index). */
+ * double (R_CHOICE: what the chosen name stores; a default that depends on
+ * other fields, def < 0, stays -1). */
 static int read_rule(const rule *r, const cJSON *obj, double *out, api_error *e)
 {
     const cJSON *v = obj ? opt_field(obj, r->key) : NULL;
     if (!v) {
-        *out = r->def;
+        *out = r->kind == R_CHOICE && r->def >= 0 ? choice_value(r, (int)r->def) : r->def;
         return 0;
     }
     switch (r->kind) {
@@ -232,7 +244,7 @@ static int read_rule(const rule *r, const cJSON *obj, double *out, api_error *e)
         const char *const *names = r->names();
         for (int i = 0; cJSON_IsString(v) && names[i]; i++)
             if (!strcmp(names[i], v->valuestring)) {
-                *out = i;
+                *out = choice_value(r, i);
                 return 0;
             }
         return refuse(r, e);
@@ -246,7 +258,6 @@ static void store_rule(const rule *r, jobcfg *c, double v)
     char *at = (char *)c + r->off;
     switch (r->store) {
     case S_INT: { int x = (int)v; memcpy(at, &x, sizeof x); break; }
-    case S_ENUM: { int x = (int)v; memcpy(at, &x, sizeof x); break; }
     case S_U64: { uint64_t x = (uint64_t)v; memcpy(at, &x, sizeof x); break; }
     case S_DOUBLE: memcpy(at, &v, sizeof v); break;
     case S_BOOL: { bool x = v != 0; memcpy(at, &x, sizeof x); break; }
@@ -257,7 +268,7 @@ static double load_rule(const rule *r, const jobcfg *c)
 {
     const char *at = (const char *)c + r->off;
     switch (r->store) {
-    case S_INT: case S_ENUM: { int x; memcpy(&x, at, sizeof x); return x; }
+    case S_INT: { int x; memcpy(&x, at, sizeof x); return x; }
     case S_U64: { uint64_t x; memcpy(&x, at, sizeof x); return (double)x; }
     case S_DOUBLE: { double x; memcpy(&x, at, sizeof x); return x; }
     case S_BOOL: { bool x; memcpy(&x, at, sizeof x); return x; }
@@ -271,13 +282,19 @@ int jobcfg_refuse(const char *path, api_error *e)
     return r ? refuse(r, e) : api_fail(e, 500, "internal", "%s is not a setting", path);
 }
 
-int jobcfg_read_int(const cJSON *obj, const char *path, int *out, api_error *e)
+/* Rule `path` of the given kind read from obj, as read_rule gives it. */
+static int read_path(const cJSON *obj, const char *path, rule_kind kind, double *out, api_error *e)
 {
     const rule *r = rule_at(path);
+    if (!r || r->kind != kind)
+        return api_fail(e, 500, "internal", "%s is not a setting of that kind", path);
+    return read_rule(r, obj, out, e);
+}
+
+int jobcfg_read_int(const cJSON *obj, const char *path, int *out, api_error *e)
+{
     double v;
-    if (!r || r->kind != R_INT)
-        return api_fail(e, 500, "internal", "%s is not an integer setting", path);
-    if (read_rule(r, obj, &v, e) != 0)
+    if (read_path(obj, path, R_INT, &v, e) != 0)
         return -1;
     *out = (int)v;
     return 0;
@@ -285,19 +302,13 @@ int jobcfg_read_int(const cJSON *obj, const char *path, int *out, api_error *e)
 
 int jobcfg_read_num(const cJSON *obj, const char *path, double *out, api_error *e)
 {
-    const rule *r = rule_at(path);
-    if (!r || r->kind != R_NUM)
-        return api_fail(e, 500, "internal", "%s is not a number setting", path);
-    return read_rule(r, obj, out, e);
+    return read_path(obj, path, R_NUM, out, e);
 }
 
 int jobcfg_read_choice(const cJSON *obj, const char *path, int *out, api_error *e)
 {
-    const rule *r = rule_at(path);
     double v;
-    if (!r || r->kind != R_CHOICE)
-        return api_fail(e, 500, "internal", "%s is not a choice", path);
-    if (read_rule(r, obj, &v, e) != 0)
+    if (read_path(obj, path, R_CHOICE, &v, e) != 0)
         return -1;
     *out = (int)v;
     return 0;
@@ -383,10 +394,6 @@ static int read_rules(const cJSON *body, const cJSON *solver, const cJSON *larc,
             return -1;
         if (r->def < 0 && !opt_field(obj, r->key))
             continue;                              /* a default that depends: resolved below */
-        if (r->names == larc_policy_names)
-            v += 1;                                /* the names leave out LARC_NONE */
-        else if (r->names == loss_scaling_names)
-            v = v == 0;                            /* "dynamic" */
         store_rule(r, c, v);
     }
     return 0;
@@ -600,7 +607,6 @@ static int read_resolved_data(const cJSON *j, jobcfg *c, api_error *e)
     if (!dir || !cJSON_IsString(dir) || !dir->valuestring[0] ||
         strlen(dir->valuestring) >= sizeof c->dataset_dir)
         return api_fail(e, 400, "invalid_field", "dataset_dir must be the dataset's folder");
-    snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dir->valuestring);
     snprintf(c->network_name, sizeof c->network_name, "%s",
              nn && cJSON_IsString(nn) ? nn->valuestring : "custom");
     int shape[3], k = 0;
@@ -612,18 +618,38 @@ static int read_resolved_data(const cJSON *j, jobcfg *c, api_error *e)
     }
     if (!in || !cJSON_IsArray(in) || k != 3 || cJSON_GetArraySize(in) != 3)
         return api_fail(e, 400, "invalid_field", "input must be [C, H, W], three positive integers");
-    c->input = (net_shape){ shape[0], shape[1], shape[2] };
     int n = classes && cJSON_IsArray(classes) ? cJSON_GetArraySize(classes) : 0;
     if (n < 1)
         return api_fail(e, 400, "invalid_field", "classes must list the dataset's class names");
-    if (!(c->classes = calloc((size_t)n, sizeof *c->classes)))
+    const char **names = calloc((size_t)n, sizeof *names);
+    if (!names)
         return api_fail(e, 500, "internal", "out of memory");
+    k = 0;
     cJSON_ArrayForEach(x, classes) {
-        if (!cJSON_IsString(x))
+        if (!cJSON_IsString(x)) {
+            free(names);
             return api_fail(e, 400, "invalid_field", "classes must list names (strings)");
-        if (!(c->classes[c->nclasses++] = strdup(x->valuestring)))
-            return api_fail(e, 500, "internal", "out of memory");
+        }
+        names[k++] = x->valuestring;
     }
+    int rc = jobcfg_set_data(c, dir->valuestring, (net_shape){ shape[0], shape[1], shape[2] },
+                             names, n, e);
+    free(names);
+    return rc;
+}
+
+int jobcfg_set_data(jobcfg *c, const char *dataset_dir, net_shape input, const char *const *classes,
+                    int nclasses, api_error *e)
+{
+    if (snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dataset_dir) >=
+        (int)sizeof c->dataset_dir)
+        return api_fail(e, 400, "invalid_field", "dataset_dir is too long");
+    c->input = input;
+    if (!(c->classes = calloc((size_t)nclasses, sizeof *c->classes)))
+        return api_fail(e, 500, "internal", "out of memory");
+    for (c->nclasses = 0; c->nclasses < nclasses; c->nclasses++)
+        if (!(c->classes[c->nclasses] = strdup(classes[c->nclasses])))
+            return api_fail(e, 500, "internal", "out of memory");
     return 0;
 }
 
@@ -745,12 +771,13 @@ static cJSON *rule_json(const rule *r, const jobcfg *c)
         return cJSON_CreateNumber(v);
     case R_BOOL:
         return cJSON_CreateBool(v != 0);
-    case R_CHOICE:
-        if (r->names == loss_scaling_names)
-            return cJSON_CreateString(v != 0 ? "dynamic" : "off");
-        if (r->names == larc_policy_names)
-            return cJSON_CreateString(larc_policy_name((larc_policy)(int)v));
-        return cJSON_CreateString(r->names()[(int)v]);
+    case R_CHOICE: {
+        const char *const *names = r->names();
+        for (int i = 0; names[i]; i++)
+            if (choice_value(r, i) == (int)v)
+                return cJSON_CreateString(names[i]);
+        return NULL;
+    }
     }
     return NULL;
 }

@@ -98,6 +98,11 @@ int jobcfg_load(const char *dir, jobcfg *out, api_error *e);
 
 void jobcfg_free(jobcfg *c);           /* frees what c owns; NULL is a no-op */
 
+/* A request's dataset part, once jobspec has found the dataset: its folder,
+ * the input shape and the class names (copied). Returns 0, or -1 with e. */
+int jobcfg_set_data(jobcfg *c, const char *dataset_dir, net_shape input, const char *const *classes,
+                    int nclasses, api_error *e);
+
 /* Steps of the whole run for a training split of train_count images. */
 int64_t jobcfg_steps(const jobcfg *c, int64_t train_count);
 

@@ -109,20 +109,6 @@ static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **sp
 
 /* ---- resolving the request ------------------------------------------------ */
 
-/* The dataset's part of c: its folder, shape and classes. */
-static int set_dataset(jobcfg *c, const char *dir, const ds_info *info, api_error *e)
-{
-    if (snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dir) >= (int)sizeof c->dataset_dir)
-        return api_fail(e, 500, "internal", "the dataset's path is too long");
-    c->input = (net_shape){ info->c, info->h, info->w };
-    if (!(c->classes = calloc((size_t)info->nclasses, sizeof *c->classes)))
-        return api_fail(e, 500, "internal", "out of memory");
-    for (c->nclasses = 0; c->nclasses < info->nclasses; c->nclasses++)
-        if (!(c->classes[c->nclasses] = strdup(info->classes[c->nclasses])))
-            return api_fail(e, 500, "internal", "out of memory");
-    return 0;
-}
-
 /* "lr_policy" (fixed when the request has none) with warm-up epochs turned
  * into steps for this dataset. */
 static int resolve_lr_policy(jobcfg *c, const ds_info *info, api_error *e)
@@ -151,7 +137,9 @@ static int resolve(jobcfg *c, const char *dir, const ds_info *info, api_error *e
         return -1;
     cJSON_Delete(c->network);
     c->network = spec;
-    return set_dataset(c, dir, info, e) != 0 || resolve_lr_policy(c, info, e) != 0 ? -1 : 0;
+    net_shape in = { info->c, info->h, info->w };
+    return jobcfg_set_data(c, dir, in, (const char *const *)info->classes, info->nclasses, e) != 0 ||
+                   resolve_lr_policy(c, info, e) != 0 ? -1 : 0;
 }
 
 /* Writes text to dir/job.json atomically (engine/fileio.h). */

@@ -94,9 +94,8 @@ static double mono_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1); -1: none given. */
-static int worker_ngpus = -1;
-static int worker_gpus[KILN_MAX_DEVICES];
+/* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1); count 0: none given. */
+static net_devices worker_gpus;
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -365,7 +364,7 @@ static int open_run(run *r, char *err, size_t errlen)
     r->steps_per_epoch = (int64_t)loader_batches(r->train_ld);
     r->total_steps = r->steps_per_epoch * c->epochs;
     r->last_val_secs = -1;
-    if (lr_from_json(c->lr_policy, (float)c->solver.lr, r->total_steps, r->steps_per_epoch, &r->lr,
+    if (lr_from_json(c->lr_policy, solver.lr, r->total_steps, r->steps_per_epoch, &r->lr,
                      NULL, e, sizeof e) != 0) {
         set_err(err, errlen, "job.json: %s", e);
         return -1;
@@ -587,31 +586,25 @@ static void solver_desc(const jobcfg_solver *s, const lr_policy *lp, char *buf, 
         snprintf(buf + k, n - k, " larc %s eta %g", larc_policy_name(s->larc), s->larc_eta);
 }
 
-/* kiln worker --gpus 0,1: the GPUs the scheduler chose, as numbers. */
-static bool parse_gpus(const char *v)
+/* kiln worker --gpus 0,1: the GPUs the scheduler chose, read as the engine
+ * reads a device list ("cuda:0,1"). */
+static int parse_gpus(const char *v, char *err, size_t errlen)
 {
-    worker_ngpus = 0;
-    for (const char *p = v; *p;) {
-        char *end;
-        long g = strtol(p, &end, 10);
-        if (end == p || g < 0 || g > 1024 || (*end && *end != ',') ||
-            worker_ngpus == KILN_MAX_DEVICES)
-            return false;
-        worker_gpus[worker_ngpus++] = (int)g;
-        p = *end ? end + 1 : end;
-    }
-    return worker_ngpus > 0;
+    char spec[KILN_MAX_DEVICES * 6 + 8];
+    if (snprintf(spec, sizeof spec, "cuda:%s", v) >= (int)sizeof spec)
+        return set_err(err, errlen, "--gpus lists too many GPUs");
+    return net_devices_parse(spec, &worker_gpus, err, errlen);
 }
 
 /* The job's GPUs are the ones the scheduler gave, when it gave them. */
 static int apply_worker_gpus(jobcfg *c, char *err, size_t errlen)
 {
-    if (worker_ngpus < 0)
+    if (worker_gpus.count == 0)
         return 0;
-    if (c->devices.kind != BACKEND_CUDA || c->devices.count != worker_ngpus)
-        return set_err(err, errlen, "--gpus names %d GPUs but the job asks for %d", worker_ngpus,
+    if (c->devices.kind != BACKEND_CUDA || c->devices.count != worker_gpus.count)
+        return set_err(err, errlen, "--gpus names %d GPUs but the job asks for %d", worker_gpus.count,
                        c->devices.kind == BACKEND_CUDA ? c->devices.count : 0);
-    memcpy(c->devices.ids, worker_gpus, sizeof worker_gpus);
+    memcpy(c->devices.ids, worker_gpus.ids, sizeof worker_gpus.ids);
     c->devices.listed = true;
     return 0;
 }
@@ -664,8 +657,9 @@ int runner_main(int argc, char **argv)
             dir = argv[++i];
         else if ((!strcmp(argv[i], "--gpus") || !strcmp(argv[i], "--gpu")) && i + 1 < argc)
         {
-            if (!parse_gpus(argv[++i])) {
-                fprintf(stderr, "kiln worker: --gpus needs GPU numbers, such as 0,1\n");
+            char why[160];
+            if (parse_gpus(argv[++i], why, sizeof why) != 0) {
+                fprintf(stderr, "kiln worker: --gpus needs GPU numbers, such as 0,1 (%s)\n", why);
                 return 2;
             }
         }
