@@ -217,7 +217,7 @@ int ckpt_load(net *n, const char *path, ckpt_info *info, char *err, size_t errle
     /* Mixed precision (issue 4): checkpoints from before it are fp32 runs. */
     const char *written = st_meta(f, "precision");
     if (!written)
-        written = "fp32";
+        written = precision_name(PREC_FP32);
     if (strcmp(written, precision_name(net_precision(n))) != 0) {
         set_err(err, errlen, "%s was written by a %s run; this run is %s", path, written,
                 precision_name(net_precision(n)));

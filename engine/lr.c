@@ -8,6 +8,7 @@
 #include "base/err.h"
 
 #define LR_PI 3.14159265358979323846
+#define WARMUP_EPOCHS_MAX 100000
 
 static const char *const kind_names[] = {
     [LR_FIXED] = "fixed",
@@ -40,7 +41,7 @@ static const lr_key keys[] = {
     { "min_lr", 1u << LR_COSINE, "number", true, 0, 0, 0, false, false },      /* and at most the lr */
     { "type", ~0u, "string", false, 0, 0, 0, false, false },
     { "warmup_steps", ~0u, "integer", true, 0, 0, 0, false, false },
-    { "warmup_epochs", ~0u, "integer", true, 0, 0, 100000, false, false },
+    { "warmup_epochs", ~0u, "integer", true, 0, 0, WARMUP_EPOCHS_MAX, false, false },
 };
 
 static const lr_key *key_of(const char *name)
@@ -166,14 +167,6 @@ double lr_at(const lr_policy *p, int64_t t)
 
 /* ---- JSON ----------------------------------------------------------------- */
 
-static int bad(bool *unknown, bool is_unknown, char *err, size_t errlen, const char *msg,
-               const char *key)
-{
-    if (unknown)
-        *unknown = is_unknown;
-    return set_err(err, errlen, msg, key);
-}
-
 static bool get_count(const cJSON *v, int64_t lo, int64_t *out)
 {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble ||
@@ -195,17 +188,15 @@ int lr_from_json(const cJSON *obj, double base, int64_t max_steps, int64_t steps
         return 0;
     }
     if (!cJSON_IsObject(obj))
-        return bad(unknown, false, err, errlen, "%s must be an object such as {\"type\": \"step\", "
-                   "\"step_size\": 1000, \"gamma\": 0.1}", "lr_policy");
+        return set_err(err, errlen, "lr_policy must be an object such as {\"type\": \"step\", "
+                       "\"step_size\": 1000, \"gamma\": 0.1}");
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!cJSON_IsString(ty) || lr_kind_parse(ty->valuestring, &p.kind) < 0)
-        return bad(unknown, false, err, errlen, "%s must be one of fixed, step, multistep, "
-                   "exponential, polynomial, cosine", "lr_policy.type");
+        return set_err(err, errlen, "lr_policy.type must be one of fixed, step, multistep, "
+                       "exponential, polynomial, cosine");
     for (const cJSON *c = obj->child; c; c = c->next) {
-        size_t i = 0;
-        while (i < sizeof keys / sizeof keys[0] && strcmp(keys[i].key, c->string ? c->string : ""))
-            i++;
-        if (i == sizeof keys / sizeof keys[0] || !(keys[i].kinds & (1u << p.kind))) {
+        const lr_key *k = key_of(c->string ? c->string : "");
+        if (!k || !(k->kinds & (1u << p.kind))) {
             if (unknown)
                 *unknown = true;
             return set_err(err, errlen, "unknown field \"lr_policy.%.64s\" for lr_policy type %s",
@@ -214,49 +205,46 @@ int lr_from_json(const cJSON *obj, double base, int64_t max_steps, int64_t steps
     }
     const cJSON *v;
     if ((v = cJSON_GetObjectItemCaseSensitive(obj, "step_size")) && !get_count(v, 1, &p.step_size))
-        return bad(unknown, false, err, errlen, "%s must be an integer >= 1 (steps)",
-                   "lr_policy.step_size");
+        return set_err(err, errlen, "lr_policy.step_size must be an integer >= 1 (steps)");
     if ((v = cJSON_GetObjectItemCaseSensitive(obj, "gamma"))) {
         if (!cJSON_IsNumber(v))
-            return bad(unknown, false, err, errlen, "%s must be a number", "lr_policy.gamma");
+            return set_err(err, errlen, "lr_policy.gamma must be a number");
         p.gamma = v->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(obj, "power"))) {
         if (!cJSON_IsNumber(v))
-            return bad(unknown, false, err, errlen, "%s must be a number", "lr_policy.power");
+            return set_err(err, errlen, "lr_policy.power must be a number");
         p.power = v->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(obj, "min_lr"))) {
         if (!cJSON_IsNumber(v))
-            return bad(unknown, false, err, errlen, "%s must be a number", "lr_policy.min_lr");
+            return set_err(err, errlen, "lr_policy.min_lr must be a number");
         p.min_lr = v->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(obj, "milestones"))) {
         int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
         if (n < 1 || n > LR_MAX_MILESTONES)
-            return bad(unknown, false, err, errlen, "%s must be an array of 1 to 32 steps",
-                       "lr_policy.milestones");
+            return set_err(err, errlen, "lr_policy.milestones must be an array of 1 to %d steps",
+                           LR_MAX_MILESTONES);
         const cJSON *m;
         p.nmilestones = 0;
         cJSON_ArrayForEach(m, v) {
             if (!get_count(m, 1, &p.milestones[p.nmilestones]))
-                return bad(unknown, false, err, errlen, "%s must hold integers >= 1 (steps)",
-                           "lr_policy.milestones");
+                return set_err(err, errlen, "lr_policy.milestones must hold integers >= 1 (steps)");
             p.nmilestones++;
         }
     }
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(obj, "warmup_steps");
     const cJSON *we = cJSON_GetObjectItemCaseSensitive(obj, "warmup_epochs");
     if (ws && we)
-        return bad(unknown, false, err, errlen, "%s: give warmup_steps or warmup_epochs, not both",
-                   "lr_policy");
+        return set_err(err, errlen, "lr_policy: give warmup_steps or warmup_epochs, not both");
     if (ws && !get_count(ws, 0, &p.warmup_steps))
-        return bad(unknown, false, err, errlen, "%s must be an integer >= 0", "lr_policy.warmup_steps");
+        return set_err(err, errlen, "lr_policy.warmup_steps must be an integer >= 0");
     if (we) {
         int64_t e;
         if (!get_count(we, 0, &e) || !key_ok("warmup_epochs", (double)e))
-            return bad(unknown, false, err, errlen, "%s must be an integer from 0 to 100000",
-                       "lr_policy.warmup_epochs");
+            return set_err(err, errlen, "lr_policy.warmup_epochs must be an integer from 0 to %d",
+                           WARMUP_EPOCHS_MAX);
         p.warmup_steps = e * (steps_per_epoch > 0 ? steps_per_epoch : 1);
     }
     if (lr_check(&p, err, errlen) < 0)

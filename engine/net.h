@@ -127,9 +127,10 @@ struct optim *net_optim(net *n);
 uint64_t net_get_step(const net *n);
 void net_set_step(net *n, uint64_t steps);
 
-/* Mixed precision: the precision the net trains in, and the loss scaler's state (engine/amp.h) for checkpoints
- * and metrics. net_amp_set refuses (-1, err set) a state the scaler cannot
- * be in or one whose scaling differs from the net's. */
+/* Mixed precision: the precision the net trains in, and the loss scaler's
+ * state (engine/amp.h) for checkpoints and metrics. net_amp_set refuses (-1,
+ * err set) a state the scaler cannot be in or one whose scaling differs from
+ * the net's. */
 precision_mode net_precision(const net *n);
 typedef struct net_amp_state {
     bool dynamic;          /* dynamic loss scaling is on */

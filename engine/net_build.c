@@ -524,7 +524,6 @@ net *net_build(const cJSON *spec, net_shape in, int classes, int max_batch,
         /* replicas drop other elements than the primary: other images */
         l->seed = rng_derive(seed, l->s->name) ^ ((uint64_t)rank * 0x9e3779b97f4a7c15ULL);
     }
-    n->seed = seed;
     if (n->be->ctx_create(device, &n->ctx, err, errlen) < 0 ||
         (n->be->mem_info && check_memory(n, max_batch, err, errlen) < 0) ||
         n->be->dtype_check(n->ctx, n->half, err, errlen) < 0 ||

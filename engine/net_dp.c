@@ -26,6 +26,10 @@
  * layers' first), so that the transfer overlaps the rest of the pass. */
 #define BUCKET_BYTES ((size_t)8 << 20)
 
+/* Tensors handed to one call of the backend's allreduce (a bucket of more
+ * takes several calls). */
+#define ALLREDUCE_TENSORS 64
+
 static void plan_buckets(net *n)
 {
     int hi = n->nparams, first = -1;
@@ -69,11 +73,11 @@ static void bind(const net *n)
 int net_dp_allreduce(net *n, const param *ps, int lo, int hi, bool grads, char *err,
                      size_t errlen)
 {
-    be_buf *bufs[64];
-    size_t counts[64];
+    be_buf *bufs[ALLREDUCE_TENSORS];
+    size_t counts[ALLREDUCE_TENSORS];
     while (lo < hi) {
         int k = 0;
-        for (; lo < hi && k < 64; lo++, k++) {
+        for (; lo < hi && k < ALLREDUCE_TENSORS; lo++, k++) {
             bufs[k] = grads ? ps[lo].g : ps[lo].w;
             counts[k] = ps[lo].count;
         }

@@ -106,7 +106,7 @@ struct net {
     be_buf *logits32, *dlogits32;   /* the logits and their gradient in FP32 for the loss,
                                      * when the last layer writes a 16-bit type */
     be_buf *tmp;                    /* one activation: gradient contributions to add */
-    uint64_t seed, steps;           /* training steps run (dropout streams) */
+    uint64_t steps;                 /* training steps run (dropout streams) */
     be_buf *labels;                 /* int32 x max_batch */
     be_buf *probs;                  /* float x max_batch x classes */
     plan_set sets[NET_PLAN_SETS];

@@ -211,10 +211,12 @@ static int backward(net *n, plan_set *ps, int bn, char *err, size_t errlen)
     return 0;
 }
 
-static int check_batch(const net *n, const int32_t *labels, int count, bool chunked,
-                       char *err, size_t errlen)
+/* count >= 1 images with labels (when not NULL) in [0, classes). Any count:
+ * evaluation and prediction run it in chunks of max_batch, and a training
+ * step checks its own bound. */
+static int check_batch(const net *n, const int32_t *labels, int count, char *err, size_t errlen)
 {
-    if (count < 1 || (!chunked && count > n->max_batch))
+    if (count < 1)
         return set_err(err, errlen, "batch of %d images: must be 1 to %d", count, n->max_batch);
     for (int i = 0; labels && i < count; i++)
         if (labels[i] < 0 || labels[i] >= n->classes)
@@ -440,7 +442,7 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
     if (count < 1 || count > n->global_batch)
         return set_err(err, errlen, "batch of %d images: must be 1 to %d", count,
                        n->global_batch);
-    if (check_batch(n, labels, count, true, err, errlen) < 0)
+    if (check_batch(n, labels, count, err, errlen) < 0)
         return -1;
     if (!isfinite(lr) || lr < 0)
         return set_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
@@ -467,7 +469,7 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
     int correct = 0;
     if (!labels)
         return set_err(err, errlen, "net_eval needs labels");
-    if (check_batch(n, labels, count, true, err, errlen) < 0)
+    if (check_batch(n, labels, count, err, errlen) < 0)
         return -1;
     /* (replicas that may differ after a failed step: the primary alone) */
     int rc = n->nrep > 1 && !n->broken ?
@@ -488,7 +490,7 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
 int net_predict(net *n, const float *x, int count, float *probs, char *err, size_t errlen)
 {
     size_t in_size = (size_t)spec_shape_size(n->spec.in);
-    if (check_batch(n, NULL, count, true, err, errlen) < 0)
+    if (check_batch(n, NULL, count, err, errlen) < 0)
         return -1;
     for (int done = 0; done < count;) {
         int bn = count - done < n->max_batch ? count - done : n->max_batch;

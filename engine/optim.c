@@ -20,9 +20,7 @@
 #define CLIP_EPS 1e-6              /* torch.nn.utils.clip_grad_norm_ */
 
 struct optim {
-    net_solver s;
-    solver_type kind;
-    bool larc, larc_clip;
+    net_solver s;                  /* defaults resolved (optim_check) */
     const backend *be;
     be_ctx *ctx;
     size_t np;
@@ -41,8 +39,11 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
 {
     net_solver r = *s;
     solver_type k = r.type;
-    if ((unsigned)k >= SOLVER_COUNT)
-        return set_err(err, errlen, "solver type %d is unknown (use sgd, adam or adamw)", (int)k);
+    char names[64];                /* the names a message offers (engine/settings.h) */
+    if ((unsigned)k >= SOLVER_COUNT) {
+        settings_join(solver_type_names(), names, sizeof names);
+        return set_err(err, errlen, "solver type %d is unknown (use %s)", (int)k, names);
+    }
     if (!finite_in(r.lr, 0, false, INFINITY, false))
         return set_err(err, errlen, "solver lr must be a finite number >= 0");
     if (!finite_in(r.momentum, 0, false, 1, true))
@@ -53,9 +54,10 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
         return set_err(err, errlen, "solver clip_norm must be a finite number >= 0 (0: off)");
     if (!finite_in(r.label_smoothing, 0, false, 1, true))
         return set_err(err, errlen, "label_smoothing must be in [0, 1) (0: off)");
-    if ((unsigned)r.precision >= PREC_COUNT)
-        return set_err(err, errlen, "precision %d is unknown (use fp32, amp-bf16 or amp-fp16)",
-                       (int)r.precision);
+    if ((unsigned)r.precision >= PREC_COUNT) {
+        settings_join(precision_names(), names, sizeof names);
+        return set_err(err, errlen, "precision %d is unknown (use %s)", (int)r.precision, names);
+    }
     if (r.loss_scaling < -1 || r.loss_scaling > 1)
         return set_err(err, errlen, "loss_scaling must be -1 (off), 0 (the precision's default) "
                        "or 1 (on)");
@@ -80,9 +82,11 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
             return set_err(err, errlen, "solver eps must be a finite number > 0");
     }
     if (r.larc != LARC_NONE) {
-        if ((unsigned)r.larc >= LARC_COUNT)
-            return set_err(err, errlen, "solver larc policy %d is unknown (use clip or scale)",
-                           (int)r.larc);
+        if ((unsigned)r.larc >= LARC_COUNT) {
+            settings_join(larc_policy_names(), names, sizeof names);
+            return set_err(err, errlen, "solver larc policy %d is unknown (use %s)", (int)r.larc,
+                           names);
+        }
         if (k != SOLVER_SGD)
             return set_err(err, errlen, "solver larc works with type sgd only");
         if (r.larc_eta == 0)
@@ -106,13 +110,10 @@ optim *optim_create(const backend *be, be_ctx *ctx, const net_param *params, siz
         return NULL;
     }
     o->s = *s;
-    o->kind = s->type;
-    if ((unsigned)o->kind >= SOLVER_COUNT) {
-        set_err(err, errlen, "solver type %d is unknown", (int)o->kind);
+    if ((unsigned)s->type >= SOLVER_COUNT) {
+        set_err(err, errlen, "solver type %d is unknown", (int)s->type);
         goto out;
     }
-    o->larc = s->larc != LARC_NONE;
-    o->larc_clip = s->larc == LARC_CLIP;
     o->be = be;
     o->ctx = ctx;
     o->np = nparams;
@@ -125,7 +126,7 @@ optim *optim_create(const backend *be, be_ctx *ctx, const net_param *params, siz
         }
         memcpy(o->params, params, o->np * sizeof *o->params);
     }
-    if (o->kind != SOLVER_SGD && o->np) {
+    if (s->type != SOLVER_SGD && o->np) {
         if (!(o->second = calloc(o->np, sizeof *o->second))) {
             set_err(err, errlen, "out of memory");
             goto out;
@@ -175,7 +176,8 @@ static double clip_factor(const optim *o, double *norm)
 int optim_step(optim *o, float lr, double *grad_norm, char *err, size_t errlen)
 {
     const net_solver *s = &o->s;
-    bool norms = s->clip_norm > 0 || o->larc;
+    bool larc = s->larc != LARC_NONE;
+    bool norms = s->clip_norm > 0 || larc;
     double clip = 1.0, norm = -1;
     if (norms) {
         for (size_t i = 0; i < o->np; i++)
@@ -193,27 +195,27 @@ int optim_step(optim *o, float lr, double *grad_norm, char *err, size_t errlen)
         net_param *p = &o->params[i];
         float wd = p->decay || s->decay_bias ? s->weight_decay : 0.0f;
         double gs = clip;
-        if (o->larc) {
+        if (larc) {
             double wsq;
             if (o->be->sumsq(o->ctx, p->value, p->count, &wsq, err, errlen) < 0)
                 return -1;
             double f = ew_larc_factor(sqrt(wsq), sqrt(o->sq[i]) * clip, lr, wd, s->larc_eta,
-                                      o->larc_clip);
+                                      s->larc == LARC_CLIP);
             gs *= f;
             wd = (float)(wd * f);
         }
         int rc;
-        if (o->kind == SOLVER_SGD && !s->nesterov && gs == 1.0) {
+        if (s->type == SOLVER_SGD && !s->nesterov && gs == 1.0) {
             be_sgd hp = { .lr = lr, .momentum = s->momentum, .weight_decay = wd };
             rc = o->be->sgd_update(o->ctx, p->value, p->momentum, p->grad, p->count, &hp,
                                    err, errlen);
         } else {
-            be_optim hp = { .kind = o->kind == SOLVER_SGD ? BE_OPT_SGD : BE_OPT_ADAM,
+            be_optim hp = { .kind = s->type == SOLVER_SGD ? BE_OPT_SGD : BE_OPT_ADAM,
                             .lr = lr, .grad_scale = (float)gs, .weight_decay = wd,
                             .momentum = s->momentum, .nesterov = s->nesterov,
                             .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps,
                             .bc1 = (float)bc1, .sbc2 = (float)sbc2 };
-            if (o->kind == SOLVER_ADAMW) {
+            if (s->type == SOLVER_ADAMW) {
                 hp.decoupled_wd = wd;
                 hp.weight_decay = 0;
             }
@@ -246,7 +248,7 @@ const net_solver *optim_solver(const optim *o)
 
 size_t optim_state_tensors(const optim *o, optim_state *out, size_t max)
 {
-    size_t per = o->kind == SOLVER_SGD ? 1 : 2, k = 0;
+    size_t per = o->s.type == SOLVER_SGD ? 1 : 2, k = 0;
     for (size_t i = 0; i < o->np; i++) {
         for (size_t j = 0; j < per; j++, k++) {
             if (k >= max)
@@ -254,7 +256,7 @@ size_t optim_state_tensors(const optim *o, optim_state *out, size_t max)
             const net_param *p = &o->params[i];
             out[k] = (optim_state){ .param = p->name, .ndim = p->ndim, .count = p->count };
             memcpy(out[k].shape, p->shape, sizeof p->shape);
-            if (o->kind == SOLVER_SGD) {
+            if (o->s.type == SOLVER_SGD) {
                 out[k].slot = "momentum";
                 out[k].buf = p->momentum;
             } else {

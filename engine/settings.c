@@ -83,15 +83,18 @@ int net_devices_parse(const char *s, net_devices *out, char *err, size_t errlen)
     if (colon)
         *colon = '\0';
     net_devices d = { .count = 1 };
-    if (backend_kind_parse(name, &d.kind) < 0)
-        return set_err(err, errlen, "backend \"%s\" is unknown (cpu or cuda, optionally with "
-                       "devices: cuda:0,1)", name);
+    if (backend_kind_parse(name, &d.kind) < 0) {
+        char known[32];
+        settings_join(kinds, known, sizeof known);
+        return set_err(err, errlen, "backend \"%s\" is unknown (%s, optionally with devices: "
+                       "cuda:0,1)", name, known);
+    }
     if (colon) {
         d.count = 0;
         for (char *p = colon + 1;; p++) {
             char *end;
             long v = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ',') || v < 0 || v > 1024 ||
+            if (end == p || (*end && *end != ',') || v < 0 || v > NET_DEVICE_NUMBER_MAX ||
                 d.count == KILN_MAX_DEVICES)
                 return set_err(err, errlen, "backend \"%s\": the devices must be numbers, such as "
                                "cuda:0 or cuda:0,1", s);

@@ -66,12 +66,15 @@ typedef struct net_solver {
                             * amp-fp16 only), 1 on, -1 off */
 } net_solver;
 
+/* The largest device number a device list may name (a GPU's number). */
+#define NET_DEVICE_NUMBER_MAX 1024
+
 /* The devices a net trains on: one, or several data-parallel replicas
  * (engine/net.h), each a device number of the kind's backend. */
 typedef struct net_devices {
     backend_kind kind;
     int count;                      /* 1..KILN_MAX_DEVICES */
-    int ids[KILN_MAX_DEVICES];      /* distinct */
+    int ids[KILN_MAX_DEVICES];      /* distinct, 0..NET_DEVICE_NUMBER_MAX */
 } net_devices;
 
 /* The CPU, device 0: what net_create uses for NULL. */
@@ -79,8 +82,10 @@ net_devices net_devices_cpu(void);
 
 /* Reads the command-line form "cpu", "cuda", "cuda:1", "cuda:0,1" (a kind
  * alone is device 0; "cpu:0,1" runs replicas on the one CPU, for tests of
- * data parallelism). For `kiln bench --backend` and tests; jobs carry a
- * net_devices from their configuration. Returns 0, or -1 with err set. */
+ * data parallelism). For command lines (`kiln bench --backend`) and tests;
+ * a job's configuration carries a net_devices already. Device numbers run
+ * 0..NET_DEVICE_NUMBER_MAX, at most KILN_MAX_DEVICES of them, none twice.
+ * Returns 0, or -1 with err set. */
 int net_devices_parse(const char *s, net_devices *out, char *err, size_t errlen);
 
 /* The same form back ("cuda:0,1"), for logs. Returns 0, or -1 when it does

@@ -3,14 +3,14 @@
  * kernels in ew.cu, compiled by nvcc with the arithmetic of
  * engine/elementwise.h).
  *
- * State of the backend (issue 5, in progress): the context, buffers, and
- * every element-wise operation of the table (accumulation, casts, dropout,
- * the loss, the optimizers, loss-scale unscale and check, norms, batch-norm
- * running statistics) run on the GPU; convolution, pooling, dense, batch
- * norm, activations, add and concat (cuDNN and cuBLAS) are still to come, so
- * backend_find does not offer "cuda" to nets yet and the table's slots for
- * them answer with an error. tests/gpu/ checks the kernels against the same
- * functions run on the host.
+ * Every operation of the table runs on the GPU: the context, buffers and
+ * element-wise operations (accumulation, casts, dropout, the loss, the
+ * optimizers, loss-scale unscale and check, norms, batch-norm running
+ * statistics) here and in ew.cu; convolution, pooling, dense, batch norm,
+ * activations, add and concat on cuDNN and cuBLAS in layers.c
+ * (engine/cuda/internal.h); the communicator on NCCL in comm.c. backend_for
+ * (engine/backend.h) offers it to nets as "cuda". tests/gpu/ checks the
+ * kernels against the same functions run on the host.
  *
  * Streams: one per context; every operation is queued on it. An operation
  * that returns a value to the host (the loss, a norm, an overflow flag)
