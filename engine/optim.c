@@ -13,10 +13,6 @@
 #include "engine/elementwise.h"   /* ew_larc_factor */
 #include "base/err.h"
 
-#define ADAM_BETA1 0.9f
-#define ADAM_BETA2 0.999f
-#define ADAM_EPS 1e-8f
-#define LARC_ETA 0.001f
 #define CLIP_EPS 1e-6              /* torch.nn.utils.clip_grad_norm_ */
 
 struct optim {
@@ -72,9 +68,9 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
             return set_err(err, errlen, "solver %s takes beta1 and beta2, not momentum or "
                            "nesterov", solver_type_name(k));
         if (r.beta1 == 0 && r.beta2 == 0 && r.eps == 0) {
-            r.beta1 = ADAM_BETA1;
-            r.beta2 = ADAM_BETA2;
-            r.eps = ADAM_EPS;
+            r.beta1 = (float)OPTIM_ADAM_BETA1;
+            r.beta2 = (float)OPTIM_ADAM_BETA2;
+            r.eps = (float)OPTIM_ADAM_EPS;
         }
         if (!finite_in(r.beta1, 0, false, 1, true) || !finite_in(r.beta2, 0, false, 1, true))
             return set_err(err, errlen, "solver beta1 and beta2 must be in [0, 1)");
@@ -90,7 +86,7 @@ int optim_check(const net_solver *s, net_solver *out, char *err, size_t errlen)
         if (k != SOLVER_SGD)
             return set_err(err, errlen, "solver larc works with type sgd only");
         if (r.larc_eta == 0)
-            r.larc_eta = LARC_ETA;
+            r.larc_eta = (float)OPTIM_LARC_ETA;
         if (!finite_in(r.larc_eta, 0, true, INFINITY, false))
             return set_err(err, errlen, "solver larc eta must be a finite number > 0");
     } else {

@@ -38,6 +38,14 @@
 #include "engine/param.h"      /* net_param */
 #include "engine/settings.h"   /* net_solver */
 
+/* The defaults a solver gets for what it leaves at zero (optim_check): Adam's
+ * betas and eps (PyTorch's), LARC's trust coefficient (seeds/000). The job
+ * configuration's table (jobs/jobcfg.c) publishes the same values. */
+#define OPTIM_ADAM_BETA1 0.9
+#define OPTIM_ADAM_BETA2 0.999
+#define OPTIM_ADAM_EPS 1e-8
+#define OPTIM_LARC_ETA 0.001
+
 typedef struct optim optim;
 
 /* Checks a solver's type and ranges and fills *out with it, defaults

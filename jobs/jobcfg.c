@@ -24,10 +24,10 @@
 #include "base/layout.h"      /* LAYOUT_JOB_JSON */
 #include "engine/fileio.h"    /* fio_read_file */
 #include "engine/lr.h"        /* lr_from_json */
+#include "engine/optim.h"     /* OPTIM_ADAM_*, OPTIM_LARC_ETA: the defaults */
 
 #define DATASET_ID_MAX 9007199254740991.0     /* 2^53 - 1: exact in a JSON number */
 #define JOB_JSON_MAX (64u << 20)
-#define DEVICE_NUMBER_MAX 1024                /* a GPU's number in a request */
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -90,11 +90,11 @@ static const rule rules[] = {
       .store = S_DOUBLE, .off = SOLVER(momentum) },
     { "solver", "nesterov", R_BOOL, 0, .solvers = SGD_ONLY, .store = S_BOOL,
       .off = SOLVER(nesterov), .doc = "Nesterov momentum (needs a momentum above 0)" },
-    { "solver", "beta1", R_NUM, 0.9, 0, 1, false, true, .solvers = ADAM_ONLY, .store = S_DOUBLE,
+    { "solver", "beta1", R_NUM, OPTIM_ADAM_BETA1, 0, 1, false, true, .solvers = ADAM_ONLY, .store = S_DOUBLE,
       .off = SOLVER(beta1) },
-    { "solver", "beta2", R_NUM, 0.999, 0, 1, false, true, .solvers = ADAM_ONLY,
+    { "solver", "beta2", R_NUM, OPTIM_ADAM_BETA2, 0, 1, false, true, .solvers = ADAM_ONLY,
       .store = S_DOUBLE, .off = SOLVER(beta2) },
-    { "solver", "eps", R_NUM, 1e-8, 0, 1, true, false, .solvers = ADAM_ONLY, .store = S_DOUBLE,
+    { "solver", "eps", R_NUM, OPTIM_ADAM_EPS, 0, 1, true, false, .solvers = ADAM_ONLY, .store = S_DOUBLE,
       .off = SOLVER(eps) },
     { "solver", "weight_decay", R_NUM, 0, 0, 1, .store = S_DOUBLE, .off = SOLVER(weight_decay),
       .doc = "L2 for sgd and adam, decoupled for adamw" },
@@ -107,7 +107,7 @@ static const rule rules[] = {
     { "solver.larc", "policy", R_CHOICE, 0, .names = larc_policy_names, .values = larc_values,
       .solvers = SGD_ONLY,
       .store = S_INT, .off = SOLVER(larc), .doc = "LARC (seeds/000); solver.larc absent: none" },
-    { "solver.larc", "eta", R_NUM, 0.001, 0, 1, true, false, .solvers = SGD_ONLY,
+    { "solver.larc", "eta", R_NUM, OPTIM_LARC_ETA, 0, 1, true, false, .solvers = SGD_ONLY,
       .store = S_DOUBLE, .off = SOLVER(larc_eta), .doc = "LARC's trust coefficient" },
 };
 
@@ -461,7 +461,7 @@ static int read_lr_policy(const cJSON *body, jobcfg *c, api_error *e)
 /* A GPU's number in a request or job.json. */
 static bool gpu_number(const cJSON *x)
 {
-    return is_integer(x) && x->valuedouble >= 0 && x->valuedouble <= DEVICE_NUMBER_MAX;
+    return is_integer(x) && x->valuedouble >= 0 && x->valuedouble <= NET_DEVICE_NUMBER_MAX;
 }
 
 /* A list of distinct GPU numbers into d (what devices names, or job.json's gpus). */
