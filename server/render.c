@@ -32,8 +32,9 @@ static bool add_item(cJSON *o, const char *key, cJSON *v)
     return true;
 }
 
-/* classes, shape and counts from a header.json text (NULL or unreadable:
- * [] / null / null). */
+/* classes, shape, counts and an archive's import report from the store's
+ * record of a ready dataset (jobs/import_job.c; older rows hold header.json's
+ * text). NULL or unreadable: [] / null / null and no report. */
 static bool add_header_fields(cJSON *o, const char *info_json)
 {
     cJSON *h = info_json ? cJSON_Parse(info_json) : NULL;

@@ -30,10 +30,7 @@
 #include "server/render.h"         /* render_dataset */
 
 #define NAME_MAX_LEN 200
-#define SMALL_FIELD_MAX 32
-
-enum { F_VAL, F_WIDTH, F_HEIGHT, F_CHANNELS, F_COUNT };
-static const char *const small_fields[F_COUNT] = { "val_percent", "width", "height", "channels" };
+#define SMALL_FIELD_MAX 32           /* an import option's value (import_option_name) */
 
 typedef enum up_state { UP_RECEIVING, UP_CHECKING, UP_DONE } up_state;
 
@@ -46,9 +43,9 @@ typedef struct upload {
     bool have_archive, have_name;
     char name[NAME_MAX_LEN + 1];
     size_t name_len;
-    bool have[F_COUNT];
-    char small[F_COUNT][SMALL_FIELD_MAX + 1];
-    size_t small_len[F_COUNT];
+    bool have[IMPORT_OPTION_COUNT];
+    char small[IMPORT_OPTION_COUNT][SMALL_FIELD_MAX + 1];
+    size_t small_len[IMPORT_OPTION_COUNT];
     bool too_large;
     bool parse_failed;               /* MHD_post_process said no */
     int write_errno;
@@ -158,8 +155,8 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         up->name[up->name_len] = '\0';
         return MHD_YES;
     }
-    for (int f = 0; f < F_COUNT; f++) {
-        if (strcmp(key, small_fields[f]) != 0)
+    for (int f = 0; f < IMPORT_OPTION_COUNT; f++) {
+        if (strcmp(key, import_option_name(f)) != 0)
             continue;
         up->have[f] = true;
         if (up->small_len[f] + size > SMALL_FIELD_MAX) {
@@ -171,9 +168,13 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         up->small[f][up->small_len[f]] = '\0';
         return MHD_YES;
     }
+    char fields[160] = "name, archive";
+    for (int f = 0; f < IMPORT_OPTION_COUNT; f++) {
+        size_t o = strlen(fields);
+        snprintf(fields + o, sizeof fields - o, ", %s", import_option_name(f));
+    }
     SET_BAD(up, MHD_HTTP_BAD_REQUEST, "unknown_field",
-            "unknown form field \"%.64s\": the upload takes name, archive, val_percent, width, height, channels",
-            key);
+            "unknown form field \"%.64s\": the upload takes %s", key, fields);
     return MHD_YES;
 }
 
@@ -289,8 +290,8 @@ static bool parse_options(request *r, import_opts *o, enum MHD_Result *answered)
 {
     upload *up = r->up;
     api_error e;
-    for (int f = 0; f < F_COUNT; f++)
-        if (up->have[f] && import_option_set(o, small_fields[f], up->small[f], &e) != 0) {
+    for (int f = 0; f < IMPORT_OPTION_COUNT; f++)
+        if (up->have[f] && import_option_set(o, import_option_name(f), up->small[f], &e) != 0) {
             *answered = http_error(r, (unsigned)e.status, e.code, "%s", e.message);
             return false;
         }

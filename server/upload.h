@@ -1,8 +1,9 @@
 /* server/upload.h: POST /api/v1/datasets, a multipart archive upload.
  *
  * The form (multipart/form-data) has the fields name (required), archive (a
- * file, required), and optional val_percent (0..100), width and height
- * (1..4096, together) and channels (1 or 3); any other field is 400
+ * file, required), and optionally the import's options (val_percent, width
+ * and height together, channels: jobs/import.h's table, with the limits GET
+ * /api/v1/schema publishes as "dataset"); any other field is 400
  * unknown_field. The archive streams through MHD's post processor straight to
  * a temporary file under <data>/uploads (never held whole in memory), capped
  * at HTTP_UPLOAD_MAX (413, at once when Content-Length declares more).

@@ -4,7 +4,7 @@
 import { get, getSchema, uploadDataset, ApiError } from './api.js';
 import { buildJobForm } from './jobform.js';
 import {
-  h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes,
+  h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes, limit,
 } from './ui.js';
 
 // Browsers do not send `Expect: 100-continue`, so an oversize upload is refused
@@ -187,10 +187,8 @@ function buildUploadForm(state, refresh) {
     for (const [input, key] of [[width, 'width'], [height, 'height'], [valPercent, 'val_percent']]) {
       const f = d[key];
       if (!f) continue;
-      if (f.minimum !== undefined) input.min = String(f.minimum);
-      if (f.maximum !== undefined) input.max = String(f.maximum);
+      limit(input, f);
       if (f.default !== null && f.default !== undefined) input.defaultValue = input.value = String(f.default);
-      input.title = f.description || '';
     }
     for (const c of (d.channels && d.channels.enum) || []) {
       channels.append(h('option', { value: String(c) }, c === 1 ? '1 (grey)' : c === 3 ? '3 (colour)' : String(c)));

@@ -19,7 +19,7 @@
 // answer marks the field it names.
 
 import { post, ApiError, getSchema } from './api.js';
-import { h, svg, fill, fmtCount, fmtBytes } from './ui.js';
+import { h, svg, fill, fmtCount, fmtBytes, rangeText, limit } from './ui.js';
 
 const CUSTOM = '__custom__';
 const EXAMPLE_SPEC = `{
@@ -79,39 +79,6 @@ function inRange(v, r) {
   return Number.isFinite(v) && (r.type !== 'integer' || Number.isInteger(v)) &&
     !(r.minimum !== undefined && v < r.minimum) && !(r.exclusiveMinimum !== undefined && v <= r.exclusiveMinimum) &&
     !(r.maximum !== undefined && v > r.maximum) && !(r.exclusiveMaximum !== undefined && v >= r.exclusiveMaximum);
-}
-
-/* "from 0 to below 1", "above 0, at most 10": a schema field's range in words. */
-function rangeText(r) {
-  const lo = r.minimum !== undefined ? `from ${r.minimum}`
-    : r.exclusiveMinimum !== undefined ? `above ${r.exclusiveMinimum}` : '';
-  const hi = r.maximum !== undefined ? `${lo.startsWith('from') ? 'to' : 'at most'} ${r.maximum}`
-    : r.exclusiveMaximum !== undefined ? `${lo.startsWith('from') ? 'to below' : 'below'} ${r.exclusiveMaximum}` : '';
-  return [lo, hi].filter(Boolean).join(lo.startsWith('from') ? ' ' : ', ');
-}
-
-/* "The base learning rate: a number above 0, at most 10; default 0.01" (a field's tooltip). */
-function ruleText(r) {
-  const range = rangeText(r);
-  const what = `${r.type === 'integer' ? 'a whole number' : 'a number'}${range ? ` ${range}` : ''}`;
-  const def = r.default !== undefined && r.default !== null ? `; default ${r.default}` : '';
-  return `${r.description ? `${r.description[0].toUpperCase()}${r.description.slice(1)}: ` : ''}${what}${def}`;
-}
-
-/* Gives a number input a schema field's bounds: the inclusive min and max
- * attributes, an exclusive bound as the attribute too (the nearest HTML can
- * say; the tooltip and the server tell the difference), a step of 1 for
- * integers. */
-function limit(input, r) {
-  const lo = r.minimum ?? r.exclusiveMinimum;
-  const hi = r.maximum ?? r.exclusiveMaximum;
-  if (input.type === 'number') {
-    if (lo !== undefined) input.min = String(lo); else input.removeAttribute('min');
-    if (hi !== undefined) input.max = String(hi); else input.removeAttribute('max');
-    input.step = r.type === 'integer' ? '1' : 'any';
-  }
-  input.inputMode = r.type === 'integer' ? 'numeric' : 'decimal';
-  input.title = ruleText(r);
 }
 
 const initialText = (v) => (v === undefined || v === null ? '' : String(v));

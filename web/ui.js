@@ -107,3 +107,38 @@ export function fmtTime(iso) {
 export function fmtShape(shape) {
   return Array.isArray(shape) && shape.length === 3 ? `${shape[0]}×${shape[1]}×${shape[2]}` : '—';
 }
+
+// ---- a field of GET /api/v1/schema (the job form, the upload form) ----------
+
+/* "from 0 to below 1", "above 0, at most 10": a schema field's range in words. */
+export function rangeText(r) {
+  const lo = r.minimum !== undefined ? `from ${r.minimum}`
+    : r.exclusiveMinimum !== undefined ? `above ${r.exclusiveMinimum}` : '';
+  const hi = r.maximum !== undefined ? `${lo.startsWith('from') ? 'to' : 'at most'} ${r.maximum}`
+    : r.exclusiveMaximum !== undefined ? `${lo.startsWith('from') ? 'to below' : 'below'} ${r.exclusiveMaximum}` : '';
+  return [lo, hi].filter(Boolean).join(lo.startsWith('from') ? ' ' : ', ');
+}
+
+/* "The base learning rate: a number above 0, at most 10; default 0.01" (a field's tooltip). */
+function ruleText(r) {
+  const range = rangeText(r);
+  const what = `${r.type === 'integer' ? 'a whole number' : 'a number'}${range ? ` ${range}` : ''}`;
+  const def = r.default !== undefined && r.default !== null ? `; default ${r.default}` : '';
+  return `${r.description ? `${r.description[0].toUpperCase()}${r.description.slice(1)}: ` : ''}${what}${def}`;
+}
+
+/* Gives a number input a schema field's bounds: the inclusive min and max
+ * attributes, an exclusive bound as the attribute too (the nearest HTML can
+ * say; the tooltip and the server tell the difference), a step of 1 for
+ * integers. */
+export function limit(input, r) {
+  const lo = r.minimum ?? r.exclusiveMinimum;
+  const hi = r.maximum ?? r.exclusiveMaximum;
+  if (input.type === 'number') {
+    if (lo !== undefined) input.min = String(lo); else input.removeAttribute('min');
+    if (hi !== undefined) input.max = String(hi); else input.removeAttribute('max');
+    input.step = r.type === 'integer' ? '1' : 'any';
+  }
+  input.inputMode = r.type === 'integer' ? 'numeric' : 'decimal';
+  input.title = ruleText(r);
+}
