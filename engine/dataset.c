@@ -449,42 +449,39 @@ out:
     return rc;
 }
 
+cJSON *ds_info_to_json(const ds_info *info) {
+    cJSON *root = cJSON_CreateObject(), *a, *counts;
+    const int shape[3] = { info->c, info->h, info->w };
+    bool ok = root &&
+              cJSON_AddItemToObject(root, "classes",
+                                    cJSON_CreateStringArray((const char *const *)info->classes,
+                                                            info->nclasses)) &&
+              cJSON_AddItemToObject(root, "shape", cJSON_CreateIntArray(shape, 3)) &&
+              (counts = cJSON_AddObjectToObject(root, "counts")) &&
+              cJSON_AddNumberToObject(counts, "train", (double)info->train_count) &&
+              cJSON_AddNumberToObject(counts, "val", (double)info->val_count) &&
+              cJSON_AddNumberToObject(counts, "test", (double)info->test_count) &&
+              (a = cJSON_AddArrayToObject(root, "mean"));
+    for (int i = 0; ok && i < info->c && i < KDS_MAX_CHANNELS; i++) {
+        /* rounded to 1e-4 so the text stays short; plenty for a mean of bytes */
+        double m = (double)(long long)(info->mean[i] * 10000.0 + 0.5) / 10000.0;
+        ok = cJSON_AddItemToArray(a, cJSON_CreateNumber(m));
+    }
+    ok = ok && cJSON_AddStringToObject(root, "resize", info->resize[0] ? info->resize : "squash");
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
 int ds_info_save(const char *dir, const ds_info *info, const char *source, char *err, size_t errlen) {
     int rc = -1;
     char *text = NULL, *path = NULL;
-    cJSON *root = cJSON_CreateObject(), *a;
-    if (!root) goto oom;
-    if (!cJSON_AddNumberToObject(root, "format", INFO_FORMAT)) goto oom;
-    if (!(a = cJSON_AddArrayToObject(root, "classes"))) goto oom;
-    for (int i = 0; i < info->nclasses; i++) {
-        cJSON *s = cJSON_CreateString(info->classes[i]);
-        if (!s || !cJSON_AddItemToArray(a, s)) {
-            cJSON_Delete(s);
-            goto oom;
-        }
-    }
-    const int shape[3] = { info->c, info->h, info->w };
-    cJSON *sh = cJSON_CreateIntArray(shape, 3);
-    if (!sh || !cJSON_AddItemToObject(root, "shape", sh)) {
-        cJSON_Delete(sh);
+    cJSON *root = ds_info_to_json(info);
+    if (!root || !cJSON_AddNumberToObject(root, "format", INFO_FORMAT) ||
+        !cJSON_AddStringToObject(root, "source", source ? source : ""))
         goto oom;
-    }
-    cJSON *counts = cJSON_AddObjectToObject(root, "counts");
-    if (!counts || !cJSON_AddNumberToObject(counts, "train", (double)info->train_count) ||
-        !cJSON_AddNumberToObject(counts, "val", (double)info->val_count) ||
-        !cJSON_AddNumberToObject(counts, "test", (double)info->test_count)) goto oom;
-    if (!(a = cJSON_AddArrayToObject(root, "mean"))) goto oom;
-    for (int i = 0; i < info->c && i < KDS_MAX_CHANNELS; i++) {
-        /* rounded to 1e-4 so the text stays short; plenty for a mean of bytes */
-        double m = (double)(long long)(info->mean[i] * 10000.0 + 0.5) / 10000.0;
-        cJSON *n = cJSON_CreateNumber(m);
-        if (!n || !cJSON_AddItemToArray(a, n)) {
-            cJSON_Delete(n);
-            goto oom;
-        }
-    }
-    if (!cJSON_AddStringToObject(root, "resize", info->resize[0] ? info->resize : "squash")) goto oom;
-    if (!cJSON_AddStringToObject(root, "source", source ? source : "")) goto oom;
     text = cJSON_Print(root);
     path = str_cat(dir, "/" LAYOUT_DATASET_HEADER);
     if (!text || !path) goto oom;

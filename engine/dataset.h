@@ -20,6 +20,7 @@
 #define KILN_ENGINE_DATASET_H
 
 #include <stddef.h>
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdbool.h>
 
@@ -62,6 +63,10 @@ typedef struct ds_info {
 
 /* Reads dir/header.json. Returns 0 or -1 with err set. Free with ds_info_free. */
 int ds_info_load(const char *dir, ds_info *out, char *err, size_t errlen);
+/* info as the header's JSON object (classes, shape, counts, mean, resize),
+ * owned by the caller, or NULL when out of memory: header.json and the
+ * store's record of a dataset both start from it. */
+cJSON *ds_info_to_json(const ds_info *info);
 /* Writes dir/header.json atomically. */
 int ds_info_save(const char *dir, const ds_info *info, const char *source, char *err, size_t errlen);
 void ds_info_free(ds_info *info);

@@ -119,21 +119,11 @@ static cJSON *report_json(const import_report *r, const ds_info *info)
  * is one. Returns a string the caller frees, or NULL when out of memory. */
 static char *info_json(const ds_info *info, const import_report *r)
 {
-    const int shape[3] = { info->c, info->h, info->w };
-    cJSON *root = cJSON_CreateObject(), *counts = NULL;
-    bool ok = root &&
-              cJSON_AddItemToObject(root, "classes",
-                                    cJSON_CreateStringArray((const char *const *)info->classes,
-                                                            info->nclasses)) &&
-              cJSON_AddItemToObject(root, "shape", cJSON_CreateIntArray(shape, 3)) &&
-              (counts = cJSON_AddObjectToObject(root, "counts")) &&
-              cJSON_AddNumberToObject(counts, "train", (double)info->train_count) &&
-              cJSON_AddNumberToObject(counts, "val", (double)info->val_count) &&
-              cJSON_AddNumberToObject(counts, "test", (double)info->test_count) &&
-              cJSON_AddItemToObject(root, "mean", cJSON_CreateFloatArray(info->mean, info->c)) &&
-              cJSON_AddStringToObject(root, "resize", info->resize);
-    cJSON *rj = ok && r ? report_json(r, info) : NULL;
-    ok = ok && (!r || (rj && cJSON_AddItemToObject(root, "report", rj)));
+    cJSON *root = ds_info_to_json(info);           /* what header.json holds */
+    cJSON *rj = root && r ? report_json(r, info) : NULL;
+    bool ok = root && (!r || (rj && cJSON_AddItemToObject(root, "report", rj)));
+    if (!ok && rj && root)
+        cJSON_Delete(rj);
     char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     return text;
