@@ -8,23 +8,20 @@ import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import {
-  api, describeResponse, FINAL_STATUSES, importDemo, parseTfEvents, readSSE, startServer, tempDir, waitFor,
+  api, describeResponse, FINAL_STATUSES, parseTfEvents, readSSE, waitFor, startDemoServer,
 } from './lib/kiln.mjs';
 
-let tmp;
+let demo;
 let server;
 let datasetId;
 
 before(async () => {
-  tmp = tempDir('kiln-amp-');
-  const dataDir = path.join(tmp.dir, 'data');
-  datasetId = (await importDemo(dataDir)).id;
-  server = await startServer({ dataDir });
+  demo = await startDemoServer('kiln-amp-');
+  ({ server, datasetId } = demo);
 });
 
 after(async () => {
-  if (server) await server.stop();
-  if (tmp) tmp.cleanup();
+  if (demo) await demo.stop();
 });
 
 async function runJob(body) {

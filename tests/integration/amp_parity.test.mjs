@@ -5,23 +5,19 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import path from 'node:path';
-import { api, describeResponse, FINAL_STATUSES, importDemo, startServer, tempDir, waitFor } from './lib/kiln.mjs';
+import { api, describeResponse, FINAL_STATUSES, waitFor, startDemoServer } from './lib/kiln.mjs';
 
-let tmp;
+let demo;
 let server;
 let datasetId;
 
 before(async () => {
-  tmp = tempDir('kiln-amp-parity-');
-  const dataDir = path.join(tmp.dir, 'data');
-  datasetId = (await importDemo(dataDir)).id;
-  server = await startServer({ dataDir });
+  demo = await startDemoServer('kiln-amp-parity-');
+  ({ server, datasetId } = demo);
 });
 
 after(async () => {
-  if (server) await server.stop();
-  if (tmp) tmp.cleanup();
+  if (demo) await demo.stop();
 });
 
 async function finalAccuracy(precision) {

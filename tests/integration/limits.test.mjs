@@ -7,22 +7,20 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { api, describeResponse, importDemo, runKiln, startServer, tempDir } from './lib/kiln.mjs';
+import { api, describeResponse, runKiln, startDemoServer } from './lib/kiln.mjs';
 
+let demo;
 let tmp;
 let server;
 let datasetId;
 
 before(async () => {
-  tmp = tempDir('kiln-limits-');
-  const dataDir = path.join(tmp.dir, 'data');
-  datasetId = (await importDemo(dataDir)).id;
-  server = await startServer({ dataDir });
+  demo = await startDemoServer('kiln-limits-');
+  ({ tmp, server, datasetId } = demo);
 });
 
 after(async () => {
-  if (server) await server.stop();
-  if (tmp) tmp.cleanup();
+  if (demo) await demo.stop();
 });
 
 /* A resolved job.json as the server writes it: a real job's stored config,

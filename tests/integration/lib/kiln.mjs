@@ -65,6 +65,23 @@ export async function importDemo(dataDir, name = 'mnist') {
   return { id: Number(m[1]), stdout: r.stdout, stderr: r.stderr };
 }
 
+/* A temporary data directory with the demo digits imported and a server on it,
+ * for a test file's before(): resolves to {tmp, server, datasetId}; stop() (for
+ * after()) stops the server and removes the directory. */
+export async function startDemoServer(prefix) {
+  const tmp = tempDir(prefix);
+  const dataDir = path.join(tmp.dir, 'data');
+  const datasetId = (await importDemo(dataDir)).id;
+  const server = await startServer({ dataDir });
+  return {
+    tmp, server, datasetId,
+    async stop() {
+      await server.stop();
+      tmp.cleanup();
+    },
+  };
+}
+
 /* Starts `kiln serve --port 0 --host 127.0.0.1 --data DIR` and waits for its
  * `kiln: listening on http://HOST:PORT` line. Resolves to {url, dataDir, stop(), output()}. */
 export function startServer({ dataDir, args = [], timeoutMs = 30_000 } = {}) {
