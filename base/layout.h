@@ -28,6 +28,7 @@
 #define LAYOUT_VAL_SPLIT "val.kds"            /* in a dataset's folder */
 #define LAYOUT_TEST_SPLIT "test.kds"          /* in a dataset's folder, when it has a test split */
 #define LAYOUT_IMPORT_LOG "import.log"        /* in a dataset's folder */
+#define LAYOUT_MEAN_IMAGE "mean.png"          /* in a dataset's folder: the training split's mean, made on first request */
 
 /* <data>/<sub>: sub is one of LAYOUT_DATASETS, LAYOUT_JOBS, LAYOUT_UPLOADS. */
 int layout_subdir(char *buf, size_t n, const char *data, const char *sub);

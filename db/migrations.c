@@ -54,6 +54,11 @@ const store_migration store_migrations[] = {
             ");"
             "CREATE INDEX metrics_by_job_step ON metrics (job_id, step);",
     },
+    {
+        .version = 2,
+        .what = "an importing dataset's ETA",
+        .sql = "ALTER TABLE datasets ADD COLUMN eta_seconds REAL NOT NULL DEFAULT -1;",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

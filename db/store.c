@@ -57,7 +57,7 @@ enum stmt_id {
     ST_COUNT
 };
 
-#define DS_COLS "id, name, status, progress, info_json, error, created_at"
+#define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds"
 #define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
                  "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at"
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
@@ -65,8 +65,8 @@ enum stmt_id {
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_DS_INSERT] = "INSERT INTO datasets (name, status, progress, created_at) "
                      "VALUES (?1, 'importing', 0, " NOW_SQL ")",
-    [ST_DS_PROGRESS] = "UPDATE datasets SET progress = ?2 WHERE id = ?1",
-    [ST_DS_FINISH] = "UPDATE datasets SET status = ?2, info_json = ?3, error = ?4, "
+    [ST_DS_PROGRESS] = "UPDATE datasets SET progress = ?2, eta_seconds = ?3 WHERE id = ?1",
+    [ST_DS_FINISH] = "UPDATE datasets SET status = ?2, info_json = ?3, error = ?4, eta_seconds = -1, "
                      "progress = CASE WHEN ?2 = 'ready' THEN 1 ELSE progress END WHERE id = ?1",
     [ST_DS_GET] = "SELECT " DS_COLS " FROM datasets WHERE id = ?1",
     [ST_DS_BY_NAME] = "SELECT " DS_COLS " FROM datasets WHERE name = ?1 "
@@ -445,6 +445,11 @@ out:
 
 int store_dataset_set_progress(store *s, int64_t id, double progress)
 {
+    return store_dataset_set_progress_eta(s, id, progress, -1);
+}
+
+int store_dataset_set_progress_eta(store *s, int64_t id, double progress, double eta_seconds)
+{
     lock(s);
     int ret = -1;
     sqlite3_stmt *q = stmt_get(s, ST_DS_PROGRESS, NULL, 0);
@@ -452,6 +457,8 @@ int store_dataset_set_progress(store *s, int64_t id, double progress)
         int b = sqlite3_bind_int64(q, 1, id);
         if (b == SQLITE_OK)
             b = sqlite3_bind_double(q, 2, progress);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 3, eta_seconds >= 0 && isfinite(eta_seconds) ? eta_seconds : -1);
         ret = step_change(s, q, b, "dataset progress");
     }
     unlock(s);
@@ -492,6 +499,7 @@ static int read_dataset(sqlite3_stmt *q, void *elem)
     ok = col_dup(q, 4, &d->info_json) && ok;
     ok = col_dup(q, 5, &d->error) && ok;
     ok = col_dup(q, 6, &d->created_at) && ok;
+    d->eta_seconds = sqlite3_column_double(q, 7);
     if (!ok) {
         store_dataset_clear(d);
         return -1;

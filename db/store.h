@@ -33,6 +33,7 @@ typedef struct store_dataset {
     char *name;
     char *status;          /* "importing", "ready", "failed" */
     double progress;       /* 0..1 while importing */
+    double eta_seconds;    /* while importing: the seconds left, -1 when not known */
     char *info_json;       /* once ready: classes, shape, counts, mean, resize (JSON from the import's ds_info); else NULL */
     char *error;           /* reason when failed, else NULL */
     char *created_at;
@@ -40,7 +41,9 @@ typedef struct store_dataset {
 
 /* Inserts a dataset in status "importing"; *id receives its id. */
 int store_dataset_insert(store *s, const char *name, int64_t *id, char *err, size_t errlen);
-int store_dataset_set_progress(store *s, int64_t id, double progress);
+int store_dataset_set_progress(store *s, int64_t id, double progress);   /* ETA unknown */
+/* The progress and the seconds left (-1 or a non-finite value: not known). */
+int store_dataset_set_progress_eta(store *s, int64_t id, double progress, double eta_seconds);
 /* Marks ready with its header, or failed with its reason (info_json NULL). */
 int store_dataset_finish(store *s, int64_t id, const char *status, const char *info_json,
                          const char *error);

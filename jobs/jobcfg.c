@@ -1,8 +1,8 @@
 /* jobs/jobcfg.c: a job's configuration, read and written (contract in jobcfg.h).
  *
  * The table `rules` holds every scalar setting of a job: where it sits in the
- * JSON ("solver.lr"), its kind, default and range, the solver types it goes
- * with, and where it lands in the struct. One reader per kind applies a rule;
+ * JSON ("solver.lr", "augmentation.crop"), its kind, default and range, the
+ * solver types it goes with, and where it lands in the struct. One reader per kind applies a rule;
  * the schema endpoint prints the same rows. Fields that are not scalars
  * (dataset_id, network, name, devices, lr_policy, and the resolved form's
  * dataset and device fields) have their own readers below the table.
@@ -63,6 +63,7 @@ typedef struct rule {
 
 #define AT(field) offsetof(jobcfg, field)
 #define SOLVER(field) (offsetof(jobcfg, solver) + offsetof(jobcfg_solver, field))
+#define AUG(field) (offsetof(jobcfg, augment) + offsetof(jobcfg_augment, field))
 
 _Static_assert(sizeof(precision_mode) == sizeof(int) && sizeof(solver_type) == sizeof(int) &&
                sizeof(larc_policy) == sizeof(int), "enums are stored as int");
@@ -76,6 +77,17 @@ static const rule rules[] = {
       .doc = "initialisation, shuffling and dropout" },
     { "", "snapshot_interval", R_INT, 1, 1, 10000, .store = S_INT, .off = AT(snapshot_interval),
       .doc = "a checkpoint every this many epochs" },
+    { "", "loader_threads", R_INT, 0, 0, LOADER_THREADS_MAX, .store = S_INT, .off = AT(loader_threads),
+      .doc = "threads that decode and augment the images ahead of the step; 0: what fits the "
+      "machine (up to 4); the batches are the same for any number" },
+    { "augmentation", "crop", R_INT, 0, 0, 65535, .store = S_INT, .off = AUG(crop),
+      .doc = "a random crop x crop window of each training image, the centre one at validation; "
+      "the network's input is this size; 0: the stored size (no crop, or with pad CIFAR's crop "
+      "back to it); at most the dataset's width and height" },
+    { "augmentation", "pad", R_INT, 0, 0, DS_AUGMENT_PAD_MAX, .store = S_INT, .off = AUG(pad),
+      .doc = "black pixels around each side of the image before the random crop (CIFAR: 4)" },
+    { "augmentation", "mirror", R_BOOL, 0, .store = S_BOOL, .off = AUG(mirror),
+      .doc = "flip training images left to right with probability 1/2" },
     { "", "precision", R_CHOICE, PREC_FP32, .names = precision_names, .store = S_INT,
       .off = AT(precision), .doc = "fp32, or mixed precision in bfloat16 or FP16" },
     { "", "loss_scaling", R_CHOICE, -1, .names = loss_scaling_names,
@@ -115,11 +127,11 @@ static const rule rules[] = {
 
 /* Fields that are not scalars, per object and form, for the unknown-field check. */
 static const char *const request_fields[] = {
-    "dataset_id", "network", "name", "devices", "solver", "lr_policy", NULL,
+    "dataset_id", "network", "name", "devices", "solver", "lr_policy", "augmentation", NULL,
 };
 static const char *const resolved_fields[] = {
     "id", "dataset_id", "dataset_dir", "network_name", "network", "input", "classes", "name",
-    "backend", "gpus", "gpu_count", "gpu", "replicas", "solver", "lr_policy", NULL,
+    "backend", "gpus", "gpu_count", "gpu", "replicas", "solver", "lr_policy", "augmentation", NULL,
 };
 static const char *const solver_fields[] = { "larc", NULL };
 
@@ -376,18 +388,28 @@ static int check_solver_fields(const cJSON *solver, solver_type t, api_error *e)
     return 0;
 }
 
+/* The objects of a request that hold rules (NULL: absent). */
+typedef struct rule_objects {
+    const cJSON *body, *solver, *larc, *augmentation;
+} rule_objects;
+
+static const cJSON *object_of(const rule *r, const rule_objects *o)
+{
+    return !strcmp(r->obj, "") ? o->body : !strcmp(r->obj, "solver") ? o->solver :
+           !strcmp(r->obj, "solver.larc") ? o->larc : o->augmentation;
+}
+
 /* Every rule, in table order, from its object in body. Rules of another
  * solver type are left at zero (the engine's "not used"). */
-static int read_rules(const cJSON *body, const cJSON *solver, const cJSON *larc, jobcfg *c,
-                      api_error *e)
+static int read_rules(const rule_objects *objs, jobcfg *c, api_error *e)
 {
     solver_type t = c->solver.type;
     for (size_t i = 0; i < NRULES; i++) {
         const rule *r = &rules[i];
-        const cJSON *obj = !strcmp(r->obj, "") ? body : !strcmp(r->obj, "solver") ? solver : larc;
+        const cJSON *obj = object_of(r, objs);
         if (r->solvers && !(r->solvers & (1u << t)))
             continue;
-        if (!strcmp(r->obj, "solver.larc") && !larc)
+        if (!strcmp(r->obj, "solver.larc") && !objs->larc)
             continue;                              /* no LARC: policy none, eta 0 */
         double v;
         if (read_rule(r, obj, &v, e) != 0)
@@ -644,6 +666,10 @@ int jobcfg_set_data(jobcfg *c, const char *dataset_dir, net_shape input, const c
     if (snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", dataset_dir) >=
         (int)sizeof c->dataset_dir)
         return api_fail(e, 400, "invalid_field", "dataset_dir is too long");
+    ds_augment aug = jobcfg_ds_augment(c);
+    char why[256];
+    if (ds_augment_check(&aug, input.h, input.w, why, sizeof why) != 0)
+        return api_fail(e, 400, "invalid_field", "%s", why);
     c->input = input;
     if (!(c->classes = calloc((size_t)nclasses, sizeof *c->classes)))
         return api_fail(e, 500, "internal", "out of memory");
@@ -698,9 +724,16 @@ static int read_all(const cJSON *j, jobcfg_form form, jobcfg *c, api_error *e)
     static const char *const none[] = { NULL };
     if (larc && check_fields(larc, "solver.larc", none, "solver.larc", e) != 0)
         return -1;
+    const cJSON *aug = opt_field(j, "augmentation");
+    if (aug && !cJSON_IsObject(aug))
+        return api_fail(e, 400, "invalid_field", "augmentation must be an object: {\"crop\": 28, "
+                        "\"pad\": 0, \"mirror\": true}");
+    if (aug && check_fields(aug, "augmentation", none, "augmentation", e) != 0)
+        return -1;
+    rule_objects objs = { .body = j, .solver = solver, .larc = larc, .augmentation = aug };
     if (solver_kind(solver, &c->solver.type, e) != 0 ||
         check_solver_fields(solver, c->solver.type, e) != 0 ||
-        read_rules(j, solver, larc, c, e) != 0 || read_name(j, c, e) != 0)
+        read_rules(&objs, c, e) != 0 || read_name(j, c, e) != 0)
         return -1;
     if (c->solver.nesterov && c->solver.momentum <= 0)
         return api_fail(e, 400, "invalid_field", "solver.nesterov needs a momentum above 0");
@@ -804,7 +837,8 @@ static bool add_devices(cJSON *o, const jobcfg *c)
 cJSON *jobcfg_to_json(const jobcfg *c)
 {
     cJSON *o = cJSON_CreateObject(), *solver = cJSON_CreateObject(), *larc = NULL;
-    bool ok = o && solver;
+    cJSON *aug = cJSON_CreateObject();
+    bool ok = o && solver && aug;
     int shape[3] = { c->input.c, c->input.h, c->input.w };
     ok = ok && add(o, "id", cJSON_CreateNumber((double)c->id)) &&
          add(o, "dataset_id", cJSON_CreateNumber((double)c->dataset_id)) &&
@@ -823,7 +857,8 @@ cJSON *jobcfg_to_json(const jobcfg *c)
             if (!larc && !(larc = cJSON_AddObjectToObject(solver, "larc")))
                 ok = false;
         }
-        cJSON *into = !strcmp(r->obj, "") ? o : !strcmp(r->obj, "solver") ? solver : larc;
+        cJSON *into = !strcmp(r->obj, "") ? o : !strcmp(r->obj, "solver") ? solver :
+                      !strcmp(r->obj, "augmentation") ? aug : larc;
         ok = ok && add(into, r->key, rule_json(r, c));
         if (ok && !strcmp(r->key, "loss_scaling"))
             ok = add_devices(o, c);                /* where job.json has always had them */
@@ -832,9 +867,14 @@ cJSON *jobcfg_to_json(const jobcfg *c)
         solver = NULL;
     else
         ok = false;
+    if (ok && add(o, "augmentation", aug))
+        aug = NULL;
+    else
+        ok = false;
     ok = ok && (!c->lr_policy || add(o, "lr_policy", cJSON_Duplicate(c->lr_policy, 1))) &&
          (!c->name[0] || add(o, "name", cJSON_CreateString(c->name)));
     cJSON_Delete(solver);
+    cJSON_Delete(aug);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -844,8 +884,22 @@ cJSON *jobcfg_to_json(const jobcfg *c)
 
 int64_t jobcfg_steps(const jobcfg *c, int64_t train_count)
 {
-    int64_t batch = c->batch_size > 0 ? c->batch_size : 1;
-    return (train_count + batch - 1) / batch * c->epochs;
+    size_t n = train_count > 0 ? (size_t)train_count : 0;
+    return (int64_t)loader_batch_count(n, c->batch_size, true) * c->epochs;
+}
+
+net_shape jobcfg_net_input(const jobcfg *c)
+{
+    net_shape in = c->input;
+    if (c->augment.crop > 0)
+        in.h = in.w = c->augment.crop;
+    return in;
+}
+
+ds_augment jobcfg_ds_augment(const jobcfg *c)
+{
+    return (ds_augment){ .crop_h = c->augment.crop, .crop_w = c->augment.crop,
+                         .pad = c->augment.pad, .mirror = c->augment.mirror };
 }
 
 net_solver jobcfg_net_solver(const jobcfg *c)

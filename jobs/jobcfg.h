@@ -11,7 +11,8 @@
  * Two forms of the same object:
  *   a request   what a client sends: dataset_id (or, for kiln train, none),
  *               network as a built-in name or a spec, the optional settings;
- *   resolved    job.json: the request with every default filled, the network
+ *   resolved    job.json: the request with every default filled (the
+ *               augmentation object too), the network
  *               spec, the dataset's folder, input shape and classes, the
  *               devices as backend/gpus/gpu_count, the learning-rate policy's
  *               warm-up in steps. jobcfg_to_json writes it; jobcfg_from_json
@@ -28,6 +29,7 @@
 
 #include "base/err.h"         /* api_error */
 #include "base/limits.h"      /* KILN_MAX_DEVICES */
+#include "engine/dataset.h"   /* ds_augment */
 #include "engine/net.h"       /* net_shape, net_solver, net_devices */
 
 #define JOBCFG_NAME_MAX 200            /* bytes of a job's name */
@@ -54,6 +56,14 @@ typedef struct jobcfg_solver {
     larc_policy larc;                  /* LARC_NONE: no "larc" object */
 } jobcfg_solver;
 
+/* The loader's augmentation as the request gave it ("augmentation"):
+ * jobcfg_ds_augment converts it at the engine's border. */
+typedef struct jobcfg_augment {
+    int crop;                          /* a crop x crop window; 0: the stored size */
+    int pad;                           /* zero pixels around the image before cropping */
+    bool mirror;                       /* flip left to right at random in training */
+} jobcfg_augment;
+
 typedef struct jobcfg {
     /* identity and data (resolved form) */
     int64_t id;                        /* 0 until the job's row exists */
@@ -62,12 +72,15 @@ typedef struct jobcfg {
     char name[JOBCFG_NAME_MAX + 1];    /* "": none */
     char network_name[JOBCFG_NETWORK_NAME_MAX + 1];
     cJSON *network;                    /* owned; a request's name or spec; resolved: the spec */
-    net_shape input;                   /* resolved: the dataset's C, H, W */
+    net_shape input;                   /* resolved: the dataset's C, H, W (the stored
+                                        * images; the network's is jobcfg_net_input) */
     int nclasses;
     char **classes;                    /* owned, nclasses names (resolved) */
 
     /* the run */
     int epochs, batch_size, snapshot_interval;
+    int loader_threads;                /* decoding threads; 0: what fits the machine */
+    jobcfg_augment augment;
     uint64_t seed;
     jobcfg_devices devices;
     precision_mode precision;
@@ -99,12 +112,25 @@ int jobcfg_load(const char *dir, jobcfg *out, api_error *e);
 void jobcfg_free(jobcfg *c);           /* frees what c owns; NULL is a no-op */
 
 /* A request's dataset part, once jobspec has found the dataset: its folder,
- * the input shape and the class names (copied). Returns 0, or -1 with e. */
+ * the input shape (the stored images') and the class names (copied). The
+ * augmentation is checked against the shape here: a crop larger than the
+ * images is a 400 invalid_field naming augmentation.crop. Returns 0, or -1
+ * with e. */
 int jobcfg_set_data(jobcfg *c, const char *dataset_dir, net_shape input, const char *const *classes,
                     int nclasses, api_error *e);
 
-/* Steps of the whole run for a training split of train_count images. */
+/* Steps of the whole run for a training split of train_count images: the
+ * training loader's batches an epoch (engine/dataset.h, loader_batch_count:
+ * the last short batch of an epoch is dropped, except in a split smaller
+ * than one batch) times the epochs. */
 int64_t jobcfg_steps(const jobcfg *c, int64_t train_count);
+
+/* The network's input: the dataset's channels, and the crop's size (or the
+ * stored one). What the network is built and checked with. */
+net_shape jobcfg_net_input(const jobcfg *c);
+
+/* The augmentation for loader_open (engine/dataset.h). */
+ds_augment jobcfg_ds_augment(const jobcfg *c);
 
 /* The solver for net_create: the settings above as the engine takes them. */
 net_solver jobcfg_net_solver(const jobcfg *c);

@@ -71,7 +71,7 @@ static int load_dataset(store *st, const char *abs_data, int64_t id, char *dir, 
 }
 
 /* The spec (a new cJSON tree) and its display name, or -1 with e filled. */
-static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **spec,
+static int resolve_network(const cJSON *req_net, net_shape in, const ds_info *info, cJSON **spec,
                            char *net_name, size_t namelen, api_error *e)
 {
     *spec = NULL;
@@ -98,7 +98,6 @@ static int resolve_network(const cJSON *req_net, const ds_info *info, cJSON **sp
     }
 
     char err[512];
-    net_shape in = { info->c, info->h, info->w };
     if (net_validate(*spec, in, info->nclasses, err, sizeof err) != 0) {
         cJSON_Delete(*spec);
         *spec = NULL;
@@ -129,17 +128,20 @@ static int resolve_lr_policy(jobcfg *c, const ds_info *info, api_error *e)
     return 0;
 }
 
-/* The request c resolved against the dataset in dir: the spec, the data, the policy. */
+/* The request c resolved against the dataset in dir: the data (which checks
+ * the augmentation against the images), the spec for the network's input
+ * (the crop), the policy. */
 static int resolve(jobcfg *c, const char *dir, const ds_info *info, api_error *e)
 {
     cJSON *spec = NULL;
-    if (resolve_network(c->network, info, &spec, c->network_name, sizeof c->network_name, e))
+    net_shape in = { info->c, info->h, info->w };
+    if (jobcfg_set_data(c, dir, in, (const char *const *)info->classes, info->nclasses, e) != 0 ||
+        resolve_network(c->network, jobcfg_net_input(c), info, &spec, c->network_name,
+                        sizeof c->network_name, e))
         return -1;
     cJSON_Delete(c->network);
     c->network = spec;
-    net_shape in = { info->c, info->h, info->w };
-    return jobcfg_set_data(c, dir, in, (const char *const *)info->classes, info->nclasses, e) != 0 ||
-                   resolve_lr_policy(c, info, e) != 0 ? -1 : 0;
+    return resolve_lr_policy(c, info, e);
 }
 
 /* Writes text to dir/job.json atomically (engine/fileio.h). */

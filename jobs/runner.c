@@ -19,6 +19,14 @@
  * The learning rate of each step comes from job.json's "lr_policy"
  * (engine/lr.h) and is reported with every train report.
  *
+ * Data (engine/dataset.h): the training loader shuffles every epoch, applies
+ * job.json's "augmentation" (the network is built for the crop's size) and
+ * drops an epoch's last short batch, so that no step sees a batch of one
+ * image (a training split smaller than one batch trains on its one short
+ * batch); jobcfg_steps counts the same steps for the scheduler. Validation
+ * sees every image, centre-cropped and never mirrored. The loader's threads
+ * ("loader_threads") change how fast batches come, never what is in them.
+ *
  * `kiln train` (jobs/train_cli.c) runs the same loop through runner_run with
  * human-readable progress instead of JSON lines.
  *
@@ -284,8 +292,9 @@ static int resume(run *r, const char *ckdir, char *err, size_t errlen)
     if (ci.seed != r->cfg.seed || ci.epoch > r->cfg.epochs || ci.epoch_step > r->steps_per_epoch ||
         ci.step != (int64_t)ci.epoch * r->steps_per_epoch + ci.epoch_step) {
         set_err(err, errlen, "cannot resume from %s: it was written by a run with another seed, "
-                "dataset or batch size (step %lld, epoch %d + %lld steps)", path,
-                (long long)ci.step, ci.epoch, (long long)ci.epoch_step);
+                "dataset or batch size, or by a kiln that counted an epoch's steps otherwise "
+                "(step %lld, epoch %d + %lld steps; this run has %lld steps an epoch)", path,
+                (long long)ci.step, ci.epoch, (long long)ci.epoch_step, (long long)r->steps_per_epoch);
         return -1;
     }
     if (ckpt_load(r->net, path, NULL, e, sizeof e) != 0) {
@@ -331,15 +340,22 @@ static int open_run(run *r, char *err, size_t errlen)
                  sc, sh, sw, r->info.c, r->info.h, r->info.w);
         return -1;
     }
-    const float scale = 1.0f / 255.0f;
-    r->train_ld = loader_open(r->train, c->batch_size, true, c->seed, r->info.mean, scale, e, sizeof e);
+    /* Training drops an epoch's last short batch (jobcfg_steps counts the
+     * same); validation sees every image, centre-cropped, never mirrored. */
+    loader_opts lo = { .batch = c->batch_size, .train = true, .drop_last = true, .seed = c->seed,
+                       .mean = r->info.mean, .scale = 1.0f / 255.0f, .aug = jobcfg_ds_augment(c),
+                       .threads = c->loader_threads };
+    r->train_ld = loader_open(r->train, &lo, e, sizeof e);
+    lo.train = lo.drop_last = false;
     if (r->train_ld)
-        r->val_ld = loader_open(r->val, c->batch_size, false, c->seed, r->info.mean, scale, e, sizeof e);
+        r->val_ld = loader_open(r->val, &lo, e, sizeof e);
     if (!r->train_ld || !r->val_ld) {
         set_err(err, errlen, "data loader: %s", e);
         return -1;
     }
-    size_t per_image = (size_t)r->info.c * (size_t)r->info.h * (size_t)r->info.w;
+    net_shape in;
+    loader_shape(r->train_ld, &in.c, &in.h, &in.w);      /* the crop: jobcfg_net_input */
+    size_t per_image = (size_t)in.c * (size_t)in.h * (size_t)in.w;
     r->x = malloc((size_t)c->batch_size * per_image * sizeof *r->x);
     r->labels = malloc((size_t)c->batch_size * sizeof *r->labels);
     if (!r->x || !r->labels) {
@@ -347,7 +363,6 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
 
-    net_shape in = { r->info.c, r->info.h, r->info.w };
     net_devices devices = jobcfg_net_devices(c);
     net_solver solver = jobcfg_net_solver(c);
     r->net = net_create(c->network, in, r->info.nclasses, c->batch_size, &devices, &solver, c->seed,
@@ -422,7 +437,11 @@ static int validate(run *r, eval_result *out)
     char e[512];
     out->interrupted = false;
     loader_start_epoch(r->val_ld, 0);
-    while ((n = loader_next(r->val_ld, r->x, r->labels)) > 0) {
+    while ((n = loader_next(r->val_ld, r->x, r->labels)) != 0) {
+        if (n < 0) {
+            snprintf(r->err, sizeof r->err, "validation data: %s", loader_error(r->val_ld));
+            return -1;
+        }
         net_stats st;
         if (net_eval(r->net, r->x, r->labels, n, &st, e, sizeof e) != 0) {
             snprintf(r->err, sizeof r->err, "validation: %s", e);
@@ -458,19 +477,23 @@ static int train(run *r, bool *cancelled)
         long int_correct = 0, int_count = 0, ep_correct = 0, ep_count = 0, int_images = 0;
         int64_t int_steps = 0, i = 0;
         double ips = 0, secs_per_step = 0;
-        int n;
+        int n = 0;
 
         loader_start_epoch(r->train_ld, epoch);
         r->epoch = epoch;
         r->epoch_step = 0;
         if (epoch == r->start_epoch) {
             /* resuming part-way: the batches trained before come again, unused */
-            for (; i < r->skip && loader_next(r->train_ld, r->x, r->labels) > 0; i++)
+            for (; i < r->skip && (n = loader_next(r->train_ld, r->x, r->labels)) > 0; i++)
                 ;
+            if (i < r->skip && n < 0)
+                goto bad_data;
             r->epoch_step = i;
         }
-        while ((n = loader_next(r->train_ld, r->x, r->labels)) > 0) {
+        while ((n = loader_next(r->train_ld, r->x, r->labels)) != 0) {
             net_stats st;
+            if (n < 0)
+                goto bad_data;
             lr = (float)lr_at(&r->lr, r->step);
             if (net_train_step(r->net, r->x, r->labels, n, lr, &st, e, sizeof e) != 0) {
                 snprintf(r->err, sizeof r->err, "step %lld: %s", (long long)(r->step + 1), e);
@@ -563,6 +586,35 @@ static int train(run *r, bool *cancelled)
         }
     }
     return 0;
+bad_data:
+    snprintf(r->err, sizeof r->err, "training data, step %lld: %s", (long long)(r->step + 1),
+             loader_error(r->train_ld));
+    return -1;
+}
+
+/* The data path for the log: the loader's threads, the augmentation, and
+ * the images an epoch leaves out (its last short batch). */
+static void log_data(const run *r)
+{
+    const jobcfg_augment *a = &r->cfg.augment;
+    int h, w;
+    loader_shape(r->train_ld, NULL, &h, &w);
+    char aug[200] = "no augmentation";
+    size_t k = 0;
+    if (a->crop || a->pad)
+        k = (size_t)snprintf(aug, sizeof aug, "%dx%d crops%s%.0d%s, random in training, the centre at "
+                             "validation", w, h, a->pad ? " of the image padded by " : "", a->pad,
+                             a->pad ? " pixels" : "");
+    if (a->mirror && k < sizeof aug)
+        snprintf(aug + k, sizeof aug - k, "%straining images mirrored at random", k ? "; " : "");
+    size_t n = ds_split_count(r->train), used = (size_t)r->steps_per_epoch * (size_t)r->cfg.batch_size;
+    logf_("data: %d loader thread%s; %s; an epoch is %lld step%s of %d images%s",
+          loader_threads(r->train_ld), loader_threads(r->train_ld) == 1 ? "" : "s", aug,
+          (long long)r->steps_per_epoch, r->steps_per_epoch == 1 ? "" : "s", r->cfg.batch_size,
+          n < used ? " (one short batch: the training split is smaller than a batch)" : "");
+    if (n > used)
+        logf_("data: the last %zu of the %zu training images in each epoch's order are left out (no "
+              "short batch); the order, and so which ones, changes every epoch", n - used, n);
 }
 
 /* "sgd lr 0.01 (fixed) momentum 0.9 ..." for the log. */
@@ -721,6 +773,7 @@ int runner_run(const char *dir, bool human_output)
           precision_name(r.cfg.precision), ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
           r.info.nclasses, r.cfg.epochs, r.cfg.epochs == 1 ? "" : "s", (long long)r.steps_per_epoch, r.cfg.batch_size, sdesc,
           (unsigned long long)r.cfg.seed, mono_now() - t0);
+    log_data(&r);
     int ndev = net_device_count(r.net);
     if (ndev > 1)
         logf_("data parallel on %d devices: up to %d images of each batch on each, gradients "

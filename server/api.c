@@ -18,8 +18,10 @@
 #include "engine/net.h"            /* engine_backends, engine_devices */
 #include "engine/summary.h"        /* summary_build, summary_to_json */
 #include "jobs/import.h"           /* import_schema: the upload's options */
+#include "jobs/import_job.h"       /* import_job_cancel */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/jobspec.h"          /* jobspec_create */
+#include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
@@ -351,6 +353,44 @@ static int h_dataset_get(request *r)
     return http_json(r, MHD_HTTP_OK, o);
 }
 
+/* DELETE of an importing dataset: cancels its import (jobs/import_job.h),
+ * which removes the row and the folder once the importer has stopped: 202
+ * with the dataset, its status "cancelling" (204 when it is gone already).
+ * false when no import of it runs
+ * in this server and it is not importing any more (the caller deletes it as
+ * any other); an import of another process (kiln import) is 409. */
+static bool cancel_import(request *r, enum MHD_Result *answered)
+{
+    store_dataset d;
+    if (import_job_cancel(r->id) == 0) {
+        int rc = store_dataset_get(r->srv->st, r->id, &d);
+        if (rc == STORE_NOT_FOUND) {           /* already stopped and removed */
+            struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+            *answered = http_queue(r, MHD_HTTP_NO_CONTENT, resp);
+            return true;
+        }
+        if (rc != 0) {
+            *answered = http_store_error(r, "reading the dataset");
+            return true;
+        }
+        cJSON *o = render_dataset(&d);
+        store_dataset_clear(&d);
+        if (o)
+            cJSON_ReplaceItemInObjectCaseSensitive(o, "status", cJSON_CreateString("cancelling"));
+        *answered = http_json(r, MHD_HTTP_ACCEPTED, o);
+        return true;
+    }
+    if (!find_dataset(r, r->id, &d, answered))
+        return true;
+    bool importing = !strcmp(d.status, "importing");
+    store_dataset_clear(&d);
+    if (importing)
+        *answered = http_error(r, MHD_HTTP_CONFLICT, "dataset_importing",
+                               "dataset %lld is being imported by another process (kiln import); delete "
+                               "it once it is ready or failed", (long long)r->id);
+    return importing;
+}
+
 static int h_dataset_delete(request *r)
 {
     server *srv = r->srv;
@@ -360,10 +400,8 @@ static int h_dataset_delete(request *r)
         return answered;
     bool importing = !strcmp(d.status, "importing");
     store_dataset_clear(&d);
-    if (importing)
-        return http_error(r, MHD_HTTP_CONFLICT, "dataset_importing",
-                          "dataset %lld is still importing; delete it once it is ready or failed",
-                          (long long)r->id);
+    if (importing && cancel_import(r, &answered))
+        return answered;
     store_job *jobs = NULL;
     size_t n = 0, users = 0;
     if (store_job_list(srv->st, &jobs, &n) != 0)
@@ -558,6 +596,9 @@ const route http_routes[] = {
     { .method = "POST", .pattern = "/api/v1/datasets", .fn = upload_finish, .body = BODY_UPLOAD },
     { .method = "GET", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_get },
     { .method = "DELETE", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_delete },
+    { .method = "GET", .pattern = "/api/v1/datasets/:id/samples", .fn = dsview_samples },
+    { .method = "GET", .pattern = "/api/v1/datasets/:id/image.png", .fn = dsview_image },
+    { .method = "GET", .pattern = "/api/v1/datasets/:id/mean.png", .fn = dsview_mean },
     { .method = "GET", .pattern = "/api/v1/jobs", .fn = h_jobs_list },
     { .method = "POST", .pattern = "/api/v1/jobs", .fn = h_job_create, .body = BODY_JSON },
     { .method = "GET", .pattern = "/api/v1/jobs/:id", .fn = h_job_get },

@@ -256,6 +256,11 @@ static int build_preprocess(model_parts *p, char *err, size_t errlen)
          cJSON_AddStringToObject(o, "layout", "NCHW") &&
          cJSON_AddStringToObject(o, "resize", info.resize[0] ? info.resize : "squash") &&
          cJSON_AddStringToObject(o, "formula", "x = (pixel - mean[c]) * scale, pixel in 0..255");
+    /* trained on crops (augmentation.crop): the network takes the centre crop
+     * of the resized image, as validation did */
+    net_shape in = jobcfg_net_input(&p->config);
+    if (ok && (in.h != info.h || in.w != info.w))
+        ok = cJSON_AddItemToObject(o, "center_crop", cJSON_CreateIntArray((const int[]){ in.h, in.w }, 2));
     ds_info_free(&info);
     cJSON_Delete(mean);
     if (!ok) {

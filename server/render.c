@@ -32,9 +32,9 @@ static bool add_item(cJSON *o, const char *key, cJSON *v)
     return true;
 }
 
-/* classes, shape, counts and an archive's import report from the store's
+/* classes, shape, counts, the import report and the source from the store's
  * record of a ready dataset (jobs/import_job.c; older rows hold header.json's
- * text). NULL or unreadable: [] / null / null and no report. */
+ * text). NULL or unreadable: [] / null / null and no report or source. */
 static bool add_header_fields(cJSON *o, const char *info_json)
 {
     cJSON *h = info_json ? cJSON_Parse(info_json) : NULL;
@@ -61,9 +61,18 @@ static bool add_header_fields(cJSON *o, const char *info_json)
     } else {
         ok &= add_item(o, "counts", cJSON_CreateNull());
     }
+    /* how the images were made and stored, and the options asked for */
+    static const char *const passed[] = { "mean", "resize", "encoding", "options" };
+    for (size_t i = 0; ok && i < sizeof passed / sizeof passed[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, passed[i]);
+        if (v) ok &= add_item(o, passed[i], cJSON_Duplicate(v, 1));
+    }
     const cJSON *report = cJSON_GetObjectItemCaseSensitive(h, "report");
-    if (cJSON_IsObject(report))                /* an archive's import report (jobs/import.h) */
+    if (cJSON_IsObject(report))                /* the import report (jobs/import.h) */
         ok &= add_item(o, "report", cJSON_Duplicate(report, 1));
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(h, "source");
+    if (cJSON_IsObject(source))                /* {"type", "path"}: what it was imported from */
+        ok &= add_item(o, "source", cJSON_Duplicate(source, 1));
     cJSON_Delete(h);
     return ok;
 }
@@ -74,11 +83,15 @@ cJSON *render_dataset(const store_dataset *d)
     if (!o)
         return NULL;
     bool ready = d->status && !strcmp(d->status, "ready");
+    bool importing = d->status && !strcmp(d->status, "importing");
     double progress = ready ? 1.0 : d->progress < 0 ? 0 : d->progress > 1 ? 1 : d->progress;
     bool ok = add_num(o, "id", (double)d->id);
     ok &= add_str(o, "name", d->name);
     ok &= add_str(o, "status", d->status);
     ok &= add_num(o, "progress", progress);
+    /* the import's estimate (jobs/import_job.c): null until it can be made, and once it ended */
+    ok &= add_item(o, "eta_seconds", importing && d->eta_seconds > 0 && isfinite(d->eta_seconds)
+                                         ? cJSON_CreateNumber(d->eta_seconds) : cJSON_CreateNull());
     ok &= add_str(o, "created_at", d->created_at);
     ok &= add_header_fields(o, ready ? d->info_json : NULL);
     ok &= add_str(o, "error", d->error);

@@ -1,9 +1,12 @@
 /* server/render.h: the API's JSON representations, in one place.
  *
  * Shapes (the BRIEF's "API representations"):
- *   dataset {"id","name","status","progress","created_at","classes","shape",
- *            "counts":{"train","val"},"error"}      (classes [], shape and
- *            counts null until the dataset is ready)
+ *   dataset {"id","name","status","progress","eta_seconds","created_at",
+ *            "classes","shape","counts":{"train","val"[,"test"]},"report",
+ *            "source":{"type","path"},"error"}      (classes [], shape and
+ *            counts null until the dataset is ready, report and source only
+ *            then; eta_seconds a number only while importing, once it can be
+ *            estimated)
  *   job     {"id","dataset_id","network","status","created_at","started_at",
  *            "finished_at","epoch","epochs","step","steps","progress",
  *            "images_per_sec","eta_seconds","error","devices","config","metrics"}

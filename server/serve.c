@@ -11,8 +11,13 @@
  * them blocked): mark stopping; resume every suspended SSE connection (each
  * ends its stream) and wait for uploads suspended on their archive check,
  * because MHD_stop_daemon must not meet a suspended connection; stop MHD; stop
- * the scheduler (running jobs are requeued); give background imports a
+ * the scheduler (running jobs are requeued); stop background imports (each
+ * stops at its next progress report and is marked failed) and give them a
  * moment; close the store.
+ *
+ * --import-root DIR (repeatable) names the folders whose files a JSON dataset
+ * source may read (jobs/import_roots.h); each is resolved at start, and a
+ * missing one is a usage error.
  */
 #define _GNU_SOURCE           /* realpath, getopt_long */
 #include "base/layout.h"     /* the data directory's sub-folders */
@@ -36,6 +41,7 @@
 #include "engine/fileio.h"     /* fio_mkdir_p, fio_empty_dir */
 #include "server/http.h"       /* http_on_request, http_on_completed */
 #include "server/sse.h"        /* sse_start, sse_stop */
+#include "jobs/import_job.h"   /* import_job_stop_all */
 #include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
 
 #ifndef KILN_DEFAULT_WEB_DIR
@@ -57,13 +63,14 @@ typedef struct serve_opts {
     const char *web_dir;
     const char *static_dir;
     int max_jobs;
+    import_roots *roots;          /* --import-root, resolved as they are read */
 } serve_opts;
 
 void serve_usage(FILE *f)
 {
     fprintf(f,
             "usage: kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
-            "                  [--static-dir DIR] [--max-jobs N]\n"
+            "                  [--static-dir DIR] [--max-jobs N] [--import-root DIR]...\n"
             "\n"
             "Runs the training service: the REST API under /api/v1, the dashboard at /,\n"
             "and the scheduler that runs queued jobs as `kiln worker` processes.\n"
@@ -80,6 +87,11 @@ void serve_usage(FILE *f)
             "  --max-jobs N       jobs that may train at the same time on the CPU (default 1);\n"
             "                     each gets cores/N OpenMP threads unless OMP_NUM_THREADS is set;\n"
             "                     GPU jobs are not counted: each GPU runs one job at a time\n"
+            "  --import-root DIR  a folder of this machine whose files a request may import\n"
+            "                     (POST /api/v1/datasets with a JSON source: folder, list,\n"
+            "                     idx, cifar); repeatable. None by default: every server path\n"
+            "                     is refused (403). Paths are compared after links and \"..\"\n"
+            "                     are resolved\n"
             "  --help             this text\n"
             "\n"
             "After binding it prints `kiln: listening on http://HOST:PORT`. SIGINT or\n"
@@ -162,6 +174,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         } else if ((v = opt_value(argc, argv, &i, "--max-jobs", &missing))) {
             if (!parse_int(v, 1, 256, &o->max_jobs))
                 return usage_error("--max-jobs must be 1..256, not %s", v);
+        } else if ((v = opt_value(argc, argv, &i, IMPORT_ROOTS_FLAG, &missing))) {
+            char err[PATH_MAX + 64];
+            if (import_roots_add(o->roots, v, err, sizeof err) != 0)
+                return usage_error("%s", err);
         } else if (missing) {
             return usage_error("%s needs a value", a);
         } else if (a[0] == '-') {
@@ -224,7 +240,7 @@ static void fail_interrupted_imports(store *st)
         fprintf(stderr, "kiln serve: dataset %lld (%s) was left importing; marking it failed\n",
                 (long long)list[i].id, list[i].name);
         store_dataset_finish(st, list[i].id, "failed", NULL,
-                             "the server stopped during the import; upload the archive again");
+                             "the server stopped during the import; create the dataset again");
     }
     store_dataset_list_free(list, n);
 }
@@ -307,7 +323,8 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
 
 int serve_main(int argc, char **argv)
 {
-    serve_opts o;
+    static server srv;                     /* outlives threads that may still run at exit */
+    serve_opts o = { .roots = &srv.roots };
     int rc = parse_args(argc, argv, &o);
     if (rc == 1)
         return 0;
@@ -324,7 +341,6 @@ int serve_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
 
-    static server srv;                     /* outlives threads that may still run at exit */
     pthread_mutex_init(&srv.sse_mu, NULL);
     pthread_cond_init(&srv.ping_cond, NULL);
     pthread_mutex_init(&srv.imp_mu, NULL);
@@ -376,6 +392,8 @@ int serve_main(int argc, char **argv)
     printf("kiln: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host, v6 ? "]" : "", port);
     fflush(stdout);
     fprintf(stderr, "kiln serve: data in %s, dashboard from %s\n", srv.data_dir, srv.web_dir);
+    for (size_t i = 0; i < srv.roots.n; i++)
+        fprintf(stderr, "kiln serve: datasets may be imported from %s\n", srv.roots.dirs[i]);
     if (!loopback)
         fprintf(stderr, "kiln serve: WARNING: bound to %s, which is not loopback, and this build has no "
                         "authentication yet: anyone who can reach this port can use the API\n", o.host);
@@ -394,6 +412,7 @@ out:
     srv.daemon = NULL;
     sched_stop(srv.sched);
     srv.sched = NULL;
+    import_job_stop_all("the server stopped during the import; create the dataset again");
     int left = upload_wait_imports(&srv, SERVE_IMPORT_GRACE_MS);
     if (left > 0) {
         /* They still use the store; the process ends under them, and the next
@@ -403,5 +422,6 @@ out:
     }
     hub_destroy(srv.hub);
     store_close(srv.st);
+    import_roots_free(&srv.roots);
     return status;
 }

@@ -17,6 +17,7 @@
 
 #include "db/store.h"          /* store */
 #include "jobs/hub.h"          /* hub */
+#include "jobs/import_roots.h" /* import_roots */
 #include "jobs/scheduler.h"    /* sched */
 
 #ifndef KILN_VERSION
@@ -30,6 +31,7 @@ typedef struct server {
     char data_dir[PATH_MAX];      /* absolute */
     char web_dir[PATH_MAX];       /* the dashboard (index.html, *.js, *.css) */
     char static_dir[PATH_MAX];    /* vendored libraries, icons */
+    import_roots roots;           /* --import-root: the folders a JSON dataset source may name */
     store *st;
     hub *hub;
     sched *sched;
@@ -43,8 +45,9 @@ typedef struct server {
     pthread_t ping_thread;
     bool ping_started;
 
-    /* Dataset uploads (upload.c). probes: upload connections suspended while
-     * their archive is checked; imports: background import threads. */
+    /* Dataset imports (upload.c). probes: upload connections suspended while
+     * their archive is checked; imports: background import threads (uploads
+     * and files on the server). */
     pthread_mutex_t imp_mu;
     pthread_cond_t imp_cond;
     int probes;

@@ -27,9 +27,9 @@
 #include "base/err.h"              /* api_error, api_fail */
 #include "base/layout.h"           /* layout_subdir, layout_file, LAYOUT_UPLOADS */
 #include "jobs/import_job.h"       /* import_job_start, import_opts */
+#include "server/dataset_source.h" /* dataset_source_create: a JSON body */
 #include "server/render.h"         /* render_dataset */
 
-#define NAME_MAX_LEN 200
 #define SMALL_FIELD_MAX 32           /* an import option's value (import_option_name) */
 
 typedef enum up_state { UP_RECEIVING, UP_CHECKING, UP_DONE } up_state;
@@ -41,7 +41,7 @@ typedef struct upload {
     uint64_t total;                  /* body bytes seen */
     uint64_t archive_bytes;
     bool have_archive, have_name;
-    char name[NAME_MAX_LEN + 1];
+    char name[DATASET_NAME_MAX + 1];
     size_t name_len;
     bool have[IMPORT_OPTION_COUNT];
     char small[IMPORT_OPTION_COUNT][SMALL_FIELD_MAX + 1];
@@ -145,9 +145,9 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
     }
     if (!strcmp(key, "name")) {
         up->have_name = true;
-        if (up->name_len + size > NAME_MAX_LEN) {
+        if (up->name_len + size > DATASET_NAME_MAX) {
             SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
-                    "field \"name\" is longer than %d bytes", NAME_MAX_LEN);
+                    "field \"name\" is longer than %d bytes", DATASET_NAME_MAX);
             return MHD_YES;
         }
         memcpy(up->name + up->name_len, data, size);
@@ -178,14 +178,30 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
     return MHD_YES;
 }
 
+/* A JSON body (application/json, with or without parameters): files on the server. */
+static bool is_json(const char *ct)
+{
+    return ct && !strncasecmp(ct, "application/json", 16) &&
+           (ct[16] == '\0' || ct[16] == ';' || ct[16] == ' ');
+}
+
 enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
 {
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (is_json(ct)) {
+        /* files on the server (dataset_source.c): http.c reads the body as JSON */
+        if (declared != UINT64_MAX && declared > HTTP_JSON_MAX)
+            return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                              "the request body (%llu bytes) is over the limit of %zu bytes",
+                              (unsigned long long)declared, HTTP_JSON_MAX);
+        return MHD_YES;
+    }
     if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0) {
         return http_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
-                          "upload a dataset as multipart/form-data with the fields name and archive "
-                          "(curl -F name=NAME -F archive=@FILE.tar.gz), not %s",
-                          ct ? ct : "a body without a Content-Type");
+                          "create a dataset by uploading an archive as multipart/form-data with the "
+                          "fields name and archive (curl -F name=NAME -F archive=@FILE.tar.gz), or from "
+                          "files on the server as application/json ({\"name\", \"source\": {\"type\", "
+                          "\"path\"}}), not %s", ct ? ct : "a body without a Content-Type");
     }
     if (!has_body)
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
@@ -302,9 +318,9 @@ static bool parse_options(request *r, import_opts *o, enum MHD_Result *answered)
     return true;
 }
 
-static bool name_ok(const char *s)
+bool dataset_name_ok(const char *s)
 {
-    if (!*s || !http_utf8_valid(s, strlen(s), NULL))
+    if (!*s || strlen(s) > DATASET_NAME_MAX || !http_utf8_valid(s, strlen(s), NULL))
         return false;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         if (*p < 0x20 || *p == 0x7f)
@@ -386,6 +402,8 @@ int upload_finish(request *r)
 {
     upload *up = r->up;
     enum MHD_Result answered;
+    if (!up && is_json(http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE)))
+        return dataset_source_create(r);
     if (!up)
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field", "the form needs name and archive");
     if (up->state == UP_DONE)
@@ -408,7 +426,7 @@ int upload_finish(request *r)
         return http_error(r, st, "storage_error", "could not store the upload: %s",
                           strerror(up->write_errno));
     }
-    if (!up->have_name || !name_ok(up->name))
+    if (!up->have_name || !dataset_name_ok(up->name))
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
                           "the form needs a text field \"name\": non-empty UTF-8 without control "
                           "characters (curl -F name=NAME)");

@@ -1,4 +1,5 @@
-/* server/upload.h: POST /api/v1/datasets, a multipart archive upload.
+/* server/upload.h: POST /api/v1/datasets, a multipart archive upload (a JSON
+ * body, files on the server, is handed to server/dataset_source.h).
  *
  * The form (multipart/form-data) has the fields name (required), archive (a
  * file, required), and optionally the import's options (val_percent, width
@@ -26,12 +27,21 @@
 
 #include "server/http.h"
 
+#define DATASET_NAME_MAX 200
+
+/* A dataset's name: non-empty UTF-8 of at most DATASET_NAME_MAX bytes without
+ * control characters (uploads and JSON sources). */
+bool dataset_name_ok(const char *s);
+
 /* First call of an upload route: checks Content-Type and the declared length
- * (UINT64_MAX when unknown) and sets up the post processor. */
+ * (UINT64_MAX when unknown) and sets up the post processor; for
+ * application/json only the length is checked, and the body is read as any
+ * JSON route's. */
 enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared);
 /* A chunk of the body. */
 enum MHD_Result upload_data(request *r, const char *data, size_t size);
-/* The route handler: validates, then suspends until the archive is checked. */
+/* The route handler: validates, then suspends until the archive is checked;
+ * a JSON body goes to dataset_source_create. */
 int upload_finish(request *r);
 /* Frees the upload state (from the completion callback); removes a temporary
  * file no import thread has taken over. NULL-safe on r->up. */

@@ -101,3 +101,94 @@ function formatTick(v) {
 function formatValue(v) {
   return Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(4);
 }
+
+// A grouped bar chart of counts per category (the dataset page's images per
+// class): categories along x, one series of bars per group (a split), drawn by
+// a small paths function so that any number of groups sits side by side. With
+// many categories only every k-th label is written, so the axis stays
+// legible; the legend names the category under the cursor.
+// window.kilnCharts[name] is the chart; the container carries data-series and
+// data-categories.
+
+const GROUP_COLORS = ['#2563eb', '#ea580c', '#15803d', '#7c3aed'];
+
+export function createBarChart(container, { name, title, categories, series, yLabel = 'images', height = 260 }) {
+  const n = categories.length;
+  const k = Math.max(1, series.length);
+  const wrap = document.createElement('div');
+  wrap.className = 'chart-plot';
+  container.append(wrap);
+  const short = (s) => (String(s).length > 12 ? `${String(s).slice(0, 11)}…` : String(s));
+
+  // Bars of group g: each category's slot is 80% filled by the k groups.
+  const bars = (g) => (u, si, i0, i1) => {
+    const path = new Path2D();
+    const slot = u.bbox.width / Math.max(1, n);
+    const bw = (slot * 0.8) / k;
+    const y0 = u.valToPos(0, 'y', true);
+    for (let i = i0; i <= i1; i++) {
+      const v = u.data[si][i];
+      if (v === null || v === undefined) continue;
+      const x = u.valToPos(i, 'x', true) - slot * 0.4 + g * bw;
+      const y = u.valToPos(v, 'y', true);
+      path.rect(Math.round(x), Math.round(y), Math.max(1, Math.round(bw) - (bw > 4 ? 1 : 0)), Math.max(0, Math.round(y0 - y)));
+    }
+    return { stroke: path, fill: path };
+  };
+  // Every step-th category gets a label, step chosen so that labels do not collide.
+  const labelPx = 7 * Math.max(1, ...categories.map((c) => short(c).length)) + 12;
+  const splits = (u) => {
+    const room = Math.max(1, Math.floor(u.bbox.width / devicePixelRatio / labelPx));
+    const step = Math.max(1, Math.ceil(n / room));
+    return categories.map((_, i) => i).filter((i) => i % step === 0);
+  };
+  const most = Math.max(1, ...series.flatMap((s) => s.values));
+  const opts = {
+    title,
+    width: Math.max(280, container.clientWidth || 600),
+    height,
+    scales: { x: { time: false, range: () => [-0.5, n - 0.5] }, y: { range: () => [0, most * 1.08] } },
+    axes: [
+      { stroke: '#4b5563', grid: { show: false }, ticks: { show: false }, splits,
+        values: (u, vals) => vals.map((i) => short(categories[i] ?? '')) },
+      { label: yLabel, stroke: '#4b5563', grid: { stroke: '#eef0f3' }, ticks: { stroke: '#e5e7eb' }, size: 56,
+        values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? v.toLocaleString('en-US') : '')) },
+    ],
+    cursor: { drag: { x: false, y: false }, points: { show: false } },
+    legend: { live: true },
+    series: [
+      { label: 'class', value: (u, v) => (v === null || v === undefined ? '—' : categories[v] ?? '—') },
+      ...series.map((s, g) => ({
+        label: s.label,
+        stroke: GROUP_COLORS[g % GROUP_COLORS.length],
+        fill: GROUP_COLORS[g % GROUP_COLORS.length],
+        width: 0,
+        paths: bars(g),
+        points: { show: false },
+        value: (u, v) => (v === null || v === undefined ? '—' : v.toLocaleString('en-US')),
+      })),
+    ],
+  };
+  // eslint-disable-next-line no-undef
+  const plot = new uPlot(opts, [categories.map((_, i) => i), ...series.map((s) => s.values)], wrap);
+  container.dataset.series = String(series.length);
+  container.dataset.categories = String(n);
+
+  const ro = new ResizeObserver(() => {
+    const w = Math.max(280, container.clientWidth);
+    if (Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height });
+  });
+  ro.observe(container);
+  const chart = {
+    plot,
+    series: () => plot.series.length - 1,
+    destroy() {
+      ro.disconnect();
+      plot.destroy();
+      if (window.kilnCharts && window.kilnCharts[name] === chart) delete window.kilnCharts[name];
+    },
+  };
+  window.kilnCharts = window.kilnCharts || {};
+  window.kilnCharts[name] = chart;
+  return chart;
+}

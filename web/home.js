@@ -1,10 +1,11 @@
-// The home view (#/): datasets with an upload form, jobs with a "new job" form.
+// The home view (#/): datasets with a form to add one (an upload, or files on
+// the server), jobs with a "new job" form.
 // Lists refresh every few seconds while the page is open.
 
-import { get, getSchema, uploadDataset, ApiError } from './api.js';
+import { get, post, request, getSchema, uploadDataset, ApiError } from './api.js';
 import { buildJobForm } from './jobform.js';
 import {
-  h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes, limit,
+  h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes, fmtDuration, limit,
 } from './ui.js';
 
 // Browsers do not send `Expect: 100-continue`, so an oversize upload is refused
@@ -56,7 +57,7 @@ export function renderHome(root) {
               h('th', { scope: 'col' }, 'Created'))),
             datasetsBody))),
       h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
-        h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'Upload a dataset')),
+        h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
         uploadForm)));
 
   async function refresh() {
@@ -66,7 +67,7 @@ export function renderHome(root) {
     if (ds.status === 'fulfilled') {
       state.datasets = ds.value.items;
       datasetsError.hidden = true;
-      renderDatasets(datasetsBody, state.datasets);
+      renderDatasets(datasetsBody, state.datasets, refresh);
       jobForm.setDatasets(state.datasets);
     } else {
       showError(datasetsError, ds.reason);
@@ -102,10 +103,27 @@ function showError(el, e) {
   fill(el, e instanceof ApiError ? e.message : String(e));
 }
 
-function renderDatasets(tbody, items) {
+/* "45% · 1 min 20 s left" while a dataset imports (the ETA once the server can estimate it). */
+function importText(d) {
+  const s = d.eta_seconds;
+  const eta = typeof s === 'number' ? ` · ${s < 1 ? 'under a second' : fmtDuration(s)} left` : '';
+  return `${fmtPercent(d.progress, 0)}${eta}`;
+}
+
+async function cancelImport(d, refresh) {
+  if (!window.confirm(`Cancel the import of “${d.name}”? What it has read so far is removed.`)) return;
+  try {
+    await request('DELETE', `/datasets/${d.id}`);
+  } catch (e) {
+    window.alert(e.message);
+  }
+  refresh();
+}
+
+function renderDatasets(tbody, items, refresh) {
   if (!items.length) {
     fill(tbody, h('tr', {}, h('td', { colspan: 7, class: 'empty' },
-      'No datasets yet. Upload an archive with one folder of images per class, or run ',
+      'No datasets yet. Upload an archive with one folder of images per class, import files on the server, or run ',
       h('code', {}, 'kiln import'), '.')));
     return;
   }
@@ -113,7 +131,10 @@ function renderDatasets(tbody, items) {
     let status = statusBadge(d.status);
     if (d.status === 'importing') {
       status = h('div', { class: 'status-cell' }, statusBadge(d.status),
-        progressBar(d.progress, `import of ${d.name}`), h('span', { class: 'muted small' }, fmtPercent(d.progress, 0)));
+        progressBar(d.progress, `import of ${d.name}`),
+        h('span', { class: 'muted small nowrap import-progress' }, importText(d)),
+        h('button', { type: 'button', class: 'link-btn small', title: `cancel the import of ${d.name}`,
+          onclick: () => cancelImport(d, refresh) }, 'Cancel'));
     } else if (d.status === 'failed') {
       status = h('div', { class: 'status-cell' }, statusBadge(d.status), h('span', { class: 'error-text small' }, d.error || ''));
     }
@@ -152,11 +173,80 @@ function renderJobs(tbody, items, datasets) {
   }));
 }
 
+// The dataset form: a source (an archive to upload, or files on the server the
+// operator allowed with --import-root) and the import's options. The option
+// fields are built from GET /api/v1/schema's "dataset" table, so every option
+// the server takes appears here with its limits and default; left empty, the
+// server chooses.
+const SOURCES = [
+  { value: 'archive', label: 'Upload an archive' },
+  { value: 'folder', label: 'A folder on the server', path: 'Folder', hint: 'One folder of PNG or JPEG images per class, or train/, val/ and test/ folders of them.', placeholder: '/data/photos' },
+  { value: 'list', label: 'A path-label list on the server', path: 'List file', hint: 'A text file of `path label` lines (DIGITS); paths relative to its folder.', placeholder: '/data/train.txt' },
+  { value: 'idx', label: 'MNIST IDX files on the server', path: 'Folder', hint: 'A folder holding the four IDX files, gzipped or not; t10k becomes the test split.', placeholder: '/data/mnist' },
+  { value: 'cifar', label: 'CIFAR batches on the server', path: 'Folder or .tar.gz', hint: 'CIFAR-10 or CIFAR-100 binary batches: their folder or the published .tar.gz.', placeholder: '/data/cifar-10-batches-bin' },
+];
+const OPTION_LABELS = {
+  width: 'Width', height: 'Height', channels: 'Channels', val_percent: 'Validation %', test_percent: 'Test %',
+  resize: 'Resize', encoding: 'Storage', seed: 'Split seed',
+};
+const OPTION_PLACEHOLDERS = { width: 'most common', height: 'most common', test_percent: '0' };
+
+/* One option field from its schema entry: a select for a choice (channels'
+ * first choice is empty: "as the images"), else a number input with the
+ * bounds. Its id is upload-<name with dashes>, its name the option's. */
+function optionField(key, f) {
+  const id = `upload-${key.replace(/_/g, '-')}`;
+  let input;
+  if (Array.isArray(f.enum)) {
+    input = h('select', { id, name: key });
+    if (f.default === null || f.default === undefined) input.append(h('option', { value: '' }, 'as the images'));
+    for (const c of f.enum) {
+      const text = key === 'channels' ? (c === 1 ? '1 (grey)' : c === 3 ? '3 (colour)' : String(c)) : String(c);
+      // the default as the option's selected attribute, so that a form reset returns to it
+      input.append(h('option', { value: String(c), selected: String(c) === String(f.default) ? 'selected' : null }, text));
+    }
+    if (f.description) input.title = f.description;
+  } else {
+    input = h('input', { id, name: key, type: 'number', step: 1, inputmode: 'numeric', autocomplete: 'off',
+      placeholder: OPTION_PLACEHOLDERS[key] || '' });
+    limit(input, f);
+    if (f.default !== null && f.default !== undefined) input.defaultValue = input.value = String(f.default);
+  }
+  const label = OPTION_LABELS[key] || key.replace(/_/g, ' ').replace(/^./, (c) => c.toUpperCase());
+  return { key, input, type: f.type, el: h('div', { class: 'field' }, h('label', { for: id }, label), input) };
+}
+
+/* The options set in the form: {name: value}, numbers as numbers, empty ones left out. */
+function optionValues(fields) {
+  const out = {};
+  for (const f of fields) {
+    const v = f.input.value.trim();
+    if (v === '') continue;
+    out[f.key] = f.type === 'integer' || f.type === 'number' ? Number(v) : v;
+  }
+  return out;
+}
+
 function buildUploadForm(state, refresh) {
   const name = h('input', { id: 'upload-name', name: 'name', required: true, maxlength: 100,
     placeholder: 'digits', autocomplete: 'off', pattern: '[^/\\\\]+' });
+  const source = h('select', { id: 'upload-source', name: 'source' },
+    SOURCES.map((s) => h('option', { value: s.value }, s.label)));
   const file = h('input', { id: 'upload-file', name: 'archive', type: 'file', required: true,
-    accept: '.tar,.tar.gz,.tgz,.zip,application/x-tar,application/gzip,application/zip' });
+    accept: '.tar,.tar.gz,.tgz,.tar.bz2,.tar.xz,.tar.zst,.zip,.7z,application/x-tar,application/gzip,application/zip' });
+  const fileField = h('div', { class: 'field' }, h('label', { for: 'upload-file' }, 'Archive'), file,
+    h('p', { class: 'hint' }, `A .tar (plain or compressed), .zip or .7z with one folder of PNG or JPEG images per class, or train/, val/ and test/ folders of them (up to ${fmtBytes(MAX_UPLOAD_BYTES)}).`));
+  const pathInput = h('input', { id: 'upload-path', name: 'path', autocomplete: 'off', spellcheck: 'false' });
+  const pathLabel = h('label', { for: 'upload-path' }, 'Path');
+  const pathHint = h('p', { class: 'hint', id: 'upload-path-hint' });
+  const pathField = h('div', { class: 'field', hidden: true }, pathLabel, pathInput, pathHint);
+  const labels = h('input', { id: 'upload-labels', name: 'labels', autocomplete: 'off', spellcheck: 'false',
+    placeholder: 'optional: /data/labels.txt' });
+  const labelsField = h('div', { class: 'field', hidden: true }, h('label', { for: 'upload-labels' }, 'Class names'), labels,
+    h('p', { class: 'hint' }, 'A file naming the classes, one per line in label order; left empty, the labels are the classes.'));
+  const serverHint = h('p', { class: 'hint', hidden: true },
+    'The server reads only below the folders it was started with (kiln serve --import-root DIR).');
+
   const bar = progressBar(0, 'upload progress');
   const barText = h('span', { class: 'muted small' });
   const barRow = h('div', { class: 'upload-progress', hidden: true }, bar, barText);
@@ -164,48 +254,49 @@ function buildUploadForm(state, refresh) {
   const note = h('p', { class: 'form-note', 'aria-live': 'polite' });
   const button = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Upload');
 
-  // The import's options, with the limits and defaults of the server's table
-  // (GET /api/v1/schema's "dataset"): left empty, the server chooses.
-  const opt = (id, attrs) => h('input', { id, type: 'number', step: 1, inputmode: 'numeric',
-    autocomplete: 'off', ...attrs });
-  const width = opt('upload-width', { placeholder: 'most common' });
-  const height = opt('upload-height', { placeholder: 'most common' });
-  const valPercent = opt('upload-val-percent', {});
-  const channels = h('select', { id: 'upload-channels' }, h('option', { value: '' }, 'as the images'));
+  // The import's options, built from the server's table (GET /api/v1/schema's "dataset").
   const optionsHint = h('p', { class: 'hint', id: 'upload-options-hint' });
   const options = h('details', { class: 'advanced', id: 'upload-options' },
-    h('summary', {}, 'Options'),
-    h('div', { class: 'field-row' },
-      h('div', { class: 'field' }, h('label', { for: 'upload-width' }, 'Width'), width),
-      h('div', { class: 'field' }, h('label', { for: 'upload-height' }, 'Height'), height)),
-    h('div', { class: 'field-row' },
-      h('div', { class: 'field' }, h('label', { for: 'upload-channels' }, 'Channels'), channels),
-      h('div', { class: 'field' }, h('label', { for: 'upload-val-percent' }, 'Validation %'), valPercent)),
-    optionsHint);
+    h('summary', {}, 'Options'), optionsHint);
+  let optionFields = [];
   getSchema().then((s) => {
     const d = (s && s.dataset) || {};
-    for (const [input, key] of [[width, 'width'], [height, 'height'], [valPercent, 'val_percent']]) {
-      const f = d[key];
-      if (!f) continue;
-      limit(input, f);
-      if (f.default !== null && f.default !== undefined) input.defaultValue = input.value = String(f.default);
-    }
-    for (const c of (d.channels && d.channels.enum) || []) {
-      channels.append(h('option', { value: String(c) }, c === 1 ? '1 (grey)' : c === 3 ? '3 (colour)' : String(c)));
-    }
+    optionFields = Object.entries(d).map(([key, f]) => optionField(key, f));
+    const els = optionFields.map((f) => f.el);
+    for (let i = 0; i < els.length; i += 2) options.insertBefore(h('div', { class: 'field-row' }, els.slice(i, i + 2)), optionsHint);
     fill(optionsHint, (d.width && d.width.description) ? `Size ${d.width.description.replace(/^with height; /, '')}. ` +
-      'An archive with train/, val/ and test/ folders keeps its own split.' : '');
-  }).catch(() => fill(optionsHint, 'The server\'s limits for these options could not be read; it checks them on upload.'));
+      'A source with train/, val/ and test/ folders (or IDX t10k files) keeps its own split.' : '');
+  }).catch(() => fill(optionsHint, 'The server\'s options could not be read; reload the page to set them. ' +
+    'Left as they are, the server chooses.'));
+
+  function showSource() {
+    const s = SOURCES.find((x) => x.value === source.value) || SOURCES[0];
+    const server = s.value !== 'archive';
+    fileField.hidden = server;
+    file.required = !server;
+    pathField.hidden = !server;
+    serverHint.hidden = !server;
+    labelsField.hidden = s.value !== 'list';
+    name.placeholder = server ? 'the path\'s last part' : 'digits';
+    if (server) {
+      fill(pathLabel, s.path);
+      fill(pathHint, s.hint);
+      pathInput.placeholder = s.placeholder;
+    }
+    fill(button, server ? 'Import' : 'Upload');
+  }
+  source.addEventListener('change', showSource);
+  showSource();
 
   file.addEventListener('change', () => {
     const f = file.files[0];
-    if (f && !name.value) name.value = f.name.replace(/\.(tar\.gz|tgz|tar|zip)$/i, '');
+    if (f && !name.value) name.value = f.name.replace(/\.(tar\.gz|tgz|tar\.bz2|tar\.xz|tar\.zst|tar|zip|7z)$/i, '');
   });
 
   const form = h('form', { class: 'form', id: 'upload-form', novalidate: true },
+    h('div', { class: 'field' }, h('label', { for: 'upload-source' }, 'Source'), source),
     h('div', { class: 'field' }, h('label', { for: 'upload-name' }, 'Name'), name),
-    h('div', { class: 'field' }, h('label', { for: 'upload-file' }, 'Archive'), file,
-      h('p', { class: 'hint' }, `A .tar, .tar.gz or .zip with one folder of PNG or JPEG images per class (up to ${fmtBytes(MAX_UPLOAD_BYTES)}).`)),
+    fileField, pathField, labelsField, serverHint,
     options, barRow, error, note,
     h('div', { class: 'actions' }, button));
 
@@ -213,14 +304,43 @@ function buildUploadForm(state, refresh) {
     ev.preventDefault();
     error.hidden = true;
     fill(note);
-    const f = file.files[0];
-    const n = name.value.trim();
+    if (source.value === 'archive') {
+      const n = name.value.trim();
+      return n ? submitUpload(n) : fail('Give the dataset a name.');
+    }
+    const p = pathInput.value.trim();
+    if (!p) return fail('Give the path on the server.');
+    if (!p.startsWith('/')) return fail('Give the path from the root of the server (it starts with /).');
+    // left empty, the name is the path's last part (a folder's, or a file's without its extension)
+    const n = name.value.trim() || (p.replace(/\/+$/, '').split('/').pop() || '').replace(/\.(tar\.gz|tgz|txt)$/i, '');
     if (!n) return fail('Give the dataset a name.');
+    const src = { type: source.value, path: p };
+    const l = labels.value.trim();
+    if (source.value === 'list' && l) src.labels = l;
+    button.disabled = true;
+    try {
+      const ds = await post('/datasets', { name: n, source: src, ...optionValues(optionFields) });
+      fill(note, `Import started. Dataset “${ds.name}” is ${ds.status}.`);
+      const kind = source.value;
+      form.reset();
+      source.value = kind;
+      showSource();
+      refresh();
+    } catch (e) {
+      fail(e.message);
+    } finally {
+      button.disabled = false;
+    }
+    return undefined;
+  });
+
+  async function submitUpload(n) {
+    const f = file.files[0];
     if (!f) return fail('Choose an archive to upload.');
     if (f.size === 0) return fail(`${f.name} is empty.`);
     if (f.size > MAX_UPLOAD_BYTES) {
       return fail(`${f.name} is ${fmtBytes(f.size)}; the largest upload is ${fmtBytes(MAX_UPLOAD_BYTES)}. ` +
-        'Import larger datasets on the server with kiln import archive.');
+        'Import larger datasets from the server: a folder below kiln serve --import-root, or kiln import.');
     }
     button.disabled = true;
     barRow.hidden = false;
@@ -228,10 +348,10 @@ function buildUploadForm(state, refresh) {
       const ds = await uploadDataset(n, f, (frac) => {
         setBar(frac);
         fill(barText, `${fmtPercent(frac, 0)} of ${fmtBytes(f.size)}`);
-      }, { width: width.value.trim(), height: height.value.trim(), channels: channels.value,
-        val_percent: valPercent.value.trim() });
+      }, optionValues(optionFields));
       fill(note, `Uploaded. Dataset “${ds.name}” is ${ds.status}.`);
       form.reset();
+      showSource();
       refresh();
     } catch (e) {
       fail(e.message);
@@ -241,7 +361,7 @@ function buildUploadForm(state, refresh) {
       setBar(0);
     }
     return undefined;
-  });
+  }
 
   function setBar(frac) {
     bar.setAttribute('aria-valuenow', String(Math.round(frac * 100)));

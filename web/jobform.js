@@ -160,6 +160,13 @@ export function buildJobForm(state) {
   const lossScalingHint = h('p', { class: 'hint', id: 'job-loss-scaling-hint' });
   const seed = number('job-seed');
   const snapshot = number('job-snapshot');
+  const loaderThreads = number('job-loader-threads');
+
+  // Augmentation: a random crop (the centre one at validation) and mirror, in training only.
+  const crop = number('job-crop');
+  const pad = number('job-pad');
+  const mirror = check('job-mirror', 'Mirror left to right at random');
+  const cropHint = h('p', { class: 'hint', id: 'job-crop-hint' });
 
   /* Each number input and the schema field it shows, for its initial value
    * and bounds; the same paths name the fields in the API's errors. */
@@ -168,6 +175,7 @@ export function buildJobForm(state) {
     ['solver.lr', lr], ['solver.momentum', momentum], ['solver.weight_decay', weightDecay],
     ['solver.beta1', beta1], ['solver.beta2', beta2], ['solver.eps', eps], ['solver.clip_norm', clipNorm],
     ['solver.label_smoothing', smoothing], ['solver.larc.eta', larcEta], ['lr_policy.warmup_epochs', warmup],
+    ['augmentation.crop', crop], ['augmentation.pad', pad], ['loader_threads', loaderThreads],
   ];
 
   const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
@@ -208,7 +216,10 @@ export function buildJobForm(state) {
     lossScalingField,
     h('p', { class: 'advanced-head' }, 'Run'),
     h('div', { class: 'field-row' }, field('job-seed', 'Seed', seed),
-      field('job-snapshot', 'Snapshot interval', snapshot, 'epochs between checkpoints')));
+      field('job-snapshot', 'Snapshot interval', snapshot, 'epochs between checkpoints')),
+    h('div', { class: 'field-row' },
+      field('job-loader-threads', 'Loader threads', loaderThreads, 'decoding and augmentation; 0: automatic'),
+      h('div')));
 
   // The form's body shows once the schema has filled it in.
   const body = h('div', { class: 'form', id: 'job-form-body', hidden: true },
@@ -223,6 +234,11 @@ export function buildJobForm(state) {
     h('fieldset', { class: 'fieldset' }, h('legend', {}, 'Solver'),
       h('div', { class: 'field-row' }, field('job-solver', 'Type', solver), field('job-lr', 'Learning rate', lr)),
       h('div', { class: 'field-row' }, momentumField, field('job-weight-decay', 'Weight decay', weightDecay))),
+    h('fieldset', { class: 'fieldset', id: 'job-augmentation' }, h('legend', {}, 'Augmentation'),
+      h('div', { class: 'field-row' },
+        h('div', { class: 'field', id: 'job-crop-field' }, h('label', { for: 'job-crop' }, 'Random crop (pixels)'), crop, cropHint),
+        field('job-pad', 'Padding (pixels)', pad, 'black border added before the crop; CIFAR: 4')),
+      h('div', { class: 'field check-field', id: 'job-mirror-field' }, mirror.el)),
     h('fieldset', { class: 'fieldset' }, h('legend', {}, 'Learning-rate schedule'),
       h('div', { class: 'field-row' }, field('job-policy', 'Policy', policy),
         field('job-warmup', 'Warm-up epochs', warmup)),
@@ -297,6 +313,9 @@ export function buildJobForm(state) {
     fill(smoothingHint, `${rangeText(rule('solver.label_smoothing'))}; training loss only`);
     nesterov.input.checked = rule('solver.nesterov').default === true;
     decayBias.input.checked = rule('solver.decay_bias').default === true;
+    mirror.input.checked = rule('augmentation.mirror').default === true;
+    mirror.input.title = rule('augmentation.mirror').description || '';
+    showCrop();
     lastSolver = solver.value;
     for (const k of Object.keys(policyValues)) delete policyValues[k];
     showSolver();
@@ -370,6 +389,14 @@ export function buildJobForm(state) {
     }
     policyFields.hidden = !fields.length;
   }
+  /* The crop's hint: the chosen dataset's size, which it may not exceed. */
+  function showCrop() {
+    const ds = currentDataset();
+    const shape = ds && Array.isArray(ds.shape) ? ds.shape : null;
+    fill(cropHint, shape ? `square, at most ${Math.min(shape[1], shape[2])} (the images are ${shape[2]}×${shape[1]}); `
+      + '0: the stored size' : '0: the stored size');
+  }
+  dataset.addEventListener('change', showCrop);
   function builtin(n) {
     return state.networks.find((x) => x.name === n);
   }
@@ -541,8 +568,14 @@ export function buildJobForm(state) {
     body.solver = s;
     const p = policyValue().sent;
     if (p) body.lr_policy = p;
+    const aug = {};
+    optional(aug, 'crop', 'augmentation.crop', crop, 'Random crop');
+    optional(aug, 'pad', 'augmentation.pad', pad, 'Padding');
+    optionalCheck(aug, 'mirror', 'augmentation.mirror', mirror.input);
+    if (Object.keys(aug).length) body.augmentation = aug;
     optional(body, 'seed', 'seed', seed, 'Seed');
     optional(body, 'snapshot_interval', 'snapshot_interval', snapshot, 'Checkpoint interval');
+    optional(body, 'loader_threads', 'loader_threads', loaderThreads, 'Loader threads');
     if (name.value.trim()) body.name = name.value.trim();
     return body;
   }
@@ -559,6 +592,8 @@ export function buildJobForm(state) {
       'solver.decay_bias': decayBias.input, 'solver.clip_norm': clipNorm, 'solver.label_smoothing': smoothing,
       'solver.larc': larc, 'solver.larc.policy': larc, 'solver.larc.eta': larcEta,
       'lr_policy.type': policy, 'lr_policy.warmup_epochs': warmup, 'lr_policy': policy,
+      augmentation: crop, 'augmentation.crop': crop, 'augmentation.pad': pad, 'augmentation.mirror': mirror.input,
+      loader_threads: loaderThreads,
     };
     for (const [k, input] of Object.entries(policyInputs)) byPath[`lr_policy.${k}`] = input;
     if (/network|dataset_not_found/.test(e.code || '')) return /dataset/.test(e.code) ? dataset : byPath.network;
@@ -617,7 +652,9 @@ export function buildJobForm(state) {
     // The optimizer's state: SGD keeps a momentum buffer unless momentum is 0.
     q.solver = applies('solver.momentum') && String(momentum.value).trim() !== '' && m === 0
       ? { type: solver.value, momentum: 0 } : solver.value;
-    if (ds && Array.isArray(ds.shape)) q.input = ds.shape;
+    // The network's input is the crop when there is one (the server checks it against the images).
+    const c = Number(crop.value);
+    if (ds && Array.isArray(ds.shape)) q.input = Number.isInteger(c) && c > 0 ? [ds.shape[0], c, c] : ds.shape;
     if (ds && Array.isArray(ds.classes) && ds.classes.length) q.classes = ds.classes.length;
     const seq = ++summarySeq;
     summaryOut.hidden = false;
@@ -649,7 +686,7 @@ export function buildJobForm(state) {
     summaryTimer = setTimeout(runSummary, 250);
   }
   for (const c of [dataset, network, solver, precision]) c.addEventListener('change', refreshSummary);
-  for (const c of [batch, momentum]) c.addEventListener('input', refreshSummary);
+  for (const c of [batch, momentum, crop]) c.addEventListener('input', refreshSummary);
 
   // ---- the learning-rate schedule plot --------------------------------------
   function drawSchedule() {
@@ -677,7 +714,9 @@ export function buildJobForm(state) {
         : 'Choose a dataset to see the schedule over the run.');
       return;
     }
-    const perEpoch = Math.ceil(train / b);
+    // An epoch's steps as the server counts them (loader_batch_count): the last
+    // short batch is dropped in training, unless the split is smaller than a batch.
+    const perEpoch = train >= b ? Math.floor(train / b) : 1;
     const total = perEpoch * ep;
     const warm = p.warmup_epochs * perEpoch;
     const n = Math.min(total, 240);
@@ -730,6 +769,7 @@ export function buildJobForm(state) {
       : h('option', { value: '' }, 'No ready dataset'));
     if (keep && ready.some((d) => String(d.id) === keep)) dataset.value = keep;
     button.disabled = !ready.length;
+    showCrop();
     drawSchedule();
   }
   function setNetworks(items) {

@@ -593,6 +593,137 @@ test('upload a dataset with options from the form: size, channels and split as a
   await page.screenshot({ path: path.join(OUT, 'dataset-page.png'), fullPage: true });
 });
 
+/* Sets the upload form's option `name` (an input or a select, found by its
+ * name attribute as the form builds them from GET /api/v1/schema). */
+async function setUploadOption(name, value) {
+  const sel = `#upload-form :is([name="${name}"], #upload-${name.replace(/_/g, '-')})`;
+  const el = page.locator(sel).first();
+  await el.waitFor({ state: 'attached', timeout: 15_000 });
+  if (await el.evaluate((e) => e.tagName === 'SELECT')) await el.selectOption(String(value));
+  else await el.fill(String(value));
+}
+
+/* Waits until every image matched by sel has finished loading; resolves to
+ * [{w, h, ok}] (naturalWidth, naturalHeight, and whether it loaded). */
+async function loadedImages(sel, atLeast = 1) {
+  await page.waitForFunction(({ s, n }) => {
+    const imgs = [...document.querySelectorAll(s)];
+    return imgs.length >= n && imgs.every((i) => i.complete);
+  }, { s: sel, n: atLeast }, { timeout: 30_000 });
+  return page.$$eval(sel, (imgs) => imgs.map((i) => ({ w: i.naturalWidth, h: i.naturalHeight, ok: i.complete && i.naturalWidth > 0,
+    src: i.getAttribute('src') })));
+}
+
+test('a dataset made from the form with other options: its page shows samples, the histogram, the mean and the report', { timeout: 300_000 }, async () => {
+  const work = path.join(tmp.dir, 'explorer-form');
+  mkdirSync(work, { recursive: true });
+  const archive = await makeDigitArchive(work, 10);
+  await page.goto(`${base}/#/`);
+  await page.waitForSelector('#upload-form');
+  // the option fields come from GET /api/v1/schema: once they are there, unfold them
+  await page.locator('#upload-form :is([name="width"], #upload-width)').first().waitFor({ state: 'attached', timeout: 15_000 });
+  await page.$$eval('#upload-form details', (ds) => ds.forEach((d) => { d.open = true; }));
+  await page.fill('#upload-name', 'digits-grey-20');
+  await page.setInputFiles('#upload-file', archive);
+  await setUploadOption('width', 20);
+  await setUploadOption('height', 20);
+  await setUploadOption('channels', 1);
+  await setUploadOption('val_percent', 30);
+  await page.click('#upload-form button[type=submit]');
+  await page.waitForFunction(() => /Uploaded/.test(document.querySelector('#upload-form .form-note')?.textContent || ''),
+    null, { timeout: 60_000 });
+  const list = await (await fetch(`${base}/api/v1/datasets`)).json();
+  const made = list.items.find((d) => d.name === 'digits-grey-20');
+  assert.ok(made, 'the dataset is listed');
+  const ds = await waitDataset(base, made.id);
+  assert.equal(ds.status, 'ready', ds.error);
+  assert.deepEqual(ds.shape, [1, 20, 20], 'the size and channels asked for');
+  assert.equal(ds.counts.val, 30, '30% of each class of 10');
+  assert.equal(ds.counts.train, 70);
+
+  // its page, from the home page's link
+  await page.goto(`${base}/#/`);
+  await page.click(`a.dataset-link[href="#/datasets/${made.id}"]`);
+  await page.waitForSelector('main[data-explored="true"]', { timeout: 30_000 });
+  assert.match(await page.textContent('#dataset-facts'), /1×20×20/);
+
+  // the samples: per class a row, captioned with its name, of training images that loaded at 20x20
+  const classes = await page.$$eval('#samples-grid .sample-class', (rows) => rows.map((r) => ({
+    name: r.dataset.class, caption: r.querySelector('.sample-caption').textContent, images: r.querySelectorAll('img.sample').length })));
+  assert.deepEqual(classes.map((c) => c.name), ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
+  for (const c of classes) {
+    assert.match(c.caption, new RegExp(`^${c.name}\\s+7 train$`), `caption of class ${c.name}`);
+    assert.equal(c.images, 7, `class ${c.name} shows its 7 training images`);
+  }
+  const train = await loadedImages('#samples-grid img.sample', 70);
+  for (const im of train) {
+    assert.ok(im.ok, `${im.src} loaded`);
+    assert.deepEqual([im.w, im.h], [20, 20], `${im.src} is the dataset's 20x20`);
+    assert.match(im.src, /split=train/);
+  }
+  assert.equal(await page.$$eval('#samples-grid img.broken', (l) => l.length), 0);
+  // grey digits: bright strokes on black, so no sample is blank
+  const lit = await page.$$eval('#samples-grid img.sample', (imgs) => imgs.map((img) => {
+    const c = document.createElement('canvas');
+    c.width = img.naturalWidth; c.height = img.naturalHeight;
+    const g = c.getContext('2d');
+    g.drawImage(img, 0, 0);
+    const d = g.getImageData(0, 0, c.width, c.height).data;
+    let max = 0;
+    for (let i = 0; i < d.length; i += 4) max = Math.max(max, d[i]);
+    return max;
+  }));
+  assert.ok(lit.every((m) => m > 128), `every sample has bright pixels: ${lit.join(' ')}`);
+
+  // the split chooser: the validation images
+  assert.deepEqual(await page.$$eval('#samples-split button', (bs) => bs.map((b) => b.dataset.split)), ['train', 'val']);
+  await page.click('#samples-split button[data-split="val"]');
+  await page.waitForSelector('#samples-grid[data-split="val"]');
+  const val = await loadedImages('#samples-grid img.sample', 30);
+  assert.equal(val.length, 30);
+  for (const im of val) {
+    assert.ok(im.ok && im.w === 20 && im.h === 20, `${im.src} loaded at 20x20`);
+    assert.match(im.src, /split=val/);
+  }
+  await page.click('#samples-split button[data-split="train"]');
+  await page.waitForSelector('#samples-grid[data-split="train"]');
+
+  // the histogram: a uPlot bar chart of 10 classes, one series per split, drawn
+  await page.waitForSelector('#class-chart .uplot canvas');
+  const chart = await page.evaluate(() => {
+    const cv = document.querySelector('#class-chart canvas');
+    const box = document.querySelector('#class-chart');
+    const g = cv.getContext('2d');
+    const d = g.getImageData(0, 0, cv.width, cv.height).data;
+    let inked = 0;
+    for (let i = 3; i < d.length; i += 4) inked += d[i] > 0;
+    return { w: cv.width, h: cv.height, inked, series: window.kilnCharts['class-histogram'].series(),
+      dsSeries: box.dataset.series, categories: box.dataset.categories,
+      legend: [...box.querySelectorAll('.u-legend .u-series .u-label')].map((e) => e.textContent) };
+  });
+  assert.ok(chart.w > 200 && chart.h > 100, `canvas ${chart.w}x${chart.h}`);
+  assert.ok(chart.inked > 1000, `bars drawn (${chart.inked} pixels)`);
+  assert.equal(chart.series, 2);
+  assert.equal(chart.dsSeries, '2');
+  assert.equal(chart.categories, '10');
+  assert.deepEqual(chart.legend.slice(1), ['train', 'val']);
+  const rows = await page.$$eval('#class-histogram tbody tr', (trs) => trs.map((tr) =>
+    [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)));
+  assert.equal(rows.length, 10);
+  for (const [cls, t, v] of rows) assert.deepEqual([t, v], ['7', '3'], `class ${cls}`);
+
+  // the mean image: loaded at the dataset's size, not blank
+  const [meanImg] = await loadedImages('#mean-image');
+  assert.ok(meanImg.ok, 'the mean image loaded');
+  assert.deepEqual([meanImg.w, meanImg.h], [20, 20]);
+  assert.match(await page.textContent('#mean-note'), /70 training images, 20×20, grey/);
+
+  // the import report
+  assert.match(await page.textContent('#report-counts'), /images read\s*100/);
+  assert.match(await page.textContent('#report-problems'), /every file was read/);
+  await page.screenshot({ path: path.join(OUT, 'dataset-explorer.png'), fullPage: true });
+});
+
 test('the page made no request off the machine and logged no error', () => {
   assert.deepEqual(problems, []);
 });

@@ -27,8 +27,10 @@
 #include "db/store.h"
 #include "engine/fileio.h"
 #include "engine/dataset.h"
+#include "engine/image.h"
 #include "jobs/import.h"
 #include "jobs/import_job.h"
+#include "jobs/import_roots.h"
 
 #define NO_IMAGES "archive holds no images (expected one folder of PNG or JPEG images per class)"
 
@@ -193,12 +195,13 @@ typedef struct progress_log {
     bool monotonic;
 } progress_log;
 
-static void on_progress(void *arg, double f) {
+static int on_progress(void *arg, double f) {
     progress_log *p = arg;
     if (p->calls > 0 && f < p->last) p->monotonic = false;
     if (f < 0 || f > 1) p->monotonic = false;
     p->last = f;
     p->calls++;
+    return 0;
 }
 
 static ds_split *open_split(const fixture *f, const char *name) {
@@ -782,7 +785,7 @@ static void test_one_class_fails(void **state) {
     char err[512] = "";
     assert_int_equal(import_archive(f->archive, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "one class (\"b\") after 1 unreadable"));
-    assert_non_null(strstr(err, "at least two class folders"));
+    assert_non_null(strstr(err, "at least two classes"));
 
     /* train/ holds only an unreadable file: still the split layout, and no
      * image to train on (the files that do not decode count for the layout) */
@@ -992,7 +995,7 @@ static void test_job_ready_and_failed(void **state) {
     assert_true(job.id > 0);
     expect_row(&j, job.id, "importing", NULL, NULL, 0, NULL, 0, 0);
     assert_int_equal(du_count_suffix(job.dir, ""), 2);             /* an empty folder: . and .. */
-    import_source src = { IMPORT_ARCHIVE, f->archive, IMPORT_OPTS_DEFAULT };
+    import_source src = { IMPORT_ARCHIVE, f->archive, NULL, IMPORT_OPTS_DEFAULT, NULL };
     progress_log pl = { 0, 0, true };
     char err[512] = "";
     if (import_job_run(&job, &src, on_progress, &pl, err, sizeof err) != 0) fail_msg("%s", err);
@@ -1104,6 +1107,282 @@ static void test_job_in_background(void **state) {
     store_close(j.st);
 }
 
+/* ---- sources beyond an archive, and the options of issue 13 --------------------- */
+
+/* Writes the grey tree of build_grey_archive as files under root/tree, plus a
+ * link to a file outside the tree and a link to a folder: neither is
+ * followed. */
+static void build_grey_folder(const fixture *f, char *tree, size_t n) {
+    static const int per_class[3] = { 5, 5, 6 };
+    snprintf(tree, n, "%s/tree", f->root);
+    char path[PATH_MAX + 128];
+    assert_int_equal(mkdir(tree, 0755), 0);
+    snprintf(path, sizeof path, "%s/digits", tree);
+    assert_int_equal(mkdir(path, 0755), 0);
+    uint8_t img[GW * GH];
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/digits/%d", tree, k);
+        assert_int_equal(mkdir(path, 0755), 0);
+        for (int j = 0; j < per_class[k]; j++) {
+            grey_image(k, j, img);
+            if (k == 2 && j == 5) {
+                snprintf(path, sizeof path, "%s/digits/%d/more", tree, k);
+                assert_int_equal(mkdir(path, 0755), 0);
+                snprintf(path, sizeof path, "%s/digits/%d/more/%d.png", tree, k, j);
+            } else {
+                snprintf(path, sizeof path, "%s/digits/%d/%d.png", tree, k, j);
+            }
+            blob b = make_png(img, GW, GH, 1);
+            assert_int_equal(du_write_file(path, b.p, b.n), 0);
+            free(b.p);
+        }
+    }
+    /* outside the tree: an image a link points at */
+    char outside[PATH_MAX + 64];
+    snprintf(outside, sizeof outside, "%s/secret.png", f->root);
+    blob b = make_png_const(GW, GH, 1, (const uint8_t[]){ 9 });
+    assert_int_equal(du_write_file(outside, b.p, b.n), 0);
+    free(b.p);
+    snprintf(path, sizeof path, "%s/digits/1/link.png", tree);
+    assert_int_equal(symlink(outside, path), 0);
+    snprintf(path, sizeof path, "%s/digits/0/elsewhere", tree);
+    assert_int_equal(symlink(f->root, path), 0);
+    snprintf(path, sizeof path, "%s/digits/.hidden.png", tree);
+    assert_int_equal(du_write_file(path, "x", 1), 0);
+}
+
+static void test_folder_source(void **state) {
+    fixture *f = *state;
+    char tree[PATH_MAX + 16];
+    build_grey_folder(f, tree, sizeof tree);
+    import_source src = { IMPORT_FOLDER, tree, NULL, IMPORT_OPTS_DEFAULT, NULL };
+    progress_log pl = { 0, 0, true };
+    import_report rep;
+    char err[512] = "";
+    if (import_run(&src, f->dir, on_progress, &pl, NULL, &rep, err, sizeof err) != 0) fail_msg("%s", err);
+    check_grey_dataset(f);         /* the same dataset as from the archive: links add nothing */
+    assert_true(pl.monotonic);
+    assert_true(pl.calls > 16);
+    assert_int_equal(rep.skipped, 2);          /* the two links */
+    assert_int_equal(rep.images, 16);
+    import_report_free(&rep);
+    char *log = read_log(f);
+    if (!strstr(log, "skipped digits/1/link.png: a link (links are not followed)") ||
+        !strstr(log, "skipped digits/0/elsewhere: a link"))
+        fail_msg("the log does not list the links:\n%s", log);
+    if (!strstr(log, "from folder ")) fail_msg("the log does not name the folder:\n%s", log);
+    free(log);
+
+    /* a missing folder is an error naming it */
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    char missing[PATH_MAX + 32];
+    snprintf(missing, sizeof missing, "%s/nope", f->root);
+    src.path = missing;
+    assert_int_equal(import_run(&src, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, missing));
+}
+
+/* test_percent draws a test split per class, and the seed moves the draw. */
+static void test_test_percent_and_seed(void **state) {
+    fixture *f = *state;
+    char tree[PATH_MAX + 16];
+    build_grey_folder(f, tree, sizeof tree);
+    import_source src = { IMPORT_FOLDER, tree, NULL, IMPORT_OPTS_DEFAULT, NULL };
+    src.opts.val_percent = 20;
+    src.opts.test_percent = 40;
+    ds_info info;
+    char err[512] = "";
+    if (import_run(&src, f->dir, NULL, NULL, &info, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    /* per class of 5, 5, 6: val round(1, 1, 1.2) = 1 each, test round(2, 2, 2.4) = 2 each */
+    assert_int_equal(info.val_count, 3);
+    assert_int_equal(info.test_count, 6);
+    assert_int_equal(info.train_count, 7);
+    ds_info_free(&info);
+    ds_split *te = open_split(f, "test.kds");
+    int per[3] = { 0 };
+    for (size_t i = 0; i < ds_split_count(te); i++) per[ds_split_label(te, i)]++;
+    for (int k = 0; k < 3; k++) assert_int_equal(per[k], 2);
+    uint8_t first_seed1[GW * GH];
+    memcpy(first_seed1, ds_split_image(te, 0), sizeof first_seed1);
+    ds_split_close(te);
+
+    /* another seed, another draw (of 3 classes x C(5..6, 2) ways, the first test image differs) */
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    bool differs = false;
+    for (unsigned long long seed = 2; seed < 6 && !differs; seed++) {
+        src.opts.seed = seed;
+        if (import_run(&src, f->dir, NULL, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+        te = open_split(f, "test.kds");
+        differs = memcmp(first_seed1, ds_split_image(te, 0), sizeof first_seed1) != 0;
+        ds_split_close(te);
+        du_rm_rf(f->dir);
+        assert_int_equal(mkdir(f->dir, 0755), 0);
+    }
+    assert_true(differs);
+
+    /* over 100% together is refused before anything is read */
+    src.opts.val_percent = 70;
+    src.opts.test_percent = 40;
+    assert_int_equal(import_run(&src, f->dir, NULL, NULL, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "val_percent + test_percent"));
+}
+
+/* The options table: text and JSON values, names and limits, one place. */
+static void test_option_values(void **state) {
+    (void)state;
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    api_error e;
+    assert_int_equal(import_option_set(&o, "resize", "half_crop", &e), 0);
+    assert_int_equal(o.resize, IMG_HALF_CROP);
+    assert_int_equal(import_option_set(&o, "encoding", "jpeg", &e), 0);
+    assert_int_equal(o.encoding, DS_ENC_JPEG);
+    assert_int_equal(import_option_set(&o, "seed", "12345678901", &e), 0);
+    assert_true(o.seed == 12345678901ull);
+    assert_int_equal(import_option_set(&o, "resize", "stretch", &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "\"squash\", \"crop\", \"fill\", \"half_crop\""));
+    assert_int_equal(import_option_set(&o, "seed", "-1", &e), -1);
+    assert_int_equal(import_option_set(&o, "test_percent", "101", &e), -1);
+
+    cJSON *v = cJSON_CreateNumber(32);
+    assert_int_equal(import_option_set_json(&o, "width", v, &e), 0);
+    assert_int_equal(o.width, 32);
+    cJSON_SetNumberValue(v, 2.5);
+    assert_int_equal(import_option_set_json(&o, "width", v, &e), -1);
+    assert_non_null(strstr(e.message, "\"width\""));
+    assert_int_equal(import_option_set_json(&o, "resize", v, &e), -1);   /* a number for a name */
+    cJSON_Delete(v);
+    v = cJSON_CreateString("crop");
+    assert_int_equal(import_option_set_json(&o, "resize", v, &e), 0);
+    assert_int_equal(o.resize, IMG_CROP);
+    assert_int_equal(import_option_set_json(&o, "channels", v, &e), -1);  /* a name for a number */
+    assert_int_equal(import_option_set_json(&o, "colour", v, &e), -1);
+    assert_string_equal(e.code, "unknown_field");
+    cJSON_Delete(v);
+
+    cJSON *schema = import_schema();
+    assert_non_null(schema);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(schema, "resize");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(r, "default")->valuestring, "squash");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "enum")), IMG_RESIZE_COUNT);
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(schema, "encoding");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(en, "default")->valuestring, "raw");
+    assert_int_equal(cJSON_GetArraySize(schema), IMPORT_OPTION_COUNT);
+    cJSON_Delete(schema);
+}
+
+/* A progress callback that says stop ends the import with "import cancelled"
+ * and leaves no split behind. */
+static int stop_at_half(void *arg, double f) {
+    int *calls = arg;
+    (*calls)++;
+    return f >= 0.5;
+}
+
+static void test_cancel(void **state) {
+    fixture *f = *state;
+    char tree[PATH_MAX + 16];
+    build_grey_folder(f, tree, sizeof tree);
+    import_source src = { IMPORT_FOLDER, tree, NULL, IMPORT_OPTS_DEFAULT, NULL };
+    int calls = 0;
+    char err[512] = "";
+    assert_int_equal(import_run(&src, f->dir, stop_at_half, &calls, NULL, NULL, err, sizeof err), -1);
+    assert_string_equal(err, "import cancelled");
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/header.json", f->dir);
+    assert_int_not_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/train.kds", f->dir);
+    assert_int_not_equal(access(path, F_OK), 0);
+}
+
+/* resize crop: a 16x8 image to 8x8 keeps its centre (scaled by 1, no
+ * interpolation), so the columns 4..11 arrive exactly. */
+static void test_resize_crop(void **state) {
+    fixture *f = *state;
+    uint8_t wide[16 * 8];
+    for (int y = 0; y < 8; y++)
+        for (int x = 0; x < 16; x++) wide[y * 16 + x] = (uint8_t)(x * 10 + y);
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "a/wide.png", make_png(wide, 16, 8, 1));
+    arc_blob(a, "b/wide.png", make_png(wide, 16, 8, 1));
+    arc_close(a);
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 0;
+    o.width = o.height = 8;
+    o.resize = IMG_CROP;
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    ds_info info;
+    assert_int_equal(ds_info_load(f->dir, &info, err, sizeof err), 0);
+    assert_string_equal(info.resize, "crop");
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    const uint8_t *img = ds_split_image(tr, 0);
+    for (int y = 0; y < 8; y++)
+        for (int x = 0; x < 8; x++) assert_int_equal(img[y * 8 + x], wide[y * 16 + x + 4]);
+    ds_split_close(tr);
+}
+
+/* A path-label list: labels from a labels file, paths relative to the
+ * list's folder; a bad label, a missing file and (with roots) a path outside
+ * the roots are unreadable lines, not failures. */
+static void test_list_source(void **state) {
+    fixture *f = *state;
+    char tree[PATH_MAX + 16], path[PATH_MAX + 64];
+    build_grey_folder(f, tree, sizeof tree);
+    snprintf(path, sizeof path, "%s/labels.txt", tree);
+    assert_int_equal(du_write_file(path, "zero\none\ntwo\n", 13), 0);
+    char list[4096];
+    int n = snprintf(list, sizeof list,
+                     "# path label\n"
+                     "digits/0/0.png 0\ndigits/0/1.png 0\ndigits/1/0.png 1\ndigits/1/1.png 1\r\n"
+                     "digits/2/0.png 2\ndigits/2/1.png 2\n"
+                     "digits/2/2.png 7\n"          /* label out of range */
+                     "digits/2/nope.png 2\n"       /* missing */
+                     "%s/secret.png 1\n", f->root);   /* outside the tree */
+    snprintf(path, sizeof path, "%s/list.txt", tree);
+    assert_int_equal(du_write_file(path, list, (size_t)n), 0);
+    char labels[PATH_MAX + 64];
+    snprintf(labels, sizeof labels, "%s/labels.txt", tree);
+    import_roots roots = { 0 };
+    char err[512] = "";
+    assert_int_equal(import_roots_add(&roots, tree, err, sizeof err), 0);
+    import_source src = { IMPORT_LIST, path, labels, IMPORT_OPTS_DEFAULT, &roots };
+    src.opts.val_percent = 0;
+    import_report rep;
+    ds_info info;
+    if (import_run(&src, f->dir, NULL, NULL, &info, &rep, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(info.nclasses, 3);
+    assert_string_equal(info.classes[0], "zero");
+    assert_string_equal(info.classes[2], "two");
+    assert_int_equal(info.train_count, 6);
+    assert_int_equal(rep.unreadable, 3);
+    import_report_free(&rep);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    bool seen[30] = { false };
+    for (size_t i = 0; i < ds_split_count(tr); i++)
+        identify_grey(ds_split_image(tr, i), ds_split_label(tr, i), seen);   /* each image under its own label */
+    ds_split_close(tr);
+    char *log = read_log(f);
+    if (!strstr(log, "line 8") || !strstr(log, "line 9") || !strstr(log, "secret.png"))
+        fail_msg("the log does not name the bad lines:\n%s", log);
+    free(log);
+
+    /* without roots (kiln import) the outside file is read too */
+    du_rm_rf(f->dir);
+    assert_int_equal(mkdir(f->dir, 0755), 0);
+    src.roots = NULL;
+    if (import_run(&src, f->dir, NULL, NULL, &info, &rep, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(info.train_count, 7);
+    assert_int_equal(rep.unreadable, 2);
+    import_report_free(&rep);
+    ds_info_free(&info);
+    import_roots_free(&roots);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_tar_gz_of_class_folders, setup, teardown),
@@ -1120,6 +1399,12 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_keeps_one_train_image, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mnist_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_folder_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_test_percent_and_seed, setup, teardown),
+        cmocka_unit_test(test_option_values),
+        cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resize_crop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_ready_and_failed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_in_background, setup, teardown),
     };

@@ -36,11 +36,15 @@ static cJSON *request_of(jobcfg_form form)
     return r;
 }
 
-/* obj's object at "solver" or "solver.larc" (made when missing). */
+/* obj's object at "solver", "solver.larc" or "augmentation" (made when missing). */
 static cJSON *object_at(cJSON *root, const char *obj)
 {
     if (!obj[0])
         return root;
+    if (!strcmp(obj, "augmentation")) {
+        cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "augmentation");
+        return a ? a : cJSON_AddObjectToObject(root, "augmentation");
+    }
     cJSON *solver = cJSON_GetObjectItemCaseSensitive(root, "solver");
     if (!solver)
         solver = cJSON_AddObjectToObject(root, "solver");
@@ -75,6 +79,11 @@ static void set_path(cJSON *root, const char *path, const cJSON *v, const cJSON 
     if (!strcmp(path, "loss_scaling")) {          /* "dynamic" is for mixed precision */
         cJSON_DeleteItemFromObjectCaseSensitive(root, "precision");
         cJSON_AddStringToObject(root, "precision", "amp-fp16");
+    }
+    if (!strncmp(path, "augmentation.", 13) && cJSON_GetObjectItemCaseSensitive(root, "input")) {
+        /* job.json's images, large enough for any crop the table allows */
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "input");
+        cJSON_AddItemToObject(root, "input", cJSON_CreateIntArray((const int[]){ 1, 65535, 65535 }, 3));
     }
 }
 
@@ -180,7 +189,7 @@ static void every_limit_is_the_same_in_every_form(void **state)
         }
         checked++;
     }
-    assert_true(checked >= 19);                      /* every field of the table was seen */
+    assert_true(checked >= 23);                      /* every field of the table was seen */
     cJSON_Delete(schema);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/job.json", dir);
@@ -245,6 +254,8 @@ static void round_trip(const char *fields)
     assert_memory_equal(&a.solver, &b.solver, sizeof a.solver);
     assert_memory_equal(&a.devices, &b.devices, sizeof a.devices);
     assert_memory_equal(&a.input, &b.input, sizeof a.input);
+    assert_memory_equal(&a.augment, &b.augment, sizeof a.augment);
+    assert_int_equal(a.loader_threads, b.loader_threads);
     assert_string_equal(a.name, b.name);
     assert_string_equal(a.dataset_dir, b.dataset_dir);
     jobcfg_free(&a);
@@ -272,6 +283,10 @@ static void configs_round_trip(void **state)
     round_trip("{\"backend\": \"cpu\", \"replicas\": 2}");
     round_trip("{\"lr_policy\": {\"type\": \"step\", \"step_size\": 10, \"gamma\": 0.5, "
                "\"warmup_steps\": 3}}");
+    round_trip("{\"input\": [3, 32, 32], \"augmentation\": {\"crop\": 28, \"pad\": 4, "
+               "\"mirror\": true}, \"loader_threads\": 3}");
+    round_trip("{\"augmentation\": {\"crop\": 0, \"pad\": 0, \"mirror\": false}, "
+               "\"loader_threads\": 0}");
 }
 
 /* A request's defaults are the schema's. */
@@ -295,10 +310,109 @@ static void request_defaults_are_the_schemas(void **state)
     assert_int_equal(c.solver.larc, LARC_NONE);
     assert_int_equal(c.devices.kind, BACKEND_CPU);
     assert_int_equal(c.dynamic_scaling, false);
+    assert_int_equal(c.augment.crop, DEF("augmentation.crop")->valuedouble);
+    assert_int_equal(c.augment.pad, DEF("augmentation.pad")->valuedouble);
+    assert_true(cJSON_IsFalse(DEF("augmentation.mirror")) && !c.augment.mirror);
+    assert_int_equal(c.loader_threads, DEF("loader_threads")->valuedouble);
 #undef DEF
     jobcfg_free(&c);
     cJSON_Delete(schema);
     cJSON_Delete(r);
+}
+
+/* "augmentation": read once here, checked against the dataset's images
+ * when the dataset is known (jobcfg_set_data, as jobspec resolves a request
+ * and as the worker reads job.json), carried in job.json, and the network's
+ * input is the crop. */
+static void augmentation_against_the_dataset(void **state)
+{
+    (void)state;
+    cJSON *r = cJSON_Parse("{\"dataset_id\": 1, \"network\": \"lenet\", \"devices\": 0, "
+                           "\"augmentation\": {\"crop\": 28, \"pad\": 4, \"mirror\": true}}");
+    jobcfg c;
+    api_error e;
+    assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), 0);
+    assert_int_equal(c.augment.crop, 28);
+    assert_int_equal(c.augment.pad, 4);
+    assert_true(c.augment.mirror);
+    const char *classes[] = { "a", "b" };
+    assert_int_equal(jobcfg_set_data(&c, "/data/x", (net_shape){ 3, 32, 30 }, classes, 2, &e), 0);
+    net_shape in = jobcfg_net_input(&c);
+    assert_int_equal(in.c, 3);
+    assert_int_equal(in.h, 28);
+    assert_int_equal(in.w, 28);
+    ds_augment a = jobcfg_ds_augment(&c);
+    assert_int_equal(a.crop_h, 28);
+    assert_int_equal(a.crop_w, 28);
+    assert_int_equal(a.pad, 4);
+    assert_true(a.mirror);
+    cJSON *j = jobcfg_to_json(&c);
+    const cJSON *aug = cJSON_GetObjectItemCaseSensitive(j, "augmentation");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(aug, "crop")->valueint, 28);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(aug, "pad")->valueint, 4);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(aug, "mirror")));
+    cJSON_Delete(j);
+    jobcfg_free(&c);
+
+    /* a crop larger than the images: 400 naming the field, in either side */
+    assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), 0);
+    assert_int_equal(jobcfg_set_data(&c, "/data/x", (net_shape){ 1, 28, 27 }, classes, 2, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.code, "invalid_field");
+    assert_non_null(strstr(e.message, "augmentation.crop 28 is larger than the dataset's 27x28 images"));
+    jobcfg_free(&c);
+    cJSON_Delete(r);
+    /* the same in a hand-edited job.json */
+    j = job_json_with("{\"input\": [1, 16, 16], \"augmentation\": {\"crop\": 20}}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_non_null(strstr(e.message, "augmentation.crop 20"));
+    cJSON_Delete(j);
+
+    /* the object's own shape */
+    static const char *const bad[][2] = {
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"augmentation\": true}", "augmentation must be an object" },
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"augmentation\": {\"flip\": true}}",
+          "unknown field \"augmentation.flip\"" },
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"augmentation\": {\"crop\": -1}}", "augmentation.crop must be" },
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"augmentation\": {\"pad\": 65}}", "augmentation.pad must be" },
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"augmentation\": {\"mirror\": 1}}", "augmentation.mirror must be" },
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"loader_threads\": 65}", "loader_threads must be" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        r = cJSON_Parse(bad[k][0]);
+        assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), -1);
+        assert_int_equal(e.status, 400);
+        if (!strstr(e.message, bad[k][1]))
+            fail_msg("%s: \"%s\" does not say \"%s\"", bad[k][0], e.message, bad[k][1]);
+        cJSON_Delete(r);
+    }
+    /* job.json from before augmentation: none */
+    j = job_json_with("{}");
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "augmentation"));
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), 0);
+    assert_int_equal(c.augment.crop + c.augment.pad + c.augment.mirror + c.loader_threads, 0);
+    in = jobcfg_net_input(&c);
+    assert_int_equal(in.h * 10 + in.w, 2 * 10 + 2);            /* the stored size */
+    jobcfg_free(&c);
+    cJSON_Delete(j);
+}
+
+/* Steps of a run: an epoch's last short batch is dropped in training (the
+ * loader's own count, loader_batch_count), except in a split smaller than
+ * one batch. */
+static void steps_drop_the_last_short_batch(void **state)
+{
+    (void)state;
+    jobcfg c = { .epochs = 3, .batch_size = 64 };
+    assert_int_equal(jobcfg_steps(&c, 100), 3 * 1);          /* 100 = 64 + 36: one step an epoch */
+    assert_int_equal(jobcfg_steps(&c, 128), 3 * 2);
+    assert_int_equal(jobcfg_steps(&c, 191), 3 * 2);
+    assert_int_equal(jobcfg_steps(&c, 40), 3 * 1);           /* smaller than a batch: trains on it */
+    assert_int_equal(jobcfg_steps(&c, 0), 0);
+    c.batch_size = 1;
+    assert_int_equal(jobcfg_steps(&c, 7), 3 * 7);
+    for (int64_t n = 1; n < 300; n += 7)
+        assert_int_equal(jobcfg_steps(&c, n), (int64_t)loader_batch_count((size_t)n, 1, true) * 3);
 }
 
 int main(void)
@@ -308,6 +422,8 @@ int main(void)
         cmocka_unit_test(request_defaults_are_the_schemas),
         cmocka_unit_test(every_limit_is_the_same_in_every_form),
         cmocka_unit_test(a_hand_edited_job_json_gets_the_api_limits),
+        cmocka_unit_test(augmentation_against_the_dataset),
+        cmocka_unit_test(steps_drop_the_last_short_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,7 +193,8 @@ static void defaults_are_filled_and_job_json_written(void **state)
     assert_string_equal(j.network, "lenet");
     assert_int_equal(j.dataset_id, f->ready);
     assert_int_equal(j.epochs, 10);
-    assert_int_equal(j.steps, 10 * 2);                 /* ceil(100 / 64) = 2 per epoch */
+    assert_int_equal(j.steps, 10 * 1);                 /* floor(100 / 64) = 1 per epoch (the last
+                                                        * short batch dropped) */
     assert_string_equal(j.config_json, text);          /* the store holds what the file holds */
     store_job_clear(&j);
     cJSON_Delete(c);
@@ -226,7 +227,7 @@ static void given_values_are_kept(void **state)
     assert_true(num(solver, "lr") == 0.05);
     assert_true(num(solver, "momentum") == 0);
     assert_true(num(solver, "weight_decay") == 0.0005);
-    assert_int_equal(j.steps, 2 * 4);                  /* ceil(100 / 32) = 4 per epoch */
+    assert_int_equal(j.steps, 2 * 3);                  /* floor(100 / 32) = 3 per epoch */
     cJSON_Delete(c);
     store_job_clear(&j);
 }
@@ -383,7 +384,7 @@ static void optimizer_options_are_resolved(void **state)
     assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(solver, "decay_bias")));
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(c, "lr_policy");
     assert_string_equal(str(lp, "type"), "cosine");
-    assert_true(num(lp, "warmup_steps") == 4);         /* 1 epoch = ceil(100 / 32) steps */
+    assert_true(num(lp, "warmup_steps") == 3);         /* 1 epoch = floor(100 / 32) steps */
     assert_true(num(lp, "min_lr") == 0);
     cJSON_Delete(c);
     store_job_clear(&j);
@@ -536,6 +537,12 @@ static const bad_case bad_cases[] = {
       "{\"dataset_id\": {R}, \"network\": {\"layers\": [{\"type\": \"conv2d\", \"filters\": 4, "
       "\"kernel\": 40}, {\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": \"classes\"}]}}",
       422, "invalid_network", "layer 1" },
+    { "crop larger than the images",
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"augmentation\": {\"crop\": 29}}",
+      400, "invalid_field", "augmentation.crop 29 is larger than the dataset's 28x28 images" },
+    { "network too large for the crop",       /* checked with the crop's input, 4x4 */
+      "{\"dataset_id\": {R}, \"network\": \"lenet\", \"augmentation\": {\"crop\": 4}}",
+      422, "invalid_network", "4x4" },
 };
 
 /* body with {R}, {I} and {F} replaced by the datasets' ids. */

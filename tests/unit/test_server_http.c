@@ -191,7 +191,8 @@ static void test_render_dataset(void **state)
     d.status = "ready";
     d.progress = 0.99;
     d.info_json = "{\"format\":1,\"classes\":[\"cat\",\"dog\"],\"shape\":[3,32,32],"
-                  "\"counts\":{\"train\":80,\"val\":20},\"mean\":[1,2,3]}";
+                  "\"counts\":{\"train\":80,\"val\":20},\"mean\":[1,2,3],\"resize\":\"crop\","
+                  "\"encoding\":\"png\",\"options\":{\"val_percent\":20,\"width\":null},\"format_x\":7}";
     o = render_dataset(&d);
     assert_non_null(o);
     assert_true(cJSON_GetObjectItem(o, "progress")->valuedouble == 1.0);   /* ready is 1 */
@@ -200,7 +201,12 @@ static void test_render_dataset(void **state)
     assert_string_equal(cJSON_GetArrayItem(classes, 1)->valuestring, "dog");
     assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "shape"), 0)->valueint, 3);
     assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "counts"), "val")->valueint, 20);
-    assert_null(cJSON_GetObjectItem(o, "mean"));                          /* not part of the shape */
+    /* how the images were made (issue 13's dataset page): passed through; nothing else is */
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "mean"), 2)->valueint, 3);
+    assert_string_equal(cJSON_GetObjectItem(o, "resize")->valuestring, "crop");
+    assert_string_equal(cJSON_GetObjectItem(o, "encoding")->valuestring, "png");
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "options"), "val_percent")->valueint, 20);
+    assert_null(cJSON_GetObjectItem(o, "format_x"));
     cJSON_Delete(o);
 
     d.status = "failed";
