@@ -38,7 +38,8 @@
  *   draws val from train only when there is no val/). Otherwise it is a
  *   function of the seed: per class a seeded shuffle sends
  *   round(n * val_percent / 100) images to val, keeping at least one in train;
- *   each split is then shuffled as a whole. The mean is per channel over train.
+ *   each split keeps the order the images were read in (the loader shuffles
+ *   every epoch). The mean is per channel over train.
  * - Files are written atomically (engine/dataset.h writers, fio_write_atomic:
  *   tmp + rename); on failure only temporary files may remain.
  */
@@ -439,6 +440,11 @@ int imp_visit_file(importer *im, void *ctx, const char *path, int rr, const uint
 
 /* ---- classes, split and output ------------------------------------------------ */
 
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -682,9 +688,11 @@ int imp_write_dataset(importer *im, char **classes, int nclasses, int val_percen
             else val[nval++] = cls[i];
         }
     }
-    imp_shuffle(train, ntrain, seed, 0x7261696eull);   /* "rain" */
-    imp_shuffle(val, nval, seed, 0x76616cull);         /* "val" */
-    imp_shuffle(test, ntest, seed, 0x74657374ull);     /* "test" */
+    /* Each split in the order the images were read: the scratch file is then
+     * read front to back, and the loader draws its own order every epoch. */
+    qsort(train, ntrain, sizeof *train, cmp_size);
+    qsort(val, nval, sizeof *val, cmp_size);
+    qsort(test, ntest, sizeof *test, cmp_size);
     if (count_per_class(im, nclasses, train, ntrain, val, nval, test, ntest, err, errlen) != 0)
         goto out;
     if (fflush(im->scratch) != 0) {

@@ -18,8 +18,9 @@ function route() {
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
+  // a view's data-* marks (status, explored, ...) belong to that view only
+  for (const k of Object.keys(main.dataset)) delete main.dataset[k];
   main.dataset.view = m ? 'job' : ds ? 'dataset' : 'home';
-  delete main.dataset.status;
   if (m) {
     document.title = `Job ${m[1]} · kiln`;
     teardown = renderJob(main, Number(m[1]));
