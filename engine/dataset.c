@@ -281,6 +281,7 @@ struct ds_writer {
     int encoding, quality;
     size_t image_bytes;
     uint64_t written;        /* bytes in scratch */
+    size_t expect;           /* raw with ds_writer_expect: images go straight to out; 0: via scratch */
 };
 
 static void writer_free(ds_writer *wr) {
@@ -368,6 +369,16 @@ static int writer_grow(ds_writer *wr, char *err, size_t errlen) {
     return 0;
 }
 
+int ds_writer_expect(ds_writer *wr, size_t count, char *err, size_t errlen) {
+    if (wr->encoding != DS_ENC_RAW || wr->count != 0 || wr->expect != 0 || count == 0) return 0;
+    /* the images' place in the final file: after the header and count labels */
+    size_t at = align_up(KDS_HEADER + 2 * count, KDS_ALIGN);
+    if (fseeko(wr->out, (off_t)at, SEEK_SET) != 0)
+        return set_err(err, errlen, "writing %s: %s", wr->path, strerror(errno));
+    wr->expect = count;
+    return 0;
+}
+
 int ds_writer_add(ds_writer *wr, const uint8_t *chw, int label, char *err, size_t errlen) {
     if (label < 0 || label > 65535) {
         set_err(err, errlen, "label %d out of range 0..65535", label);
@@ -390,7 +401,11 @@ int ds_writer_add(ds_writer *wr, const uint8_t *chw, int label, char *err, size_
                                     ds_encoding_name(wr->encoding), why);
         bytes = enc;
     }
-    if (fwrite(bytes, 1, len, wr->scratch) != len) {
+    if (wr->expect && wr->count >= wr->expect) {
+        free(enc);
+        return set_err(err, errlen, "writing %s: more than the %zu images announced", wr->path, wr->expect);
+    }
+    if (fwrite(bytes, 1, len, wr->expect ? wr->out : wr->scratch) != len) {
         set_err(err, errlen, "writing %s: %s", wr->path, strerror(errno));
         free(enc);
         return -1;
@@ -434,6 +449,13 @@ int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
     wr16(hdr + 16, (uint16_t)wr->w);
     wr16(hdr + 18, (uint16_t)wr->encoding);
     errno = 0;
+    if (wr->expect) {            /* the images are in place: header and labels go in front */
+        if (wr->count != wr->expect) {
+            set_err(err, errlen, "writing %s: %zu images announced, %zu added", wr->path, wr->expect, wr->count);
+            goto out;
+        }
+        if (fflush(wr->out) != 0 || fseek(wr->out, 0, SEEK_SET) != 0) goto io;
+    }
     if (write_all(wr->out, hdr, sizeof hdr) != 0) goto io;
     uint8_t lb[2];
     for (size_t i = 0; i < wr->count; i++) {
@@ -443,6 +465,7 @@ int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
     size_t at = KDS_HEADER + 2 * wr->count;
     if (write_zeros_to(wr->out, at, KDS_ALIGN) != 0) goto io;
     if (encoded && write_offsets(wr, align_up(at, KDS_ALIGN)) != 0) goto io;
+    if (wr->expect) goto done;
 
     if (fflush(wr->scratch) != 0 || ferror(wr->scratch) || fseek(wr->scratch, 0, SEEK_SET) != 0) goto io;
     const size_t bufsz = 1 << 20;
@@ -457,6 +480,7 @@ int ds_writer_commit(ds_writer *wr, char *err, size_t errlen) {
         if (fread(buf, 1, n, wr->scratch) != n || write_all(wr->out, buf, n) != 0) goto io;
         left -= n;
     }
+done:;
     FILE *out = wr->out;
     wr->out = NULL;
     if (fio_commit(out, wr->tmp, wr->path) != 0) goto io;

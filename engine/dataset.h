@@ -86,6 +86,12 @@ ds_writer *ds_writer_open_encoded(const char *path, int c, int h, int w, int enc
 /* Adds one image (c*h*w bytes, CHW) with its label (0..65535). Returns 0, or
  * -1 with err (a label out of range, a write or encode failure). */
 int ds_writer_add(ds_writer *wr, const uint8_t *chw, int label, char *err, size_t errlen);
+/* Announces, before the first ds_writer_add, that exactly count images will
+ * be added: a raw split then writes them straight into place instead of
+ * through its scratch file (one copy of the pixels less); adding another
+ * number is an error at the add or the commit. No effect on an encoded
+ * split. Returns 0, or -1 with err set. */
+int ds_writer_expect(ds_writer *wr, size_t count, char *err, size_t errlen);
 /* Writes the final file (header, labels, images), fsyncs and renames it into place;
  * frees wr in every case. */
 int ds_writer_commit(ds_writer *wr, char *err, size_t errlen);

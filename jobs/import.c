@@ -586,6 +586,10 @@ static int write_split(importer *im, const char *name, const size_t *idx, size_t
                                                                IMPORT_JPEG_QUALITY, err, errlen);
     free(path);
     if (!wr) return -1;
+    if (ds_writer_expect(wr, n, err, errlen) != 0) {
+        ds_writer_abort(wr);
+        return -1;
+    }
     size_t hw = (size_t)im->h * (size_t)im->w;
     int fd = fileno(im->scratch);
     for (size_t i = 0; i < n; i++) {
