@@ -3,10 +3,16 @@
  * as one JSON object and asserts nothing.
  *
  *   loader_bench loader KDS [--threads N] [--batch B] [--crop C] [--no-mirror]
- *                           [--epochs E] [--warmup W]
+ *                           [--epochs E] [--warmup W] [--copy]
  *       kiln's loader (engine/dataset.h) on one split, as training uses it:
  *       shuffled, a random C x C crop and (unless --no-mirror) a random
  *       mirror of each image, (pixel - mean) * scale to floats, N threads.
+ *       The consumer (the calling thread) does what a trainer does with a
+ *       batch: it takes it (loader_next_view: the loader's own buffer, no
+ *       copy), reads from it and hands it back (loader_release), so that it
+ *       takes next to no CPU from the loader's threads; --copy has it use
+ *       loader_next instead, which copies each batch into the consumer's
+ *       buffer (on the consumer's thread, which then competes for the cores).
  *       W warm-up batches (threads started, decoders and caches warm), then
  *       E epochs timed, each from loader_start_epoch to its last batch;
  *       per_cpu_second is the images over the CPU time of the whole process
@@ -49,7 +55,7 @@ static double cpu_s(void) {
 
 static int usage(void) {
     fputs("usage: loader_bench loader KDS [--threads N] [--batch B] [--crop C] [--no-mirror] [--epochs E]"
-          " [--warmup W]\n"
+          " [--warmup W] [--copy]\n"
           "       loader_bench decode [--min S] [--size S] PATH...\n",
           stderr);
     return 2;
@@ -65,16 +71,40 @@ static bool int_opt(int argc, char **argv, int *i, const char *name, int *v) {
 
 /* ---- loader -------------------------------------------------------------------- */
 
+/* The consumer's part of one step: the next batch, its first and last values
+ * read into *sum (what uploading it would touch first and last), and the
+ * batch handed back. With x (--copy) through loader_next into x, else
+ * through loader_next_view and loader_release. Returns loader_next's value. */
+static int take(loader *l, float *x, int32_t *labels, double *sum) {
+    int c, h, w;
+    loader_shape(l, &c, &h, &w);
+    size_t per = (size_t)c * (size_t)h * (size_t)w;
+    if (x) {
+        int n = loader_next(l, x, labels);
+        if (n > 0) *sum += x[0] + x[(size_t)n * per - 1] + labels[n - 1];
+        return n;
+    }
+    const float *vx;
+    const int32_t *vl;
+    int n = loader_next_view(l, &vx, &vl);
+    if (n > 0) {
+        *sum += vx[0] + vx[(size_t)n * per - 1] + vl[n - 1];
+        loader_release(l);
+    }
+    return n;
+}
+
 static int run_loader(int argc, char **argv) {
     const char *path = NULL;
     int threads = 1, batch = 64, crop = 224, epochs = 2, warmup = 4;
-    bool mirror = true;
+    bool mirror = true, copy = false;
     for (int i = 0; i < argc; i++) {
         if (int_opt(argc, argv, &i, "--threads", &threads) || int_opt(argc, argv, &i, "--batch", &batch) ||
             int_opt(argc, argv, &i, "--crop", &crop) || int_opt(argc, argv, &i, "--epochs", &epochs) ||
             int_opt(argc, argv, &i, "--warmup", &warmup))
             continue;
         if (strcmp(argv[i], "--no-mirror") == 0) mirror = false;
+        else if (strcmp(argv[i], "--copy") == 0) copy = true;
         else if (argv[i][0] == '-' || path) return usage();
         else path = argv[i];
     }
@@ -99,29 +129,28 @@ static int run_loader(int argc, char **argv) {
     int rc = 1;
     int oc, oh, ow;
     loader_shape(l, &oc, &oh, &ow);
-    float *x = malloc((size_t)batch * (size_t)oc * (size_t)oh * (size_t)ow * sizeof *x);
-    int32_t *labels = malloc((size_t)batch * sizeof *labels);
-    if (!x || !labels) {
+    /* --copy: loader_next's destination */
+    float *x = copy ? malloc((size_t)batch * (size_t)oc * (size_t)oh * (size_t)ow * sizeof *x) : NULL;
+    int32_t *labels = copy ? malloc((size_t)batch * sizeof *labels) : NULL;
+    if (copy && (!x || !labels)) {
         fprintf(stderr, "loader_bench: out of memory\n");
         goto out;
     }
     /* warm-up: the first batches of epoch 0, not timed */
     loader_start_epoch(l, 0);
+    double sum = 0;
     for (int b = 0; b < warmup; b++)
-        if (loader_next(l, x, labels) < 0) {
+        if (take(l, x, labels, &sum) < 0) {
             fprintf(stderr, "loader_bench: %s\n", loader_error(l));
             goto out;
         }
     size_t images = 0;
-    double sum = 0;
+    sum = 0;
     double t0 = now_s(), c0 = cpu_s();
     for (int e = 1; e <= epochs; e++) {
         loader_start_epoch(l, e);
         int n;
-        while ((n = loader_next(l, x, labels)) > 0) {
-            images += (size_t)n;
-            sum += x[0];           /* the consumer reads the batch */
-        }
+        while ((n = take(l, x, labels, &sum)) > 0) images += (size_t)n;
         if (n < 0) {
             fprintf(stderr, "loader_bench: %s\n", loader_error(l));
             goto out;
@@ -130,9 +159,9 @@ static int run_loader(int argc, char **argv) {
     double t = now_s() - t0, cpu = cpu_s() - c0;
     printf("{\"images\": %zu, \"seconds\": %.4f, \"images_per_sec\": %.2f, \"threads\": %d, "
            "\"per_thread\": %.2f, \"cpu_seconds\": %.4f, \"per_cpu_second\": %.2f, \"shape\": [%d, %d, %d], "
-           "\"stored\": [%d, %d, %d], \"encoding\": \"%s\", \"checksum\": %.3f}\n",
+           "\"stored\": [%d, %d, %d], \"encoding\": \"%s\", \"consumer\": \"%s\", \"checksum\": %.3f}\n",
            images, t, (double)images / t, threads, (double)images / t / threads, cpu, (double)images / cpu, oc, oh,
-           ow, c, h, w, ds_encoding_name(ds_split_encoding(s)), sum);
+           ow, c, h, w, ds_encoding_name(ds_split_encoding(s)), copy ? "copy" : "view", sum);
     rc = 0;
 out:
     free(x);

@@ -406,7 +406,10 @@ typedef struct backend {
 /* The CPU backend (engine/cpu/). */
 extern const backend cpu_backend;
 
-/* The backend of that kind compiled into this binary, or NULL. */
-const backend *backend_for(backend_kind kind);
+/* The backend of that kind, or NULL with err set (err may be NULL): not
+ * compiled into this binary, or (cuda) no NVIDIA driver on this machine, or
+ * the CUDA plugin could not be loaded (engine/cuda/plugin.h). The CUDA backend
+ * is loaded by the first call that asks for it; thread-safe. */
+const backend *backend_for(backend_kind kind, char *err, size_t errlen);
 
 #endif

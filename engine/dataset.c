@@ -19,16 +19,28 @@
  * - Threads: `threads` workers fill two batch slots ahead of the consumer.
  *   A slot being filled hands out its images in small runs under the lock;
  *   each worker converts its run outside the lock, and the last one to finish
- *   marks the slot ready. loader_next and loader_start_epoch are called from
+ *   marks the slot ready. loader_next copies a ready slot out and frees it;
+ *   loader_next_view lends it to the consumer (HELD: no worker touches it)
+ *   until loader_release or the consumer's next call. loader_next,
+ *   loader_next_view, loader_release and loader_start_epoch are called from
  *   one thread at a time (the consumer); loader_start_epoch waits until no
  *   worker is inside a run before it reshuffles.
+ * - An image is converted in one pass from the decoded pixels to the batch:
+ *   each output row takes its window of a source row, mirrored or not, and
+ *   writes (pixel - mean) * scale into each channel's plane. An encoded
+ *   colour record is decoded into the worker's own buffer as RGBX (4 bytes a
+ *   pixel), so that a mirrored row is reversed as whole 32-bit pixels and the
+ *   split into planes is a loop the compiler vectorises; a raw split (CHW)
+ *   and a grey record are read a plane row at a time. The arithmetic is the
+ *   same float expression whatever the layout, thread or mirror, so a raw
+ *   split and a lossless encoded one give the same bytes.
  */
 #include "engine/dataset.h"
 
 #include "base/err.h"
 #include "base/layout.h"   /* LAYOUT_DATASET_HEADER */
 #include "engine/fileio.h"   /* fio_commit, fio_write_atomic, fio_read_file */
-#include "engine/image.h"    /* img_decode_chw, img_encode_png, img_encode_jpeg */
+#include "engine/image.h"    /* img_decode_chw, img_decode_into, img_encode_png, img_encode_jpeg */
 #include "engine/rng.h"      /* rng_splitmix64, rng_splitmix64_below, rng_derive */
 
 #include <errno.h>
@@ -252,6 +264,13 @@ bool ds_split_encoded(const ds_split *s) { return s->encoding != DS_ENC_RAW; }
 
 int ds_split_encoding(const ds_split *s) { return s->encoding; }
 
+/* Record i of an encoded split (i < count): its bytes and their length. */
+static const uint8_t *split_record(const ds_split *s, size_t i, size_t *len) {
+    uint64_t a = rd64(s->offsets + 8 * i), b = rd64(s->offsets + 8 * (i + 1));
+    *len = (size_t)(b - a);
+    return s->records + a;
+}
+
 int ds_split_read(const ds_split *s, size_t i, struct img_decoder *d, uint8_t *chw, char *why, size_t whylen) {
     if (i >= s->count)
         return set_err(why, whylen, "image %zu of a split of %zu", i, s->count);
@@ -259,11 +278,12 @@ int ds_split_read(const ds_split *s, size_t i, struct img_decoder *d, uint8_t *c
         memcpy(chw, s->images + i * s->image_bytes, s->image_bytes);
         return 0;
     }
-    uint64_t a = rd64(s->offsets + 8 * i), b = rd64(s->offsets + 8 * (i + 1));
+    size_t len;
+    const uint8_t *rec = split_record(s, i, &len);
     img_decoder *own = NULL;
     if (!d && !(d = own = img_decoder_new()))
         return set_err(why, whylen, "out of memory for an image decoder");
-    int rc = img_decode_chw(d, s->records + a, (size_t)(b - a), s->c, s->h, s->w, chw, why, whylen);
+    int rc = img_decode_chw(d, rec, len, s->c, s->h, s->w, chw, why, whylen);
     img_decoder_free(own);
     return rc;
 }
@@ -727,7 +747,7 @@ int loader_default_threads(void) {
     return n < LOADER_DEFAULT_THREADS_MAX ? (int)n : LOADER_DEFAULT_THREADS_MAX;
 }
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY };
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD /* lent by loader_next_view */ };
 
 typedef struct loader_slot {
     float *x;
@@ -744,7 +764,9 @@ typedef struct loader_worker {
     struct loader *l;
     pthread_t thread;
     img_decoder *dec;        /* encoded splits: this thread's decoder */
-    uint8_t *pix;            /* one stored image, decoded */
+    uint8_t *pix;            /* encoded splits: one stored image, decoded (h x w x l->stride) */
+    uint8_t *rev;            /* one mirrored row of 4-byte pixels (4 * out_w bytes) */
+    float *row;              /* one plane row before it is mirrored (out_w floats) */
 } loader_worker;
 
 struct loader {
@@ -756,6 +778,7 @@ struct loader {
     float scale;
     ds_augment aug;
     int c, h, w;             /* stored */
+    int stride;              /* bytes a pixel in a worker's pix: 4 for a colour record (RGBX), else 1 */
     int oh, ow;              /* out: the crop */
     size_t count, nbatches;
     uint32_t *perm;          /* this epoch's order; read by the workers */
@@ -766,6 +789,7 @@ struct loader {
     loader_worker *workers;
     int nthreads, started;
     loader_slot slot[LOADER_SLOTS];   /* batch b lives in slot[b % LOADER_SLOTS] */
+    loader_slot *held;       /* the slot loader_next_view lent out, or NULL */
     int epoch;
     size_t produce_next, consume_next;
     int busy;                /* workers converting images outside the lock */
@@ -808,33 +832,93 @@ static void place(const loader *l, int epoch, size_t pos, int *y0, int *x0, bool
     *flip = l->aug.mirror && (rng_splitmix64(&st) >> 63);
 }
 
+/* ---- one image into the batch: loops written for the compiler to vectorise ---- */
+
+static void fill_floats(float *restrict d, int n, float v) {
+    for (int i = 0; i < n; i++) d[i] = v;
+}
+
+/* n bytes p to (p - m) * s. */
+static void bytes_to_floats(const uint8_t *restrict p, int n, float m, float s, float *restrict d) {
+    for (int i = 0; i < n; i++) d[i] = ((float)p[i] - m) * s;
+}
+
+static void reverse_floats(const float *restrict a, int n, float *restrict d) {
+    for (int i = 0; i < n; i++) d[i] = a[n - 1 - i];
+}
+
+/* n pixels of 4 bytes, last first (whole 32-bit words, which SSE2 shuffles;
+ * single bytes it cannot). */
+static void reverse_pixels(const uint8_t *restrict p, int n, uint8_t *restrict d) {
+    for (int i = 0; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, p + 4 * (size_t)(n - 1 - i), 4);
+        memcpy(d + 4 * (size_t)i, &v, 4);
+    }
+}
+
+/* n RGBX pixels to (p - m[k]) * s in three planes. */
+static void rgbx_to_planes(const uint8_t *restrict p, int n, const float *m, float s, float *restrict d0,
+                           float *restrict d1, float *restrict d2) {
+    const float m0 = m[0], m1 = m[1], m2 = m[2];
+    for (int i = 0; i < n; i++) {
+        const uint8_t *q = p + 4 * (size_t)i;
+        d0[i] = ((float)q[0] - m0) * s;
+        d1[i] = ((float)q[1] - m1) * s;
+        d2[i] = ((float)q[2] - m2) * s;
+    }
+}
+
 /* The oh x ow window at (y0, x0) of a stored c x h x w image, mirrored when
- * flip, as (pixel - mean[c]) * scale into dst; outside the image a pixel is 0. */
-static void put_image(const loader *l, const uint8_t *src, int y0, int x0, bool flip, float *dst) {
-    const int h = l->h, w = l->w, oh = l->oh, ow = l->ow;
-    /* the columns u of the window inside the image: [ua, ub) */
+ * flip, as (pixel - mean[c]) * scale into dst (CHW); outside the image a
+ * pixel is 0. src is the image as packed RGBX when rgbx (c 3, a decoded
+ * colour record), else as c planes of h x w (a raw split's CHW, or a decoded
+ * grey record). Window column u is image column x0 + u; it lands at column u,
+ * or at ow - 1 - u when mirrored. */
+static void put_image(const loader *l, loader_worker *wk, const uint8_t *src, bool rgbx, int y0, int x0,
+                      bool flip, float *dst) {
+    const int c = l->c, h = l->h, w = l->w, oh = l->oh, ow = l->ow;
+    const size_t plane_out = (size_t)oh * (size_t)ow, plane_in = (size_t)h * (size_t)w;
+    const float scale = l->scale;
+    float padv[KDS_MAX_CHANNELS];
+    for (int ch = 0; ch < c; ch++) padv[ch] = (0.0f - l->mean[ch]) * scale;
+    /* the columns u of the window inside the image: [ua, ub); n of them,
+     * written from output column v0 on */
     int ua = x0 < 0 ? -x0 : 0, ub = w - x0 < ow ? w - x0 : ow;
     if (ub < ua) ub = ua;
-    for (int ch = 0; ch < l->c; ch++) {
-        const float m = l->mean[ch], scale = l->scale, padv = (0.0f - m) * scale;
-        for (int y = 0; y < oh; y++) {
-            float *d = dst + ((size_t)ch * (size_t)oh + (size_t)y) * (size_t)ow;
-            int sy = y0 + y;
-            if (sy < 0 || sy >= h) {
-                for (int u = 0; u < ow; u++) d[u] = padv;
+    const int n = ub - ua, v0 = flip ? ow - ub : ua;
+    for (int y = 0; y < oh; y++) {
+        const int sy = y0 + y;
+        const bool inside = sy >= 0 && sy < h && n > 0;
+        for (int ch = 0; ch < c; ch++) {
+            float *d = dst + (size_t)ch * plane_out + (size_t)y * (size_t)ow;
+            if (!inside) {
+                fill_floats(d, ow, padv[ch]);
                 continue;
             }
-            /* window column u is image column x0 + u */
-            const uint8_t *row = src + ((size_t)ch * (size_t)h + (size_t)sy) * (size_t)w;
+            fill_floats(d, v0, padv[ch]);
+            fill_floats(d + v0 + n, ow - v0 - n, padv[ch]);
+        }
+        if (!inside) continue;
+        const size_t first = (size_t)sy * (size_t)w + (size_t)(x0 + ua);   /* pixel of window column ua */
+        float *d0 = dst + (size_t)y * (size_t)ow + (size_t)v0;
+        if (rgbx) {
+            const uint8_t *p = src + 4 * first;
+            if (flip) {
+                reverse_pixels(p, n, wk->rev);
+                p = wk->rev;
+            }
+            rgbx_to_planes(p, n, l->mean, scale, d0, d0 + plane_out, d0 + 2 * plane_out);
+            continue;
+        }
+        for (int ch = 0; ch < c; ch++) {
+            const uint8_t *p = src + (size_t)ch * plane_in + first;
+            float *d = d0 + (size_t)ch * plane_out;
             if (!flip) {
-                for (int u = 0; u < ua; u++) d[u] = padv;
-                for (int u = ua; u < ub; u++) d[u] = ((float)row[x0 + u] - m) * scale;
-                for (int u = ub; u < ow; u++) d[u] = padv;
+                bytes_to_floats(p, n, l->mean[ch], scale, d);
             } else {
-                float *e = d + ow - 1;     /* column u lands at ow - 1 - u */
-                for (int u = 0; u < ua; u++) e[-u] = padv;
-                for (int u = ua; u < ub; u++) e[-u] = ((float)row[x0 + u] - m) * scale;
-                for (int u = ub; u < ow; u++) e[-u] = padv;
+                bytes_to_floats(p, n, l->mean[ch], scale, wk->row);
+                reverse_floats(wk->row, n, d);
             }
         }
     }
@@ -850,16 +934,20 @@ static int fill_images(loader_worker *wk, const loader_slot *sl, int epoch, int 
         size_t pos = sl->index * (size_t)l->batch + (size_t)i;
         size_t idx = l->perm[pos];
         const uint8_t *src = ds_split_image(l->s, idx);
+        bool rgbx = false;
         if (!src) {
             char inner[384];
-            if (ds_split_read(l->s, idx, wk->dec, wk->pix, inner, sizeof inner) != 0)
+            size_t len;
+            const uint8_t *rec = split_record(l->s, idx, &len);
+            if (img_decode_into(wk->dec, rec, len, l->c, l->h, l->w, l->stride, wk->pix, inner, sizeof inner) != 0)
                 return set_err(why, whylen, "image %zu of the split: %s", idx, inner);
             src = wk->pix;
+            rgbx = l->stride == 4;
         }
         int y0, x0;
         bool flip;
         place(l, epoch, pos, &y0, &x0, &flip);
-        put_image(l, src, y0, x0, flip, sl->x + (size_t)i * out_bytes);
+        put_image(l, wk, src, rgbx, y0, x0, flip, sl->x + (size_t)i * out_bytes);
         sl->labels[i] = ds_split_label(l->s, idx);
     }
     return 0;
@@ -937,6 +1025,8 @@ static void loader_free(loader *l) {
     for (int i = 0; l->workers && i < l->nthreads; i++) {
         img_decoder_free(l->workers[i].dec);
         free(l->workers[i].pix);
+        free(l->workers[i].rev);
+        free(l->workers[i].row);
     }
     free(l->workers);
     free(l->perm);
@@ -982,6 +1072,7 @@ loader *loader_open(const ds_split *s, const loader_opts *o, char *err, size_t e
     l->c = c;
     l->h = h;
     l->w = w;
+    l->stride = ds_split_encoded(s) && c == 3 ? 4 : 1;
     l->oh = o->aug.crop_h ? o->aug.crop_h : h;
     l->ow = o->aug.crop_w ? o->aug.crop_w : w;
     l->count = ds_split_count(s);
@@ -1003,11 +1094,15 @@ loader *loader_open(const ds_split *s, const loader_opts *o, char *err, size_t e
         ok = l->slot[i].x && l->slot[i].labels;
     }
     for (int i = 0; i < l->nthreads && ok; i++) {
-        l->workers[i].l = l;
-        if (ds_split_encoded(s)) {
-            l->workers[i].dec = img_decoder_new();
-            l->workers[i].pix = malloc((size_t)c * (size_t)h * (size_t)w);
-            ok = l->workers[i].dec && l->workers[i].pix;
+        loader_worker *wk = &l->workers[i];
+        wk->l = l;
+        wk->rev = malloc(4 * (size_t)l->ow);
+        wk->row = malloc((size_t)l->ow * sizeof *wk->row);
+        ok = wk->rev && wk->row;
+        if (ok && ds_split_encoded(s)) {
+            wk->dec = img_decoder_new();
+            wk->pix = malloc((size_t)h * (size_t)w * (size_t)l->stride);
+            ok = wk->dec && wk->pix;
         }
     }
     if (!ok) {
@@ -1063,30 +1158,49 @@ void loader_start_epoch(loader *l, int epoch) {
     l->epoch = epoch;
     make_perm(l);
     for (int i = 0; i < LOADER_SLOTS; i++) l->slot[i].state = SLOT_FREE;
+    l->held = NULL;                  /* a lent batch comes back with the rest */
     l->produce_next = l->consume_next = 0;
     l->resetting = false;
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);
 }
 
-int loader_next(loader *l, float *x, int32_t *labels) {
-    pthread_mutex_lock(&l->mu);
+/* Hands back the slot loader_next_view lent, under the lock. */
+static void release_locked(loader *l) {
+    if (!l->held) return;
+    l->held->state = SLOT_FREE;
+    l->held = NULL;
+    pthread_cond_broadcast(&l->work_cv);
+}
+
+/* Waits for the next batch, under the lock: its slot, or NULL at the end of
+ * the epoch (0 in *rc) or on a record that did not decode (-1). */
+static loader_slot *next_ready(loader *l, int *rc) {
+    release_locked(l);
     if (l->consume_next >= l->nbatches) {
-        pthread_mutex_unlock(&l->mu);
-        return 0;
+        *rc = 0;
+        return NULL;
     }
     size_t b = l->consume_next;
     loader_slot *sl = &l->slot[b % LOADER_SLOTS];
     while (!(sl->state == SLOT_READY && sl->index == b)) pthread_cond_wait(&l->done_cv, &l->mu);
     if (sl->failed) {
         snprintf(l->error, sizeof l->error, "%s", sl->why);
-        pthread_mutex_unlock(&l->mu);
-        return -1;                   /* stays failed until loader_start_epoch */
+        *rc = -1;                    /* stays failed until loader_start_epoch */
+        return NULL;
     }
+    *rc = sl->n;
+    return sl;
+}
+
+int loader_next(loader *l, float *x, int32_t *labels) {
+    int n;
+    pthread_mutex_lock(&l->mu);
+    loader_slot *sl = next_ready(l, &n);
     pthread_mutex_unlock(&l->mu);
+    if (!sl) return n;
 
     /* the workers leave a READY slot alone, so it is read without the lock */
-    int n = sl->n;
     memcpy(x, sl->x, (size_t)n * (size_t)l->c * (size_t)l->oh * (size_t)l->ow * sizeof(float));
     memcpy(labels, sl->labels, (size_t)n * sizeof(int32_t));
 
@@ -1096,4 +1210,25 @@ int loader_next(loader *l, float *x, int32_t *labels) {
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);
     return n;
+}
+
+int loader_next_view(loader *l, const float **x, const int32_t **labels) {
+    int n;
+    pthread_mutex_lock(&l->mu);
+    loader_slot *sl = next_ready(l, &n);
+    if (sl) {
+        sl->state = SLOT_HELD;
+        l->held = sl;
+        l->consume_next++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    *x = sl ? sl->x : NULL;
+    *labels = sl ? sl->labels : NULL;
+    return n;
+}
+
+void loader_release(loader *l) {
+    pthread_mutex_lock(&l->mu);
+    release_locked(l);
+    pthread_mutex_unlock(&l->mu);
 }

@@ -194,9 +194,23 @@ void loader_start_epoch(loader *l, int epoch);
 /* Fills x (batch*c*h*w floats of loader_shape) and labels with the next
  * batch; returns the number of images in it, 0 at the end of the epoch, or
  * -1 when an image of an encoded split does not decode (loader_error says
- * which and why; the epoch cannot go on). loader_next and loader_start_epoch
- * are called from one thread (the consumer). */
+ * which and why; the epoch cannot go on). loader_next, loader_next_view,
+ * loader_release and loader_start_epoch are called from one thread (the
+ * consumer). */
 int loader_next(loader *l, float *x, int32_t *labels);
+/* The next batch without the copy: *x and *labels point at the loader's own
+ * buffers, holding what loader_next would have copied (the same images, in
+ * the same order, for any number of threads). The consumer may read them
+ * (not write) until it hands the batch back: loader_release, or its next
+ * call of loader_next, loader_next_view or loader_start_epoch, each of which
+ * hands back a batch still held; loader_close frees them. Returns as
+ * loader_next, with *x and *labels NULL when it returns 0 or -1. While the
+ * consumer holds a batch the threads fill one batch ahead instead of two, so
+ * a consumer that holds it only to read or upload it loses nothing. */
+int loader_next_view(loader *l, const float **x, const int32_t **labels);
+/* Hands back the batch of the last loader_next_view; nothing when none is
+ * held. */
+void loader_release(loader *l);
 /* Why loader_next last returned -1 ("" before it ever did). */
 const char *loader_error(const loader *l);
 

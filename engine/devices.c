@@ -1,12 +1,14 @@
 /* engine/devices.c: the devices this machine offers: the CPU, then any CUDA
- * devices when the CUDA backend is compiled in. Never fails. */
+ * devices when the CUDA backend is compiled in, listed by its plugin
+ * (engine/cuda/plugin.h), which is opened here on first use where an NVIDIA
+ * driver is present. Never fails. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "engine/net.h"
 #ifdef KILN_HAVE_CUDA
-#include "engine/cuda/devices.h"   /* cuda_devices */
+#include "engine/cuda/plugin.h"    /* cuda_plugin_open */
 #endif
 
 /* The CPU's model name from /proc/cpuinfo ("model name", or the ARM fields),
@@ -67,7 +69,11 @@ int engine_devices(engine_device *out, int max)
     }
     n = 1;
 #ifdef KILN_HAVE_CUDA
-    n += cuda_devices(max > 1 ? out + 1 : NULL, max > 1 ? max - 1 : 0);
+    /* No driver: no GPUs, and nothing opened. A plugin that would not load
+     * said why on stderr, once (engine/backend.c). */
+    const kiln_cuda_plugin *p = cuda_plugin_open(NULL, 0);
+    if (p)
+        n += p->devices(max > 1 ? out + 1 : NULL, max > 1 ? max - 1 : 0);
 #endif
     return n;
 }

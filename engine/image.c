@@ -119,9 +119,16 @@ static int jpeg_fail(img_decoder *d, char *why, size_t whylen) {
 static int jpeg_header(img_decoder *d, const uint8_t *buf, size_t len, int *w, int *h, bool *gray,
                        char *why, size_t whylen) {
     if (!d->tj && !(d->tj = tjInitDecompress())) return set_err(why, whylen, "cannot start the JPEG decoder");
-    int subsamp, cs;
+    int subsamp = -1, cs = -1;
+    *w = *h = 0;
     if (tjDecompressHeader3(d->tj, buf, (unsigned long)len, w, h, &subsamp, &cs) != 0)
         return jpeg_fail(d, why, whylen);
+    /* libjpeg-turbo 2.1 answers 0 for a stream of tables without an image,
+     * leaving the size unset */
+    if (*w <= 0 || *h <= 0 || *w > 65535 || *h > 65535 || cs < 0) {
+        *w = *h = 0;
+        return set_err(why, whylen, "bad JPEG: no image in the file (tables only, or a damaged header)");
+    }
     if (gray) *gray = cs == TJCS_GRAY;
     return 0;
 }
@@ -513,5 +520,55 @@ int img_decode_chw(img_decoder *d, const uint8_t *buf, size_t len, int c, int h,
             for (int ch = 0; ch < 3; ch++) chw[(size_t)ch * hw + i] = pix[3 * i + (size_t)ch];
     }
     free(pix);
+    return 0;
+}
+
+/* A stored JPEG straight into pix: one header read, the checks of
+ * img_decode_chw (channels as stored, the exact size, the limits), and
+ * tjDecompress2 with img_decode's flags. */
+static int jpeg_decode_into(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, int stride,
+                            uint8_t *pix, char *why, size_t whylen) {
+    int jw, jh;
+    bool gray = false;
+    if (jpeg_header(d, buf, len, &jw, &jh, &gray, why, whylen) != 0) return -1;
+    if ((gray ? 1 : 3) != c)
+        return set_err(why, whylen, "stored image has %d channels, expected %d", gray ? 1 : 3, c);
+    if (too_large((uint64_t)(jw > 0 ? jw : 0), (uint64_t)(jh > 0 ? jh : 0)))
+        return set_err(why, whylen, "JPEG of %dx%d pixels is too large", jw, jh);
+    if (jw != w || jh != h) return set_err(why, whylen, "stored image is %dx%d, expected %dx%d", jw, jh, w, h);
+    int fmt = c == 1 ? TJPF_GRAY : stride == 4 ? TJPF_RGBX : TJPF_RGB;
+    if (tjDecompress2(d->tj, buf, (unsigned long)len, pix, w, w * stride, h, fmt, TJFLAG_STOPONWARNING) != 0)
+        return jpeg_fail(d, why, whylen);
+    return 0;
+}
+
+int img_decode_into(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, int stride,
+                    uint8_t *pix, char *why, size_t whylen) {
+    if ((c != 1 && c != 3) || (stride != c && !(c == 3 && stride == 4)))
+        return set_err(why, whylen, "cannot decode to %d channels %d bytes apart", c, stride);
+    if (img_signature(buf, len) == IMG_JPEG)
+        return jpeg_decode_into(d, buf, len, c, h, w, stride, pix, why, whylen);
+    /* a PNG (or not an image): img_decode_chw's checks through img_decode */
+    int iw = 0, ih = 0;
+    bool gray = false;
+    uint8_t *dec = NULL;
+    if (img_probe(d, buf, len, &iw, &ih, &gray, why, whylen) != 0) return -1;
+    if ((gray ? 1 : 3) != c)
+        return set_err(why, whylen, "stored image has %d channels, expected %d", gray ? 1 : 3, c);
+    if (img_decode(d, buf, len, c, 0, 0, &dec, &iw, &ih, why, whylen) != 0) return -1;
+    if (iw != w || ih != h) {
+        free(dec);
+        return set_err(why, whylen, "stored image is %dx%d, expected %dx%d", iw, ih, w, h);
+    }
+    size_t hw = (size_t)h * (size_t)w;
+    if (stride == c) {
+        memcpy(pix, dec, hw * (size_t)c);
+    } else {
+        for (size_t i = 0; i < hw; i++) {
+            memcpy(pix + 4 * i, dec + 3 * i, 3);
+            pix[4 * i + 3] = 0;
+        }
+    }
+    free(dec);
     return 0;
 }

@@ -91,4 +91,17 @@ int img_encode_jpeg(const uint8_t *chw, int c, int h, int w, int quality, uint8_
 int img_decode_chw(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, uint8_t *chw,
                    char *why, size_t whylen);
 
+/* The same decode into the caller's buffer, as packed pixels instead of
+ * planes: pixel (x, y) channel k lands at pix[(y * w + x) * stride + k],
+ * where stride is c, or 4 for a colour image (c 3) to have each pixel in 4
+ * bytes (RGBX: the fourth byte is unspecified), which a consumer reads as
+ * whole 32-bit words. The checks and the pixel values are img_decode_chw's
+ * (the same libjpeg-turbo settings: its default, accurate DCT and smooth
+ * chroma upsampling); a JPEG is read once and decoded straight into pix, with
+ * no allocation. A PNG takes img_decode's path and one copy. pix holds
+ * h * w * stride bytes; on an error its contents are unspecified. Returns 0,
+ * or -1 with why (a stride other than c or, for colour, 4, is one). */
+int img_decode_into(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, int stride,
+                    uint8_t *pix, char *why, size_t whylen);
+
 #endif

@@ -26,12 +26,9 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
                 set_err(err, errlen, "device %d is listed twice", devs[i]);
                 return NULL;
             }
-    const backend *be = backend_for(d->kind);
-    if (!be) {
-        set_err(err, errlen, "backend \"%s\" is not compiled into this kiln",
-                backend_kind_name(d->kind));
+    const backend *be = backend_for(d->kind, err, errlen);
+    if (!be)
         return NULL;
-    }
     if (nd == 1)
         return net_build(spec, in, classes, max_batch, be, devs[0], 0, 1, solver, seed, err,
                          errlen);

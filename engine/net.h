@@ -157,10 +157,13 @@ typedef struct engine_device {
     int cc_major, cc_minor;    /* a GPU's compute capability (0.0 for the CPU) */
 } engine_device;
 
-/* NULL-terminated names of the backends compiled into this binary. */
+/* NULL-terminated names of the backends compiled into this binary ("cuda"
+ * whenever it is built, whether or not this machine can load it). */
 const char *const *engine_backends(void);
 /* Fills up to max devices (the CPU first, then any CUDA devices found);
- * returns how many there are. Never fails: a missing driver means no GPUs. */
+ * returns how many there are. Never fails: a missing driver means no GPUs.
+ * With a driver, the first call loads the CUDA plugin (engine/cuda/plugin.h);
+ * one that cannot be loaded means no GPUs, and a line on stderr says why. */
 int engine_devices(engine_device *out, int max);
 
 #endif

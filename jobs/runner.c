@@ -437,13 +437,18 @@ static int validate(run *r, eval_result *out)
     char e[512];
     out->interrupted = false;
     loader_start_epoch(r->val_ld, 0);
-    while ((n = loader_next(r->val_ld, r->x, r->labels)) != 0) {
+    const float *bx;
+    const int32_t *bl;
+    /* the loader's own batch (no copy), handed back right after the step */
+    while ((n = loader_next_view(r->val_ld, &bx, &bl)) != 0) {
         if (n < 0) {
             snprintf(r->err, sizeof r->err, "validation data: %s", loader_error(r->val_ld));
             return -1;
         }
         net_stats st;
-        if (net_eval(r->net, r->x, r->labels, n, &st, e, sizeof e) != 0) {
+        int rc = net_eval(r->net, bx, bl, n, &st, e, sizeof e);
+        loader_release(r->val_ld);
+        if (rc != 0) {
             snprintf(r->err, sizeof r->err, "validation: %s", e);
             return -1;
         }
@@ -490,12 +495,16 @@ static int train(run *r, bool *cancelled)
                 goto bad_data;
             r->epoch_step = i;
         }
-        while ((n = loader_next(r->train_ld, r->x, r->labels)) != 0) {
+        const float *bx;
+        const int32_t *bl;
+        while ((n = loader_next_view(r->train_ld, &bx, &bl)) != 0) {
             net_stats st;
             if (n < 0)
                 goto bad_data;
             lr = (float)lr_at(&r->lr, r->step);
-            if (net_train_step(r->net, r->x, r->labels, n, lr, &st, e, sizeof e) != 0) {
+            int rc = net_train_step(r->net, bx, bl, n, lr, &st, e, sizeof e);
+            loader_release(r->train_ld);
+            if (rc != 0) {
                 snprintf(r->err, sizeof r->err, "step %lld: %s", (long long)(r->step + 1), e);
                 return -1;
             }

@@ -7,13 +7,17 @@
  * prefetched, the same batches from 1 and 3 threads; augmentation (crops in
  * bounds, zero padding, exact mirrors, repeatable, the centre at
  * validation); encoded splits (format version 2: PNG exact, JPEG close, a
- * damaged file refused) beside version 1 files written by hand. */
+ * damaged file refused) beside version 1 files written by hand; the batches
+ * of loader_next_view (no copy) equal to loader_next's and left alone while
+ * held; a JPEG split's batches equal to those of its decoded pixels stored
+ * raw; img_decode_into against img_decode_chw. */
 #define _GNU_SOURCE   /* nftw, mkdtemp */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include <limits.h>
@@ -1100,6 +1104,210 @@ static void test_encoded_damaged(void **state) {
     free(good);
 }
 
+/* ---- the loader without copies, and decoding into a worker's buffer -------- */
+
+/* loader_next_view gives what loader_next copies, batch for batch, and a
+ * held batch is left alone until it is handed back. */
+static void test_loader_view(void **state) {
+    fixture *f = *state;
+    char err[256] = "";
+    write_split(f->path, 3, 9, 7, 101, 7);
+    ds_split *s = ds_split_open(f->path, err, sizeof err);
+    assert_non_null(s);
+    loader_opts o = { .batch = 6, .train = true, .drop_last = false, .seed = 5, .mean = MEAN3, .scale = 0.25f,
+                      .aug = { .crop_h = 6, .crop_w = 5, .pad = 2, .mirror = true }, .threads = 1 };
+    loader *ref = loader_open(s, &o, err, sizeof err);
+    o.threads = 3;
+    loader *v = loader_open(s, &o, err, sizeof err);
+    assert_true(ref && v);
+    const size_t fpi = 3 * 6 * 5;
+    float x[6 * 3 * 6 * 5], held[6 * 3 * 6 * 5];
+    int32_t lx[6], heldl[6];
+    const float *vx;
+    const int32_t *vl;
+    for (int e = 0; e < 3; e++) {
+        loader_start_epoch(ref, e);
+        loader_start_epoch(v, e);
+        int n, b = 0;
+        while ((n = loader_next(ref, x, lx)) > 0) {
+            if (b % 3 == 2) {                  /* now and then the copying call on the same loader */
+                float y[6 * 3 * 6 * 5];
+                int32_t ly[6];
+                assert_int_equal(loader_next(v, y, ly), n);
+                assert_memory_equal(x, y, sizeof(float) * fpi * (size_t)n);
+                assert_memory_equal(lx, ly, sizeof(int32_t) * (size_t)n);
+            } else {
+                assert_int_equal(loader_next_view(v, &vx, &vl), n);
+                assert_true(vx && vl);
+                assert_memory_equal(x, vx, sizeof(float) * fpi * (size_t)n);
+                assert_memory_equal(lx, vl, sizeof(int32_t) * (size_t)n);
+                if (b % 3 == 0) {
+                    /* held while the threads have time to run ahead: untouched */
+                    memcpy(held, vx, sizeof(float) * fpi * (size_t)n);
+                    memcpy(heldl, vl, sizeof(int32_t) * (size_t)n);
+                    struct timespec ts = { 0, 20 * 1000 * 1000 };
+                    nanosleep(&ts, NULL);
+                    assert_memory_equal(held, vx, sizeof(float) * fpi * (size_t)n);
+                    assert_memory_equal(heldl, vl, sizeof(int32_t) * (size_t)n);
+                    loader_release(v);
+                    loader_release(v);         /* nothing held: nothing happens */
+                }                              /* else handed back by the next call */
+            }
+            b++;
+        }
+        assert_int_equal(n, 0);
+        assert_int_equal(b, 17);               /* 101 images, 6 a batch, the short one kept */
+        vx = (const float *)x;
+        vl = lx;
+        assert_int_equal(loader_next_view(v, &vx, &vl), 0);
+        assert_null(vx);
+        assert_null(vl);
+    }
+    /* a restart with a batch held hands it back and repeats the epoch */
+    loader_start_epoch(v, 1);
+    assert_int_equal(loader_next_view(v, &vx, &vl), 6);
+    loader_start_epoch(v, 1);
+    loader_start_epoch(ref, 1);
+    assert_int_equal(loader_next(ref, x, lx), 6);
+    assert_int_equal(loader_next_view(v, &vx, &vl), 6);
+    assert_memory_equal(x, vx, sizeof(float) * fpi * 6);
+    loader_close(v);                           /* closed with a batch held */
+    loader_close(ref);
+    ds_split_close(s);
+}
+
+/* A JPEG split through the loader (colour records decoded as RGBX and split
+ * into planes, mirrored as whole pixels; grey ones as planes) gives exactly
+ * the batches of a raw split holding the pixels img_decode_chw decodes from
+ * the same records: same crops, mirrors, padding and arithmetic. */
+static void test_encoded_jpeg_loader_exact(void **state) {
+    fixture *f = *state;
+    char err[256] = "", raw[PATH_MAX + 32], enc[PATH_MAX + 32], dec[PATH_MAX + 32];
+    snprintf(raw, sizeof raw, "%s/raw.kds", f->dir);
+    snprintf(enc, sizeof enc, "%s/jpeg.kds", f->dir);
+    snprintf(dec, sizeof dec, "%s/decoded.kds", f->dir);
+    static const struct { int c, h, w; } cases[] = { { 3, 20, 17 }, { 1, 20, 17 }, { 3, 16, 16 } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int c = cases[k].c, h = cases[k].h, w = cases[k].w, n = 29;
+        write_pair(raw, enc, DS_ENC_JPEG, 85, c, h, w, n, true);
+        ds_split *e = ds_split_open(enc, err, sizeof err);
+        if (!e) fail_msg("%s", err);
+        size_t sz = (size_t)c * (size_t)h * (size_t)w;
+        uint8_t *img = malloc(sz);
+        ds_writer *wr = ds_writer_open(dec, c, h, w, err, sizeof err);
+        assert_true(img && wr);
+        for (int i = 0; i < n; i++) {
+            if (ds_split_read(e, (size_t)i, NULL, img, err, sizeof err) != 0) fail_msg("%s", err);
+            assert_int_equal(ds_writer_add(wr, img, ds_split_label(e, (size_t)i), err, sizeof err), 0);
+        }
+        assert_int_equal(ds_writer_commit(wr, err, sizeof err), 0);
+        free(img);
+        ds_split *d = ds_split_open(dec, err, sizeof err);
+        if (!d) fail_msg("%s", err);
+        const ds_augment augs[] = { { 11, 9, 3, true }, { 0, 0, 4, true }, { h, w, 0, true }, { 7, 16, 0, false } };
+        for (size_t a = 0; a < sizeof augs / sizeof augs[0]; a++)
+            for (int train = 0; train < 2; train++) {
+                loader_opts o = { .batch = 5, .train = train, .drop_last = true, .seed = 77 + a, .mean = MEAN3,
+                                  .scale = 0.37f, .aug = augs[a], .threads = 1 };
+                loader *ld = loader_open(d, &o, err, sizeof err);
+                o.threads = 2;
+                loader *le = loader_open(e, &o, err, sizeof err);
+                if (!ld || !le) fail_msg("%s", err);
+                int oc, oh, ow;
+                loader_shape(le, &oc, &oh, &ow);
+                same_batches(ld, le, (size_t)oc * (size_t)oh * (size_t)ow, 5);
+                loader_close(ld);
+                loader_close(le);
+            }
+        ds_split_close(d);
+        ds_split_close(e);
+    }
+}
+
+/* img_decode_into: the pixels of img_decode_chw, packed c or 4 bytes a
+ * pixel, and its refusals; a failure leaves the decoder fit for the next. */
+static void test_decode_into(void **state) {
+    (void)state;
+    enum { DH = 29, DW = 23 };
+    char why[256];
+    uint8_t chw[3 * DH * DW], want[3 * DH * DW], pix[4 * DH * DW];
+    img_decoder *d = img_decoder_new();
+    assert_non_null(d);
+    for (int c = 1; c <= 3; c += 2)
+        for (int fmt = 0; fmt < 2; fmt++) {
+            /* colour that changes across the image (smooth_image's channels share
+             * one gradient: its chroma is flat), so that how the chroma is
+             * upsampled shows */
+            for (int ch = 0; ch < c; ch++)
+                for (int y = 0; y < DH; y++)
+                    for (int x = 0; x < DW; x++)
+                        chw[(ch * DH + y) * DW + x] =
+                            (uint8_t)(ch == 0 ? 20 + 9 * x : ch == 1 ? 30 + 7 * y : 200 - 4 * x - 3 * y);
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            int rc = fmt ? img_encode_jpeg(chw, c, DH, DW, 90, &buf, &len, why, sizeof why)
+                         : img_encode_png(chw, c, DH, DW, &buf, &len, why, sizeof why);
+            if (rc != 0) fail_msg("%s", why);
+            if (img_decode_chw(d, buf, len, c, DH, DW, want, why, sizeof why) != 0) fail_msg("%s", why);
+            for (int stride = c; stride <= 4; stride += c == 3 ? 1 : 4) {
+                memset(pix, 0xAB, sizeof pix);
+                if (img_decode_into(d, buf, len, c, DH, DW, stride, pix, why, sizeof why) != 0)
+                    fail_msg("%s, stride %d: %s", fmt ? "JPEG" : "PNG", stride, why);
+                for (int ch = 0; ch < c; ch++)
+                    for (int p = 0; p < DH * DW; p++)
+                        if (pix[p * stride + ch] != want[ch * DH * DW + p])
+                            fail_msg("%s c %d stride %d: pixel %d channel %d is %d, img_decode_chw %d",
+                                     fmt ? "JPEG" : "PNG", c, stride, p, ch, pix[p * stride + ch],
+                                     want[ch * DH * DW + p]);
+            }
+            /* refused: another size, another channel count, a stride that does not fit */
+            why[0] = '\0';
+            assert_int_equal(img_decode_into(d, buf, len, c, DH, DW + 1, c, pix, why, sizeof why), -1);
+            assert_non_null(strstr(why, "expected"));
+            assert_int_equal(img_decode_into(d, buf, len, 4 - c, DH, DW, 4 - c, pix, why, sizeof why), -1);
+            assert_non_null(strstr(why, "channels"));
+            assert_int_equal(img_decode_into(d, buf, len, c, DH, DW, c == 1 ? 4 : 2, pix, why, sizeof why), -1);
+            if (fmt) {                         /* a truncated JPEG, then the whole one again */
+                assert_int_equal(img_decode_into(d, buf, len / 2, c, DH, DW, c, pix, why, sizeof why), -1);
+                assert_int_equal(img_decode_into(d, buf, len, c, DH, DW, c, pix, why, sizeof why), 0);
+            }
+            free(buf);
+        }
+    assert_int_equal(img_decode_into(d, (const uint8_t *)"not an image", 12, 3, DH, DW, 4, pix, why, sizeof why), -1);
+    img_decoder_free(d);
+}
+
+/* A record that does not decode: loader_next_view fails as loader_next does. */
+static void test_view_decode_error(void **state) {
+    fixture *f = *state;
+    char err[256] = "", raw[PATH_MAX + 32];
+    snprintf(raw, sizeof raw, "%s/raw.kds", f->dir);
+    write_pair(raw, f->path, DS_ENC_JPEG, 90, 3, 8, 8, 4, true);
+    size_t len = 0;
+    uint8_t *b = (uint8_t *)du_read_file(f->path, &len);
+    assert_non_null(b);
+    const size_t offsets_at = 64, records_at = 128;   /* 24 + 8 -> 64; 64 + 40 -> 128 */
+    uint64_t at = 0;
+    for (int k = 0; k < 8; k++) at |= (uint64_t)b[offsets_at + 2 * 8 + (size_t)k] << (8 * k);
+    memset(b + records_at + at, 0x5A, 12);             /* record 2's header: garbage */
+    assert_int_equal(du_write_file(f->path, b, len), 0);
+    free(b);
+    ds_split *s = ds_split_open(f->path, err, sizeof err);
+    if (!s) fail_msg("%s", err);
+    loader_opts o = { .batch = 2, .scale = 1.0f, .threads = 2 };
+    loader *l = loader_open(s, &o, err, sizeof err);
+    assert_non_null(l);
+    const float *x;
+    const int32_t *lb;
+    assert_int_equal(loader_next_view(l, &x, &lb), 2);          /* images 0 and 1 */
+    assert_int_equal(loader_next_view(l, &x, &lb), -1);
+    assert_null(x);
+    if (!strstr(loader_error(l), "image 2")) fail_msg("loader_error \"%s\" does not name image 2", loader_error(l));
+    assert_int_equal(loader_next_view(l, &x, &lb), -1);
+    loader_close(l);
+    ds_split_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -1118,6 +1326,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_encoded_jpeg_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_1_file_opens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_encoded_damaged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loader_view, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_encoded_jpeg_loader_exact, setup, teardown),
+        cmocka_unit_test(test_decode_into),
+        cmocka_unit_test_setup_teardown(test_view_decode_error, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
