@@ -218,6 +218,14 @@ static cJSON *load_spec(bench_opts *o)
     return spec;
 }
 
+/* A fixed batch: pixels uniform in [-1, 1) and labels, the same every run. */
+static void random_batch(float *x, int32_t *labels, size_t in_size, int batch, int classes) {
+    uint64_t state = 20260101;
+    for (size_t i = 0; i < in_size * (size_t)batch; i++)
+        x[i] = (float)((double)(rng_splitmix64(&state) >> 11) * 0x1p-52 - 1.0);
+    for (int i = 0; i < batch; i++) labels[i] = (int32_t)rng_splitmix64_below(&state, (uint64_t)classes);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -328,11 +336,7 @@ static int measure(const bench_opts *o, const cJSON *spec, bench_result *r)
         fprintf(stderr, "kiln bench: out of memory for a batch of %d\n", o->batch);
         goto out;
     }
-    uint64_t state = 20260101;
-    for (size_t i = 0; i < in_size * (size_t)o->batch; i++)      /* uniform in [-1, 1) */
-        x[i] = (float)((double)(rng_splitmix64(&state) >> 11) * 0x1p-52 - 1.0);
-    for (int i = 0; i < o->batch; i++)
-        labels[i] = (int32_t)rng_splitmix64_below(&state, (uint64_t)o->classes);
+    random_batch(x, labels, in_size, o->batch, o->classes);
 
     double t0 = now_s();
     if (!(n = net_create(spec, o->in, o->classes, o->batch, &o->devices, &solver, 1, err,
@@ -559,11 +563,7 @@ static int measure_augment(const bench_opts *o, const cJSON *spec, augment_resul
         fprintf(stderr, "kiln bench: out of memory for a batch of %d\n", o->batch);
         goto out;
     }
-    uint64_t state = 20260101;
-    for (size_t i = 0; i < in_size * (size_t)o->batch; i++)      /* uniform in [-1, 1) */
-        x[i] = (float)((double)(rng_splitmix64(&state) >> 11) * 0x1p-52 - 1.0);
-    for (int i = 0; i < o->batch; i++)
-        labels[i] = (int32_t)rng_splitmix64_below(&state, (uint64_t)o->classes);
+    random_batch(x, labels, in_size, o->batch, o->classes);
     if (!(n = net_create(spec, o->in, o->classes, o->batch, &o->devices, &solver, 1, err, sizeof err)) ||
         time_feeds(o, n, lds, x, labels, lx, llabels, r, err, sizeof err) != 0) {
         fprintf(stderr, "kiln bench: %s: %s\n", o->network, err);

@@ -26,6 +26,7 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import {
   FINAL_STATUSES, api, describeResponse, loadDigits, parseTar, startServer, tempDir, waitDataset, waitFor,
+  rng,
 } from './lib/kiln.mjs';
 
 const require = createRequire(import.meta.url);
@@ -45,18 +46,6 @@ let server;
 let base;
 
 // ---- images made here ---------------------------------------------------------------
-
-/* A small deterministic generator (mulberry32). */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /* RGBA pixels of class cls, w x h: checker is a blue 4-pixel checkerboard,
  * red a noisy red, stripes green stripes three rows wide; a little noise. */

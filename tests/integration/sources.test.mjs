@@ -22,6 +22,7 @@ import { gzipSync } from 'node:zlib';
 import {
   FINAL_STATUSES, api, describeResponse, kilnBin, loadDigits, runKiln, startServer, tempDir,
   waitDataset, waitFor,
+  rng,
 } from './lib/kiln.mjs';
 
 const require = createRequire(import.meta.url);
@@ -46,18 +47,6 @@ let dataDir;
 const made = {};   // dataset ids by source
 
 // ---- data written by the test ---------------------------------------------------
-
-/* A small deterministic generator (mulberry32). */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function u32be(n) {
   const b = Buffer.alloc(4);
