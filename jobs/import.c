@@ -193,7 +193,7 @@ static int first_shape(importer *im, const char *path, int sw, int sh, bool gray
 /* Appends a converted image (im->image_bytes of CHW) to the scratch file as
  * record nrecs, named path (taken over; may be NULL), with label and split.
  * Returns 0 or -1 (err set; path freed). */
-static int append_record(importer *im, char *path, const uint8_t *chw, int label, rec_split split,
+int imp_append_record(importer *im, char *path, const uint8_t *chw, int label, rec_split split,
                          char *err, size_t errlen) {
     if (im->nrecs == im->cap) {
         size_t ncap = im->cap ? im->cap * 2 : 256;
@@ -209,7 +209,16 @@ static int append_record(importer *im, char *path, const uint8_t *chw, int label
         free(path);
         return set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
     }
-    im->recs[im->nrecs] = (image_rec){ path, label, split };
+    image_rec *r = &im->recs[im->nrecs];
+    *r = (image_rec){ path, label, split, { 0, 0, 0, 0 } };
+    /* the mean's sums now, while the decoding threads work, not at the end */
+    size_t hw = (size_t)im->h * (size_t)im->w;
+    for (int ch = 0; ch < im->c; ch++) {
+        const uint8_t *pl = chw + (size_t)ch * hw;
+        uint32_t sum = 0;
+        for (size_t p = 0; p < hw; p++) sum += pl[p];
+        r->sums[ch] = sum;
+    }
     im->nrecs++;
     return 0;
 }
@@ -232,7 +241,7 @@ int imp_add_pixels(importer *im, const char *path, const uint8_t *hwc, int sw, i
         free(p);
         return set_err(err, errlen, "out of memory");
     }
-    return append_record(im, p, im->chw, label, split, err, errlen);
+    return imp_append_record(im, p, im->chw, label, split, err, errlen);
 }
 
 /* Decodes one image file (a JPEG at the smallest scale that still covers the
@@ -351,7 +360,7 @@ static int pool_done(void *arg, void *t, int result, const uint8_t *chw, const c
     pool_tag *tag = t;
     int rc = 0;
     if (result == 0) {
-        rc = append_record(im, tag->path, chw, tag->label, SPLIT_ANY, err, errlen);
+        rc = imp_append_record(im, tag->path, chw, tag->label, SPLIT_ANY, err, errlen);
         tag->path = NULL;
     } else {
         imp_log_file(im, &im->rep.unreadable, "unreadable", tag->path, why);
@@ -590,7 +599,6 @@ static int write_split(importer *im, const char *name, const size_t *idx, size_t
         ds_writer_abort(wr);
         return -1;
     }
-    size_t hw = (size_t)im->h * (size_t)im->w;
     int fd = fileno(im->scratch);
     for (size_t i = 0; i < n; i++) {
         off_t at = (off_t)(idx[i] * im->image_bytes);
@@ -599,14 +607,8 @@ static int write_split(importer *im, const char *name, const size_t *idx, size_t
             ds_writer_abort(wr);
             return -1;
         }
-        if (sums) {
-            for (int ch = 0; ch < im->c; ch++) {
-                const uint8_t *pl = im->chw + (size_t)ch * hw;
-                uint64_t s = 0;
-                for (size_t p = 0; p < hw; p++) s += pl[p];
-                sums[ch] += s;
-            }
-        }
+        if (sums)
+            for (int ch = 0; ch < im->c; ch++) sums[ch] += im->recs[idx[i]].sums[ch];
         if (ds_writer_add(wr, im->chw, im->recs[idx[i]].label, err, errlen) != 0) {
             ds_writer_abort(wr);
             return -1;

@@ -59,6 +59,7 @@ typedef struct image_rec {
     char *path;              /* normalised entry path */
     int label;               /* -1 until classes are known, or when left out */
     rec_split split;         /* the source's split folder; SPLIT_ANY: drawn by val_percent */
+    uint32_t sums[4];        /* per channel, the sum of its pixels (for the mean; 4096^2 x 255 fits) */
 } image_rec;                 /* the image itself is record i of the scratch file */
 
 struct archive_pass;
@@ -131,6 +132,11 @@ int imp_over_bytes(const caps *cp, char *err, size_t errlen);
  * (fatal, err). */
 int imp_read_fd(caps *cp, int fd, off_t size, uint8_t **buf, size_t *len, char *why, size_t whylen,
                 char *err, size_t errlen);
+/* Appends a converted image (image_bytes of CHW) as record nrecs, named path
+ * (taken over; may be NULL), with its label, split and pixel sums.
+ * Returns 0 or -1 (err set; path freed). */
+int imp_append_record(importer *im, char *path, const uint8_t *chw, int label, rec_split split,
+                      char *err, size_t errlen);
 int imp_add_pixels(importer *im, const char *path, const uint8_t *hwc, int sw, int sh, int sc, int label,
                    rec_split split, char *err, size_t errlen);
 /* The importing pass's visit: decodes a file (on the pool when it runs) into

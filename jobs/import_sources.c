@@ -279,14 +279,7 @@ static int mnist_read_class(importer *im, const char *digits_dir, int digit, cha
         im->chw[k % per] = (uint8_t)lround(x * 255.0);
         k++;
         if (k % per == 0) {
-            if (fwrite(im->chw, 1, per, im->scratch) != per) {
-                set_err(err, errlen, "writing the scratch file in %s: %s", im->dir, strerror(errno));
-                goto out;
-            }
-            im->recs[im->nrecs].path = NULL;
-            im->recs[im->nrecs].label = digit;
-            im->recs[im->nrecs].split = SPLIT_ANY;
-            im->nrecs++;
+            if (imp_append_record(im, NULL, im->chw, digit, SPLIT_ANY, err, errlen) != 0) goto out;
         }
     }
     rc = 0;
