@@ -498,20 +498,29 @@ out:
     return rc;
 }
 
-int img_decode_chw(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, uint8_t *chw,
-                   char *why, size_t whylen) {
+/* A stored image, decoded exactly as stored: c channels (no conversion of a
+ * colour record to grey or back), h x w. *pix is malloc'ed HWC. */
+static int decode_stored(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, uint8_t **pix,
+                         char *why, size_t whylen) {
     int iw = 0, ih = 0;
     bool gray = false;
-    uint8_t *pix = NULL;
-    /* what was stored, exactly: no conversion of a colour record to grey or back */
+    *pix = NULL;
     if (img_probe(d, buf, len, &iw, &ih, &gray, why, whylen) != 0) return -1;
     if ((gray ? 1 : 3) != c)
         return set_err(why, whylen, "stored image has %d channels, expected %d", gray ? 1 : 3, c);
-    if (img_decode(d, buf, len, c, 0, 0, &pix, &iw, &ih, why, whylen) != 0) return -1;
+    if (img_decode(d, buf, len, c, 0, 0, pix, &iw, &ih, why, whylen) != 0) return -1;
     if (iw != w || ih != h) {
-        free(pix);
+        free(*pix);
+        *pix = NULL;
         return set_err(why, whylen, "stored image is %dx%d, expected %dx%d", iw, ih, w, h);
     }
+    return 0;
+}
+
+int img_decode_chw(img_decoder *d, const uint8_t *buf, size_t len, int c, int h, int w, uint8_t *chw,
+                   char *why, size_t whylen) {
+    uint8_t *pix;
+    if (decode_stored(d, buf, len, c, h, w, &pix, why, whylen) != 0) return -1;
     size_t hw = (size_t)h * (size_t)w;
     if (c == 1) {
         memcpy(chw, pix, hw);
@@ -548,18 +557,9 @@ int img_decode_into(img_decoder *d, const uint8_t *buf, size_t len, int c, int h
         return set_err(why, whylen, "cannot decode to %d channels %d bytes apart", c, stride);
     if (img_signature(buf, len) == IMG_JPEG)
         return jpeg_decode_into(d, buf, len, c, h, w, stride, pix, why, whylen);
-    /* a PNG (or not an image): img_decode_chw's checks through img_decode */
-    int iw = 0, ih = 0;
-    bool gray = false;
-    uint8_t *dec = NULL;
-    if (img_probe(d, buf, len, &iw, &ih, &gray, why, whylen) != 0) return -1;
-    if ((gray ? 1 : 3) != c)
-        return set_err(why, whylen, "stored image has %d channels, expected %d", gray ? 1 : 3, c);
-    if (img_decode(d, buf, len, c, 0, 0, &dec, &iw, &ih, why, whylen) != 0) return -1;
-    if (iw != w || ih != h) {
-        free(dec);
-        return set_err(why, whylen, "stored image is %dx%d, expected %dx%d", iw, ih, w, h);
-    }
+    /* a PNG (or not an image): img_decode_chw's checks */
+    uint8_t *dec;
+    if (decode_stored(d, buf, len, c, h, w, &dec, why, whylen) != 0) return -1;
     size_t hw = (size_t)h * (size_t)w;
     if (stride == c) {
         memcpy(pix, dec, hw * (size_t)c);

@@ -81,7 +81,7 @@ int imp_report(import_progress_fn progress, void *arg, double fraction, char *er
 /* ---- seeded shuffles -------------------------------------------------------- */
 
 /* Fisher-Yates over v[0..n) with a stream drawn from (seed, stream). */
-void imp_shuffle(size_t *v, size_t n, uint64_t seed, uint64_t stream) {
+static void imp_shuffle(size_t *v, size_t n, uint64_t seed, uint64_t stream) {
     uint64_t st = seed;
     st = rng_splitmix64(&st) ^ (stream * 0xD1B54A32D192ED03ull);
     for (size_t i = n; i > 1; i--) {
@@ -306,7 +306,7 @@ static int count_size(importer *im, void *ctx, const char *path, int rr, const u
  * common image size (the first seen of equal counts), and whether every image
  * is grey. Sets the shape the second pass squashes to, and the report's
  * shape_note. */
-int imp_choose_shape(importer *im, const char *archive_path, double to,
+static int imp_choose_shape(importer *im, const char *archive_path, double to,
                         import_progress_fn progress, void *arg, char *err, size_t errlen) {
     const import_opts *o = im->opts;
     shape_census sc = { NULL, 0, 0, true };
@@ -371,7 +371,7 @@ static int pool_done(void *arg, void *t, int result, const uint8_t *chw, const c
 
 /* Starts the pool for the importing pass when the shape is known (else the
  * first image fixes it, on this thread). Returns 0 or -1 (err set). */
-int imp_pool_start(importer *im, char *err, size_t errlen) {
+static int imp_pool_start(importer *im, char *err, size_t errlen) {
     if (im->h == 0) {
         const import_opts *o = im->opts;
         if (!(o->width && o->channels)) return 0;
@@ -387,7 +387,7 @@ int imp_pool_start(importer *im, char *err, size_t errlen) {
 }
 
 /* Waits for the pool's last files and stops it. */
-int imp_pool_finish(importer *im, char *err, size_t errlen) {
+static int imp_pool_finish(importer *im, char *err, size_t errlen) {
     int rc = im->pool ? import_pool_drain(im->pool, err, errlen) : 0;
     import_pool_free(im->pool, drop_tag);
     im->pool = NULL;
@@ -420,7 +420,7 @@ static int remember(importer *im, const char *path, char *err, size_t errlen) {
 
 /* The importing pass's visit: remembers the file for the layout, decodes an
  * image into the scratch file, lists an unreadable one. */
-int imp_visit_file(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
+static int imp_visit_file(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
                        char *why, size_t whylen, char *err, size_t errlen) {
     (void)ctx;
     if (!im->labelled && looks_like_image(path, rr == 0 ? buf : NULL, len) && remember(im, path, err, errlen) != 0)
@@ -865,6 +865,21 @@ void imp_end(importer *im, import_report *rep) {
     imp_free(im);
 }
 
+int imp_read_files(importer *im, const char *path, import_progress_fn progress, void *arg, char *err,
+                   size_t errlen) {
+    /* Without a size or channel count, a first pass over the headers
+     * chooses them: the most common size, grey only if every image is. */
+    double read_from = 0;
+    if (im->opts->width == 0 || im->opts->channels == 0) {
+        read_from = 0.3;
+        if (imp_choose_shape(im, path, read_from, progress, arg, err, errlen) != 0) return -1;
+    }
+    const archive_pass importing = { true, read_from, imp_write_from(im), imp_visit_file, NULL };
+    if (imp_pool_start(im, err, errlen) != 0 || im->walk(im, path, &importing, progress, arg, err, errlen) != 0)
+        return -1;
+    return imp_pool_finish(im, err, errlen);
+}
+
 /* An archive or a folder of class folders (or of train/ val/ test/ folders
  * holding them). */
 static int import_tree(import_kind kind, const char *path, const char *dir, const import_opts *o,
@@ -877,17 +892,7 @@ static int import_tree(import_kind kind, const char *path, const char *dir, cons
     if (imp_start(&im, dir, o, progress, arg, info, err, errlen) != 0) goto out;
     im.walk = kind == IMPORT_FOLDER ? imp_each_folder_file : imp_each_archive_file;
     im.cur_label = -1;
-    /* Without a size or channel count, a first pass over the headers
-     * chooses them: the most common size, grey only if every image is. */
-    double read_from = 0;
-    if (o->width == 0 || o->channels == 0) {
-        read_from = 0.3;
-        if (imp_choose_shape(&im, path, read_from, progress, arg, err, errlen) != 0) goto out;
-    }
-    const archive_pass importing = { true, read_from, imp_write_from(&im), imp_visit_file, NULL };
-    if (imp_pool_start(&im, err, errlen) != 0 || im.walk(&im, path, &importing, progress, arg, err, errlen) != 0 ||
-        imp_pool_finish(&im, err, errlen) != 0)
-        goto out;
+    if (imp_read_files(&im, path, progress, arg, err, errlen) != 0) goto out;
     if (assign_classes(&im, &classes, &nclasses, err, errlen) != 0) goto out;
     const char *base = strrchr(path, '/');
     base = base && base[1] ? base + 1 : path;

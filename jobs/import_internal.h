@@ -124,7 +124,6 @@ char *imp_path_join(const char *dir, const char *name);        /* malloc'ed; NUL
 void imp_log_file(importer *im, size_t *count, const char *what, const char *path, const char *why);
 void imp_free(importer *im);
 int imp_open_scratch(importer *im, char *err, size_t errlen);
-void imp_shuffle(size_t *v, size_t n, uint64_t seed, uint64_t stream);
 /* -1 with err set when the caps' total is over its limit. */
 int imp_over_bytes(const caps *cp, char *err, size_t errlen);
 /* Reads the open regular file fd (closed here) of size bytes within the
@@ -139,15 +138,11 @@ int imp_append_record(importer *im, char *path, const uint8_t *chw, int label, r
                       char *err, size_t errlen);
 int imp_add_pixels(importer *im, const char *path, const uint8_t *hwc, int sw, int sh, int sc, int label,
                    rec_split split, char *err, size_t errlen);
-/* The importing pass's visit: decodes a file (on the pool when it runs) into
- * a record, lists an unreadable one. */
-int imp_visit_file(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
-                   char *why, size_t whylen, char *err, size_t errlen);
-/* The first pass over im->walk: the most common size, grey or not. */
-int imp_choose_shape(importer *im, const char *path, double to, import_progress_fn progress, void *arg,
-                     char *err, size_t errlen);
-int imp_pool_start(importer *im, char *err, size_t errlen);
-int imp_pool_finish(importer *im, char *err, size_t errlen);
+/* Reads every file of im->walk into records: the shape's census first when
+ * the options leave the size or channels to the images, then the importing
+ * pass on the decoding pool. Returns 0 or -1 (err set). */
+int imp_read_files(importer *im, const char *path, import_progress_fn progress, void *arg, char *err,
+                   size_t errlen);
 /* The start (options checked, scratch open) and end (report handed over,
  * state freed) of every import. */
 int imp_start(importer *im, const char *dir, const import_opts *o, import_progress_fn progress, void *arg,

@@ -127,15 +127,7 @@ int imp_import_list(const import_source *src, const char *dir, import_progress_f
     im.walk = each_list_file;
     nclasses = pathlist_nclasses(l);
     if (nclasses > 0 && !(classes = copy_classes(nclasses, list_class, l, err, errlen))) goto out;
-    double read_from = 0;
-    if (src->opts.width == 0 || src->opts.channels == 0) {
-        read_from = 0.3;
-        if (imp_choose_shape(&im, src->path, read_from, progress, arg, err, errlen) != 0) goto out;
-    }
-    const archive_pass importing = { true, read_from, imp_write_from(&im), imp_visit_file, NULL };
-    if (imp_pool_start(&im, err, errlen) != 0 ||
-        im.walk(&im, src->path, &importing, progress, arg, err, errlen) != 0 || imp_pool_finish(&im, err, errlen) != 0)
-        goto out;
+    if (imp_read_files(&im, src->path, progress, arg, err, errlen) != 0) goto out;
     char source[PATH_MAX + 16];
     snprintf(source, sizeof source, "list %s", src->path);
     rc = imp_finish(&im, classes, nclasses, source, progress, arg, info, err, errlen);

@@ -79,11 +79,17 @@ export function createChart(container, { name, title, yLabel, series, yRange, xM
     count() { return points.reduce((n, m) => n + m.size, 0); },
     countOf(tag) { const i = tagIndex.get(tag); return i === undefined ? 0 : points[i].size; },
     data() { return plot.data; },
-    destroy() {
-      ro.disconnect();
-      plot.destroy();
-      if (window.kilnCharts && window.kilnCharts[name] === chart) delete window.kilnCharts[name];
-    },
+  };
+  return register(name, chart, plot, ro);
+}
+
+// Publishes chart as window.kilnCharts[name] (what the tests read) and gives it
+// a destroy() that stops its resize observer and takes it off again.
+function register(name, chart, plot, ro) {
+  chart.destroy = () => {
+    ro.disconnect();
+    plot.destroy();
+    if (window.kilnCharts && window.kilnCharts[name] === chart) delete window.kilnCharts[name];
   };
   window.kilnCharts = window.kilnCharts || {};
   window.kilnCharts[name] = chart;
@@ -182,13 +188,6 @@ export function createBarChart(container, { name, title, categories, series, yLa
   const chart = {
     plot,
     series: () => plot.series.length - 1,
-    destroy() {
-      ro.disconnect();
-      plot.destroy();
-      if (window.kilnCharts && window.kilnCharts[name] === chart) delete window.kilnCharts[name];
-    },
   };
-  window.kilnCharts = window.kilnCharts || {};
-  window.kilnCharts[name] = chart;
-  return chart;
+  return register(name, chart, plot, ro);
 }
