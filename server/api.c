@@ -24,6 +24,7 @@
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
+#include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
 #include "server/render.h"
 #include "server/sse.h"            /* sse_handle */
@@ -608,6 +609,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/model", .fn = model_handle },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/snapshots", .fn = snapshots_handle },
 };
 
 const size_t http_route_count = sizeof http_routes / sizeof http_routes[0];
