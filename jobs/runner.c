@@ -73,6 +73,7 @@
 #include "jobs/jobcfg.h"      /* jobcfg_load, jobcfg_net_devices, jobcfg_net_solver */
 #include "jobs/snap_keep.h"   /* epochs.json, snap_keep_plan, es_update */
 #include "jobs/snapshots.h"   /* snap_list_load, snap_list_save */
+#include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
 #define REPORTS_PER_EPOCH 20
@@ -503,6 +504,26 @@ out:
     return rc;
 }
 
+/* snapshots.json's final_epoch: the epochs model.safetensors was trained
+ * for (an early stop ends before job.json's "epochs"). 0 or -1 (r->err). */
+static int mark_final(run *r, int epochs)
+{
+    snap_list l;
+    char e[512];
+    if (snap_list_load(r->dir, &l, e, sizeof e) != 0) {
+        snprintf(r->err, sizeof r->err, "reading %s: %s", LAYOUT_SNAPSHOTS, e);
+        return -1;
+    }
+    l.metric = r->cfg.checkpoint_metric;
+    snap_list_pick_best(&l);
+    l.final_epoch = epochs;
+    int rc = snap_list_save(r->dir, &l, e, sizeof e);
+    if (rc != 0)
+        snprintf(r->err, sizeof r->err, "writing %s: %s", LAYOUT_SNAPSHOTS, e);
+    snap_list_free(&l);
+    return rc;
+}
+
 /* Feeds an epoch's record item to early stopping; sets r->stopped_early. */
 static void early_stop_feed(run *r, const cJSON *item)
 {
@@ -545,6 +566,26 @@ static int restore_record(run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* The job folder's preprocess.json (jobs/model_bundle.h): what the dataset
+ * did to an image, kept with the job so that its model can be used after the
+ * dataset is gone. */
+static int write_preprocess(run *r, char *err, size_t errlen)
+{
+    model_prep p;
+    char path[PATH_MAX + 32];
+    if (model_prep_from_job(&r->cfg, &p, err, errlen) != 0)
+        return -1;
+    cJSON *o = model_prep_to_json(&p);
+    char *text = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return set_err(err, errlen, "out of memory");
+    layout_file(path, sizeof path, r->dir, MODEL_PREPROCESS_JSON);
+    int rc = fio_write_atomic(path, text, strlen(text), err, errlen);
+    cJSON_free(text);
+    return rc;
+}
+
 static int open_run(run *r, char *err, size_t errlen)
 {
     char e[512], path[PATH_MAX + 32];
@@ -555,6 +596,8 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
     r->have_info = true;
+    if (write_preprocess(r, err, errlen) != 0)
+        return -1;
     layout_file(path, sizeof path, c->dataset_dir, LAYOUT_TRAIN_SPLIT);
     if (!(r->train = ds_split_open(path, e, sizeof e))) {
         set_err(err, errlen, "dataset: %s", e);
@@ -1092,6 +1135,10 @@ int runner_run(const char *dir, bool human_output)
         goto out;
     }
     int trained = r.stopped_early ? r.es.last_epoch : r.cfg.epochs;
+    if (mark_final(&r, trained) != 0) {
+        emit_error(r.err);
+        goto out;
+    }
     if (r.stopped_early) {
         logf_("%s", r.stop_msg);
         emit_stopped_early(&r);
