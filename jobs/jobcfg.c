@@ -47,13 +47,17 @@ static const char *const *loss_scaling_names(void)
 static const int loss_scaling_values[] = { 1, 0 };              /* dynamic_scaling */
 static const int larc_values[] = { LARC_CLIP, LARC_SCALE };     /* the names leave out none */
 
-/* snap_metric's names (jobs/snapshots.h), in enum order: a choice's index
- * is the metric. Filled once from snap_metric_name, the one table. */
+/* The validation metrics of snap_metric (jobs/snapshots.h), the first in
+ * its enum order, so a choice's index is the metric. Filled once from
+ * snap_metric_name, the one table. Only validation metrics: every epoch's
+ * are whole after a resume, where a training mean of an epoch resumed
+ * part-way covers only the steps after the resume. */
 static const char *metric_names_[SNAP_METRIC_COUNT + 1];
 static void fill_metric_names(void)
 {
-    for (int m = 0; m < SNAP_METRIC_COUNT; m++)
-        metric_names_[m] = snap_metric_name((snap_metric)m);
+    for (int m = 0, n = 0; m < SNAP_METRIC_COUNT; m++)
+        if (!strncmp(snap_metric_name((snap_metric)m), "val/", 4) && n == m)
+            metric_names_[n++] = snap_metric_name((snap_metric)m);
 }
 static const char *const *snap_metric_names(void)
 {

@@ -71,7 +71,7 @@ typedef struct jobcfg_augment {
  * what the worker does then). */
 typedef struct jobcfg_early_stop {
     bool enabled;                      /* the object was given */
-    snap_metric metric;                /* val/loss by default */
+    snap_metric metric;                /* val/loss by default, or val/accuracy */
     int patience;                      /* epochs without an improvement; >= 1 */
     double min_delta;                  /* what counts as one; >= 0 */
 } jobcfg_early_stop;

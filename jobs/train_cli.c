@@ -85,7 +85,7 @@ static void usage(FILE *f)
             "                           (types fixed, step, multistep, exponential,\n"
             "                           polynomial, cosine; see the README)\n"
             "  --checkpoint-metric M    the metric of the best snapshot: val/accuracy\n"
-            "                           (default) or val/loss (also train/accuracy, train/loss)\n"
+            "                           (default) or val/loss\n"
             "  --keep-checkpoints N     keep the last N snapshots plus the best (default: all)\n"
             "  --early-stopping         stop (as done) once the metric has not improved for\n"
             "                           `patience` epochs; each option below implies it:\n"

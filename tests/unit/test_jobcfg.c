@@ -471,10 +471,12 @@ static void snapshot_and_early_stopping_fields(void **state)
         { "\"early_stopping\": {\"patience\": 0}", "early_stopping.patience must be an integer from 1" },
         { "\"early_stopping\": {\"patience\": 2.5}", "early_stopping.patience must be" },
         { "\"early_stopping\": {\"min_delta\": -0.1}", "early_stopping.min_delta must be a number at least 0" },
-        { "\"early_stopping\": {\"metric\": \"loss\"}", "early_stopping.metric must be \"val/accuracy\", \"val/loss\"" },
+        { "\"early_stopping\": {\"metric\": \"loss\"}", "early_stopping.metric must be \"val/accuracy\" or \"val/loss\"" },
         { "\"keep_checkpoints\": 0", "keep_checkpoints must be an integer from 1" },
         { "\"keep_checkpoints\": \"all\"", "keep_checkpoints must be" },
         { "\"checkpoint_metric\": \"val/acc\"", "checkpoint_metric must be" },
+        { "\"checkpoint_metric\": \"train/loss\"", "checkpoint_metric must be \"val/accuracy\" or \"val/loss\"" },
+        { "\"early_stopping\": {\"metric\": \"train/accuracy\"}", "early_stopping.metric must be \"val/accuracy\" or \"val/loss\"" },
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char text[256];
