@@ -12,7 +12,10 @@
  * one item per epoch, in order, whether or not the epoch was snapshotted
  * (snapshot_interval > 1), with the epoch's validation metrics and the mean
  * of its training steps' loss and accuracy (a metric that was not finite is
- * left out). It is early stopping's memory across a resume: a requeued
+ * left out; for an epoch a cancel interrupted, the training means cover
+ * the steps after the resume, which is why only validation metrics can be
+ * checkpoint_metric or early_stopping.metric). It is early stopping's
+ * memory across a resume: a requeued
  * worker that resumes from the checkpoint of epoch E (or of a step inside
  * epoch E + 1) drops the items after E and replays the rest through
  * es_update, so the run stops where the uninterrupted one would have. A job
