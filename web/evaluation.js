@@ -6,7 +6,7 @@
 // per-class table of precision, recall, F1 and support.
 
 import { get, post, request } from './api.js';
-import { h, fill, fmtPercent, fmtNumber, fmtCount, statusBadge, progressBar, setProgress } from './ui.js';
+import { h, fill, fmtPercent, fmtNumber, fmtCount, statusBadge, progressBar } from './ui.js';
 
 const POLL_MS = 1000;
 const SPLITS = ['val', 'test', 'train'];
