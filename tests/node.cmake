@@ -33,3 +33,5 @@ kiln_node_test(integration_explorer tests/integration/explorer.test.mjs integrat
 kiln_node_test(integration_datasets tests/integration/datasets.test.mjs integration 600)
 kiln_node_test(integration_snapshots tests/integration/snapshots.test.mjs integration 900)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
+kiln_node_test(integration_evaluations tests/integration/evaluations.test.mjs integration 1800)
+kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200)

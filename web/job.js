@@ -9,6 +9,7 @@ import { get, post, API, ApiError } from './api.js';
 import { createChart } from './charts.js';
 import { classifyCard } from './classify.js';
 import { snapshotsCard } from './snapshots.js';
+import { evaluationCard } from './evaluation.js';
 import {
   h, fill, statusBadge, progressBar, setProgress, fmtPercent, fmtNumber, fmtDuration, fmtTime, fmtCount,
 } from './ui.js';
@@ -67,6 +68,8 @@ export function renderJob(root, id) {
     const opts = snaps.best ? [{ value: 'best', label: `best (epoch ${snaps.best})` }] : [];
     return opts.concat(snaps.items.map((s) => ({ value: s.epoch, label: `epoch ${s.epoch}` })));
   });
+  // evaluate the model on a dataset split (web/evaluation.js), shown with the classify box
+  const evaluate = evaluationCard(id, () => st.job);
 
   fill(root,
     h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
@@ -90,6 +93,7 @@ export function renderJob(root, id) {
     ampSection,
     snapshots,
     classify,
+    evaluate,
     h('section', { class: 'grid' },
       logCard,
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
@@ -167,7 +171,7 @@ export function renderJob(root, id) {
       fill(stats.epoch, `${current} / ${p.epochs}`);
     }
     if (p.steps) fill(stats.step, `${fmtCount(p.step)} / ${fmtCount(p.steps)}`);
-    if ((p.epoch ?? 0) > st.classifyEpoch) { st.classifyEpoch = p.epoch; classify.refresh(); }
+    if ((p.epoch ?? 0) > st.classifyEpoch) { st.classifyEpoch = p.epoch; classify.refresh(); evaluate.refresh(); }
     if ((p.epoch ?? 0) > st.snapshotEpoch) { st.snapshotEpoch = p.epoch; loadSnapshots(); }
     const eta = p.eta ?? p.eta_seconds;
     fill(stats.eta, st.job && FINAL.has(st.job.status) ? '—' : fmtDuration(eta));
@@ -198,6 +202,7 @@ export function renderJob(root, id) {
       if (status === 'done') { setProgress(bar, 1); fill(progressText, '100%'); }
       if (status === 'done' && classify.hidden) classify.refresh();
       loadSnapshots();
+      if (status === 'done' && evaluate.hidden) evaluate.refresh();
     }
   }
 
@@ -376,6 +381,7 @@ export function renderJob(root, id) {
     st.alive = false;
     if (st.es) st.es.close();
     if (st.pollTimer) clearInterval(st.pollTimer);
+    evaluate.stop();
     for (const c of st.charts) c.destroy();
   };
 }

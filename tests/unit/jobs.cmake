@@ -10,5 +10,7 @@ kiln_unit_test(test_jobcfg SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobcfg.
 kiln_unit_test(test_snap_keep SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_snap_keep.c LIBS kiln_jobs)
 # The dataset source readers (IDX, CIFAR batches, path label lists) on generated, damaged and random files.
 kiln_unit_test(test_readers SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_readers.c LIBS kiln_jobs)
+# An evaluation's counts: confusion matrix, top-1/top-5, precision/recall/F1 against hand-computed values.
+kiln_unit_test(test_eval_metrics SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_eval_metrics.c LIBS kiln_jobs m)
 # A job's snapshots (the best, the weights a selection means) and a model opened from its folder or tarball.
 kiln_unit_test(test_model_bundle SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_model_bundle.c LIBS kiln_jobs PkgConfig::ARCHIVE)
