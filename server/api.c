@@ -23,6 +23,7 @@
 #include "jobs/jobspec.h"          /* jobspec_create */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/http.h"
+#include "server/infer.h"          /* infer_handle, infer_upload */
 #include "server/model.h"          /* model_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
 #include "server/render.h"
@@ -608,6 +609,8 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/model", .fn = model_handle },
+    { .method = "POST", .pattern = "/api/v1/jobs/:id/infer", .fn = infer_handle, .body = BODY_UPLOAD,
+      .upload = &infer_upload },
 };
 
 const size_t http_route_count = sizeof http_routes / sizeof http_routes[0];

@@ -1,0 +1,278 @@
+/* server/infer_proc.c: starting and talking to `kiln infer-server` (contract
+ * in infer_proc.h).
+ *
+ * The child starts with a clean signal mask and default dispositions (the
+ * server ignores SIGPIPE; a child whose server is gone must not), in its own
+ * process group (a terminal's ^C goes to the server, which ends it), with
+ * only stdin, stdout and the server's stderr open. The pid is guarded by a
+ * mutex so that infer_proc_abort can kill it from another thread; the caller
+ * of infer_proc_call reaps it.
+ */
+#define _GNU_SOURCE           /* pipe2, posix_spawn_file_actions_addclosefrom_np */
+#include "server/infer_proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jobs/infer_server.h"   /* INFER_SERVER_COMMAND */
+
+extern char **environ;
+
+#define PROC_EXIT_WAIT_MS 2000     /* infer_proc_free: the child's time to exit */
+
+struct infer_proc {
+    char *exe;
+    pthread_mutex_t mu;            /* pid */
+    pid_t pid;                     /* 0: none */
+    int to_fd, from_fd;            /* its stdin, its stdout; -1 when none */
+    char *buf;                     /* what was read past the last answer's newline */
+    size_t len, cap;
+};
+
+infer_proc *infer_proc_new(const char *exe)
+{
+    infer_proc *p = calloc(1, sizeof *p);
+    if (!p || !(p->exe = strdup(exe))) {
+        free(p);
+        return NULL;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    p->to_fd = p->from_fd = -1;
+    return p;
+}
+
+/* Closes the pipes and reaps the child (blocking); *wstatus its status. */
+static void reap(infer_proc *p, int *wstatus)
+{
+    if (p->to_fd >= 0)
+        close(p->to_fd);
+    if (p->from_fd >= 0)
+        close(p->from_fd);
+    p->to_fd = p->from_fd = -1;
+    p->len = 0;
+    pthread_mutex_lock(&p->mu);
+    pid_t pid = p->pid;
+    pthread_mutex_unlock(&p->mu);
+    int st = 0;
+    if (pid > 0)
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    pthread_mutex_lock(&p->mu);
+    p->pid = 0;
+    pthread_mutex_unlock(&p->mu);
+    if (wstatus)
+        *wstatus = st;
+}
+
+static int start(infer_proc *p, api_error *e)
+{
+    int in[2] = { -1, -1 }, out[2] = { -1, -1 };
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    bool fa_init = false, at_init = false;
+    int rc = pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ? errno : 0;
+    if (!rc && !(rc = posix_spawn_file_actions_init(&fa)))
+        fa_init = true;
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+#endif
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    static const int reset[] = { SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGCHLD };
+    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+        sigaddset(&defaults, reset[i]);
+    if (!rc && !(rc = posix_spawnattr_init(&at)))
+        at_init = true;
+    if (!rc) rc = posix_spawnattr_setsigmask(&at, &none);
+    if (!rc) rc = posix_spawnattr_setsigdefault(&at, &defaults);
+    if (!rc) rc = posix_spawnattr_setpgroup(&at, 0);
+    if (!rc) rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                                POSIX_SPAWN_SETPGROUP);
+    pid_t pid = 0;
+    char *argv[] = { p->exe, INFER_SERVER_COMMAND, NULL };
+    if (!rc)
+        rc = posix_spawn(&pid, p->exe, &fa, &at, argv, environ);
+    if (fa_init)
+        posix_spawn_file_actions_destroy(&fa);
+    if (at_init)
+        posix_spawnattr_destroy(&at);
+    if (in[0] >= 0)
+        close(in[0]);
+    if (out[1] >= 0)
+        close(out[1]);
+    if (rc) {
+        if (in[1] >= 0)
+            close(in[1]);
+        if (out[0] >= 0)
+            close(out[0]);
+        return api_fail(e, 503, "inference_unavailable", "the inference process could not be started: %s",
+                        strerror(rc));
+    }
+    pthread_mutex_lock(&p->mu);
+    p->pid = pid;
+    pthread_mutex_unlock(&p->mu);
+    p->to_fd = in[1];
+    p->from_fd = out[0];
+    p->len = 0;
+    return 0;
+}
+
+static int write_all(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, s, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Reads one line from the child into p->buf. Returns its length (the newline
+ * replaced by NUL), or -1 at EOF or on an error. */
+static ssize_t read_line(infer_proc *p)
+{
+    for (;;) {
+        char *nl = p->len ? memchr(p->buf, '\n', p->len) : NULL;
+        if (nl) {
+            *nl = '\0';
+            return nl - p->buf;
+        }
+        if (p->cap - p->len < 65536) {
+            size_t cap = p->cap ? p->cap * 2 : 1 << 16;
+            char *nb = realloc(p->buf, cap);
+            if (!nb)
+                return -1;
+            p->buf = nb;
+            p->cap = cap;
+        }
+        ssize_t k = read(p->from_fd, p->buf + p->len, p->cap - p->len - 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p->len += (size_t)k;
+    }
+}
+
+static void describe_exit(int st, char *out, size_t n)
+{
+    if (WIFSIGNALED(st))
+        snprintf(out, n, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(out, n, "exited with status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* One exchange with a running process: 1 with *ans, 0 when it was found gone
+ * before it read the request (idle exit: start another), -1 with e. */
+static int exchange(infer_proc *p, const char *line, size_t n, cJSON **ans, api_error *e)
+{
+    int wr = write_all(p->to_fd, line, n);
+    ssize_t len = wr == 0 ? read_line(p) : -1;
+    if (len >= 0) {
+        *ans = cJSON_ParseWithLength(p->buf, (size_t)len);
+        size_t used = (size_t)len + 1;
+        memmove(p->buf, p->buf + used, p->len - used);
+        p->len -= used;
+        if (cJSON_IsObject(*ans))
+            return 1;
+        cJSON_Delete(*ans);
+        *ans = NULL;
+        int st;
+        reap(p, &st);
+        return api_fail(e, 500, "inference_failed", "the inference process gave an answer that is not JSON");
+    }
+    int st = 0;
+    reap(p, &st);
+    /* A process that ended on its own before this request (idle timeout) exits 0. */
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 0;
+    char how[96];
+    describe_exit(st, how, sizeof how);
+    fprintf(stderr, "kiln serve: the inference process %s during a request\n", how);
+    return api_fail(e, 500, "inference_crashed", "the inference process %s while classifying; the request "
+                    "failed, and the next one starts a new process", how);
+}
+
+cJSON *infer_proc_call(infer_proc *p, const cJSON *req, api_error *e)
+{
+    char *text = cJSON_PrintUnformatted(req);
+    size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL;
+    if (!line) {
+        cJSON_free(text);
+        api_fail(e, 500, "internal_error", "out of memory");
+        return NULL;
+    }
+    line[n++] = '\n';
+    line[n] = '\0';
+    cJSON *ans = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (p->pid == 0 && start(p, e) != 0)
+            break;
+        int r = exchange(p, line, n, &ans, e);
+        if (r != 0)
+            break;
+        api_fail(e, 503, "inference_unavailable", "the inference process ended before it answered");
+    }
+    free(line);
+    return ans;
+}
+
+void infer_proc_abort(infer_proc *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->pid > 0)
+        kill(p->pid, SIGKILL);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void infer_proc_free(infer_proc *p)
+{
+    if (!p)
+        return;
+    if (p->to_fd >= 0) {
+        close(p->to_fd);               /* stdin closes: it exits */
+        p->to_fd = -1;
+    }
+    pthread_mutex_lock(&p->mu);
+    pid_t pid = p->pid;
+    pthread_mutex_unlock(&p->mu);
+    if (pid > 0) {
+        int st;
+        int waited = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0 && waited < PROC_EXIT_WAIT_MS) {
+            struct timespec ts = { 0, 10 * 1000000L };
+            nanosleep(&ts, NULL);
+            waited += 10;
+        }
+        if (waited >= PROC_EXIT_WAIT_MS) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+        }
+        p->pid = 0;
+    }
+    if (p->from_fd >= 0)
+        close(p->from_fd);
+    pthread_mutex_destroy(&p->mu);
+    free(p->buf);
+    free(p->exe);
+    free(p);
+}
