@@ -211,6 +211,24 @@ static int exchange(infer_proc *p, const char *line, size_t n, cJSON **ans, api_
                     "failed, and the next one starts a new process", how);
 }
 
+/* A process that ended between requests (idle timeout, killed) is reaped
+ * before the next request, which then starts a new one. */
+static void reap_if_gone(infer_proc *p)
+{
+    int st;
+    if (p->pid <= 0 || waitpid(p->pid, &st, WNOHANG) != p->pid)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->pid = 0;
+    pthread_mutex_unlock(&p->mu);
+    reap(p, NULL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char how[96];
+        describe_exit(st, how, sizeof how);
+        fprintf(stderr, "kiln serve: the inference process %s between requests; starting another\n", how);
+    }
+}
+
 cJSON *infer_proc_call(infer_proc *p, const cJSON *req, api_error *e)
 {
     char *text = cJSON_PrintUnformatted(req);
@@ -224,6 +242,7 @@ cJSON *infer_proc_call(infer_proc *p, const cJSON *req, api_error *e)
     line[n++] = '\n';
     line[n] = '\0';
     cJSON *ans = NULL;
+    reap_if_gone(p);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (p->pid == 0 && start(p, e) != 0)
             break;
