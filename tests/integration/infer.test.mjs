@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import {
@@ -241,13 +241,21 @@ function cpuTicks(pid) {
   } catch { return null; }
 }
 
+/* True once pid has died entirely: gone, or a zombie whose every thread has
+ * exited (a killed process's main thread shows "Z" while its OpenMP threads
+ * are still being torn down, and until then its parent cannot reap it). */
+function dead(pid) {
+  if (cpuTicks(pid) !== null) return false;
+  try { return readdirSync(`/proc/${pid}/task`).length <= 1; } catch { return true; }
+}
+
 test('the inference process dies: between requests a new one starts; during one, that request fails', async () => {
   const d = digits[3];
   const warm = await infer([[d.name, d.png]]);
   assert.equal(warm.status, 200, warm.describe);
   let pid = await inferPid();
   process.kill(pid, 'SIGKILL');
-  await waitFor(() => cpuTicks(pid) === null, { what: 'the inference process to die' });
+  await waitFor(() => dead(pid), { intervalMs: 20, what: 'the inference process to die' });
   const r = await infer([[d.name, d.png]]);
   assert.equal(r.status, 200, r.describe);
   assert.equal(r.headers.get('x-kiln-model-cache'), 'miss', 'a new process loads the model again');
