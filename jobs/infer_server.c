@@ -98,30 +98,68 @@ static net *cache_get(server_state *st, const model_bundle *b, bool *hit, api_er
 
 /* ---- one request ------------------------------------------------------------------ */
 
-/* The request's items into s. 0, or -1 with e. */
+/* The spool file (the images' bytes one after another) read whole into
+ * *buf; 0, or -1 with e. */
+static int read_spool(const char *path, uint8_t **buf, size_t *len, api_error *e)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size > INFER_LIMITS.max_total_bytes) {
+        if (f)
+            fclose(f);
+        return api_fail(e, 500, "storage_error", "the uploaded images cannot be read back");
+    }
+    *len = (size_t)sb.st_size;
+    *buf = malloc(*len ? *len : 1);
+    bool ok = *buf && fread(*buf, 1, *len, f) == *len;
+    fclose(f);
+    if (!ok)
+        return api_fail(e, 500, *buf ? "storage_error" : "internal_error", "the uploaded images cannot be read back");
+    return 0;
+}
+
+/* One file of the request: a slice of the spool, or an error decided before. */
+static int read_file_item(const cJSON *f, const uint8_t *spool, size_t spool_len, infer_set *s, api_error *e)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(f, "offset");
+    const cJSON *len = cJSON_GetObjectItemCaseSensitive(f, "length");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(f, "error");
+    const char *nm = cJSON_IsString(name) ? name->valuestring : NULL;
+    if (cJSON_IsObject(err)) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        return infer_set_add_failed(s, nm, cJSON_IsString(code) ? code->valuestring : "invalid_image",
+                                    cJSON_IsString(msg) ? msg->valuestring : "", e);
+    }
+    if (!cJSON_IsNumber(off) || !cJSON_IsNumber(len) || off->valuedouble < 0 || len->valuedouble < 0 ||
+        off->valuedouble + len->valuedouble > (double)spool_len)
+        return api_fail(e, 500, "internal_error", "the inference request names bytes outside the uploaded images");
+    size_t o = (size_t)off->valuedouble, n = (size_t)len->valuedouble;
+    uint8_t *copy = malloc(n ? n : 1);
+    if (!copy)
+        return api_fail(e, 500, "internal_error", "out of memory");
+    memcpy(copy, spool + o, n);
+    return infer_set_add(s, nm, copy, n, e);
+}
+
+/* The request's items into s: the files (slices of the spool), then the
+ * archive's images. 0, or -1 with e. */
 static int read_items(const cJSON *req, infer_set *s, api_error *e)
 {
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(req, "files");
+    const cJSON *spool = cJSON_GetObjectItemCaseSensitive(req, "spool");
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (cJSON_IsString(spool) && read_spool(spool->valuestring, &buf, &len, e) != 0)
+        return -1;
     const cJSON *f;
-    cJSON_ArrayForEach(f, files) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
-        const cJSON *path = cJSON_GetObjectItemCaseSensitive(f, "path");
-        const cJSON *err = cJSON_GetObjectItemCaseSensitive(f, "error");
-        const char *nm = cJSON_IsString(name) ? name->valuestring : NULL;
-        int rc;
-        if (cJSON_IsObject(err)) {
-            const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
-            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
-            rc = infer_set_add_failed(s, nm, cJSON_IsString(code) ? code->valuestring : "invalid_image",
-                                      cJSON_IsString(msg) ? msg->valuestring : "", e);
-        } else if (cJSON_IsString(path)) {
-            rc = infer_set_add_file(s, nm, path->valuestring, e);
-        } else {
-            rc = api_fail(e, 500, "internal_error", "the inference request names a file without a path");
-        }
-        if (rc != 0)
-            return -1;
-    }
+    int rc = 0;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(req, "files"))
+        if ((rc = read_file_item(f, buf, len, s, e)) != 0)
+            break;
+    free(buf);
+    if (rc != 0)
+        return -1;
     const cJSON *archive = cJSON_GetObjectItemCaseSensitive(req, "archive");
     if (cJSON_IsString(archive) && infer_set_add_archive(s, archive->valuestring, e) != 0)
         return -1;
@@ -168,8 +206,10 @@ static cJSON *handle(server_state *st, const cJSON *req)
         k = 0;
     if (!cJSON_IsNumber(topk) && k > b.nclasses)
         k = b.nclasses;             /* the default asks for no more than there are */
+    double T0 = now_ms();
     if (infer_check_top_k(k, b.nclasses, &e) != 0 || read_items(req, &s, &e) != 0)
         goto out;
+    double T1 = now_ms();
     net *n = cache_get(st, &b, &hit, &e);
     if (!n)
         goto out;
@@ -179,7 +219,9 @@ static cJSON *handle(server_state *st, const cJSON *req)
         api_fail(&e, 500, "inference_failed", "classifying failed: %s", err);
         goto out;
     }
+    double T2 = now_ms();
     body = infer_answer(&b, &s, &status);
+    if (getenv("KILN_INFER_TIMING")) fprintf(stderr, "TIMING read %.1f run %.1f answer %.1f\n", T1 - T0, T2 - T1, now_ms() - T2);
 out:
     if (!body) {
         if (!e.status)
@@ -217,15 +259,30 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int answer(const cJSON *ans)
+/* Writes the answer: its envelope {"status", "cache", "bytes"} as one line,
+ * then the body's text (bytes of it) and a newline. */
+static int answer(cJSON *ans)
 {
-    static const char oom[] = "{\"status\":500,\"body\":{\"error\":{\"code\":\"internal_error\","
-                              "\"message\":\"the inference process ran out of memory\"}}}\n";
-    char *text = ans ? cJSON_PrintUnformatted(ans) : NULL;
-    if (!text)
-        return write_all(STDOUT_FILENO, oom, sizeof oom - 1);
-    size_t n = strlen(text);
-    int rc = write_all(STDOUT_FILENO, text, n) || write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
+    static const char oom_body[] = "{\"error\":{\"code\":\"internal_error\","
+                                   "\"message\":\"the inference process ran out of memory\"}}";
+    cJSON *body = ans ? cJSON_DetachItemFromObjectCaseSensitive(ans, "body") : NULL;
+    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    size_t n = text ? strlen(text) : 0;
+    char *env = NULL;
+    if (text && cJSON_AddNumberToObject(ans, "bytes", (double)n))
+        env = cJSON_PrintUnformatted(ans);
+    int rc;
+    if (!env) {
+        char head[64];
+        snprintf(head, sizeof head, "{\"status\":500,\"bytes\":%zu}\n", sizeof oom_body - 1);
+        rc = write_all(STDOUT_FILENO, head, strlen(head)) || write_all(STDOUT_FILENO, oom_body, sizeof oom_body - 1) ||
+             write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
+    } else {
+        rc = write_all(STDOUT_FILENO, env, strlen(env)) || write_all(STDOUT_FILENO, "\n", 1) ||
+             write_all(STDOUT_FILENO, text, n) || write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
+    }
+    cJSON_free(env);
     cJSON_free(text);
     return rc;
 }

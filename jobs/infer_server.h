@@ -6,16 +6,23 @@
  * stdout, in order, one request at a time (JSON, no newline inside):
  *   request  {"job_dir": "/data/jobs/7", "epoch": null | "best" | "final" | N,
  *             "top_k": K | null,
- *             "files": [{"name": "a.png", "path": "/data/uploads/infer-..."}
+ *             "spool": null | "/data/uploads/infer-...",
+ *             "files": [{"name": "a.png", "offset": 0, "length": 1234}
  *                       | {"name": "b.png", "error": {"code", "message"}}, ...],
  *             "archive": null | "/data/uploads/infer-..."}
- *   answer   {"status": 200 | 4xx | 5xx, "body": {...}, "cache": "hit" | "miss"}
- * The body is the HTTP answer's body as it stands: jobs/infer.h's
+ * The spool file holds the images' bytes one after another: a file is the
+ * slice [offset, offset + length) of it (one file a request, not one an
+ * image).
+ *   answer   {"status": 200 | 4xx | 5xx, "cache": "hit" | "miss", "bytes": N}
+ *            then a line of exactly N bytes: the body
+ * (the body comes as text of its own so that the server sends it as it is,
+ * without parsing and printing it again). The body is the HTTP answer's
+ * body as it stands: jobs/infer.h's
  * infer_answer (200, or 422 no_valid_images) or {"error": {"code","message"}}
  * (snap_resolve's 404/409, 400 top_k, 400/413 for the archive). "cache" says
  * whether the network was already loaded (absent when the model could not
  * be opened). Items are the files in order, then the archive's images in
- * archive order. The files are only read; removing them is the caller's.
+ * archive order. The spool and the archive are only read; removing them is the caller's.
  *
  * Loaded networks stay in a small LRU (INFER_LIMITS.cached_models) keyed by
  * the weights file's path, modification time and size, so a second request

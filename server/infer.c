@@ -1,7 +1,12 @@
 /* server/infer.c: POST /api/v1/jobs/{id}/infer (contract in infer.h).
  *
- * Threads: the post processor's iterator runs on an HTTP thread and only
- * writes each file's bytes to its temporary file. The handler, on an HTTP
+ * Receiving: the post processor's iterator runs on an HTTP thread and only
+ * writes bytes: every image, one after another, into one spool file (a
+ * request of thousands of small images makes one file, not thousands: a
+ * file system allocates and frees inodes slowly), each image's offset and
+ * length recorded; an archive into a file of its own.
+ *
+ * Threads: The handler, on an HTTP
  * thread, checks the form and the job, builds the inference process's
  * request (jobs/infer_server.h), marks the request queued, suspends the
  * connection and appends it to the service's queue. The service's thread
@@ -39,11 +44,17 @@ enum { SMALL_TOP_K, SMALL_EPOCH, SMALL_COUNT };
 static const char *const small_names[SMALL_COUNT] = { "top_k", "epoch" };
 
 typedef struct ifile {
-    char path[PATH_MAX];           /* "" until a byte is written */
     char *name;                    /* as the form names it (owned) */
-    uint64_t bytes;
+    uint64_t offset, bytes;        /* where its bytes are in the spool file */
     bool over;                     /* past INFER_LIMITS.max_image_bytes: the rest dropped */
 } ifile;
+
+/* A temporary file under <data>/uploads, made on the first byte. */
+typedef struct tfile {
+    int fd;                        /* -1 when not open */
+    char path[PATH_MAX];           /* "" until made */
+    uint64_t size;
+} tfile;
 
 typedef struct infer_req {
     server *srv;
@@ -55,9 +66,9 @@ typedef struct infer_req {
 
     ifile *files;
     int nfiles, cap;
-    int fd;                        /* the file being written, -1 when none */
-    ir_part part;
-    char archive[PATH_MAX];        /* "" until a byte is written */
+    tfile spool;                   /* the images' bytes */
+    tfile archive;
+    ir_part part;                  /* the form part being received */
     bool have_archive;
     char small[SMALL_COUNT][SMALL_FIELD_MAX + 1];
     size_t small_len[SMALL_COUNT];
@@ -96,40 +107,27 @@ typedef struct infer_service {
 
 /* ---- receiving ------------------------------------------------------------------ */
 
-/* A new temporary file under <data>/uploads into path; its fd, or -1. */
-static int open_temp(server *srv, char *path, size_t len)
-{
-    char dir[PATH_MAX];
-    if (layout_subdir(dir, sizeof dir, srv->data_dir, LAYOUT_UPLOADS) != 0 ||
-        layout_file(path, len, dir, "infer-XXXXXX") != 0) {
-        path[0] = '\0';
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    int fd = mkostemp(path, O_CLOEXEC);
-    if (fd < 0)
-        path[0] = '\0';
-    return fd;
-}
-
-static void close_current(infer_req *q)
-{
-    if (q->fd >= 0)
-        close(q->fd);
-    q->fd = -1;
-    q->part = PART_NONE;
-}
-
-static void write_bytes(infer_req *q, char *path, size_t pathlen, const char *data, size_t size)
+/* Appends to t, making it under <data>/uploads on the first byte. */
+static void write_bytes(infer_req *q, tfile *t, const char *data, size_t size)
 {
     if (q->write_errno || size == 0)
         return;
-    if (q->fd < 0 && (q->fd = open_temp(q->srv, path, pathlen)) < 0) {
-        q->write_errno = errno ? errno : EIO;
-        return;
+    if (t->fd < 0) {
+        char dir[PATH_MAX];
+        if (layout_subdir(dir, sizeof dir, q->srv->data_dir, LAYOUT_UPLOADS) != 0 ||
+            layout_file(t->path, sizeof t->path, dir, "infer-XXXXXX") != 0) {
+            t->path[0] = '\0';
+            q->write_errno = ENAMETOOLONG;
+            return;
+        }
+        if ((t->fd = mkostemp(t->path, O_CLOEXEC)) < 0) {
+            t->path[0] = '\0';
+            q->write_errno = errno ? errno : EIO;
+            return;
+        }
     }
     while (size > 0) {
-        ssize_t k = write(q->fd, data, size);
+        ssize_t k = write(t->fd, data, size);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
@@ -138,7 +136,23 @@ static void write_bytes(infer_req *q, char *path, size_t pathlen, const char *da
         }
         data += k;
         size -= (size_t)k;
+        t->size += (uint64_t)k;
     }
+}
+
+static void tfile_close(tfile *t)
+{
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+}
+
+static void tfile_remove(tfile *t)
+{
+    tfile_close(t);
+    if (t->path[0])
+        unlink(t->path);
+    t->path[0] = '\0';
 }
 
 /* A new image part named filename. */
@@ -174,21 +188,19 @@ static void on_image(infer_req *q, const char *filename, const char *data, uint6
 {
     ifile *f = q->nfiles ? &q->files[q->nfiles - 1] : NULL;
     if (off == 0 && (q->part != PART_IMAGE || !f || f->bytes > 0 || strcmp(f->name, filename) != 0)) {
-        close_current(q);
+        q->part = PART_IMAGE;
         if (!(f = new_file(q, filename)))
             return;
-        q->part = PART_IMAGE;
+        f->offset = q->spool.size;
     }
     if (!f || f->over)
         return;
     if (f->bytes + size > INFER_LIMITS.max_image_bytes) {
-        f->over = true;
-        close_current(q);
-        q->part = PART_IMAGE;
+        f->over = true;                      /* its bytes so far stay in the spool, unused */
         return;
     }
     f->bytes += size;
-    write_bytes(q, f->path, sizeof f->path, data, size);
+    write_bytes(q, &q->spool, data, size);
 }
 
 static void on_archive(infer_req *q, const char *data, uint64_t off, size_t size)
@@ -199,12 +211,11 @@ static void on_archive(infer_req *q, const char *data, uint64_t off, size_t size
                     "the images in one");
             return;
         }
-        close_current(q);
         q->have_archive = true;
         q->part = PART_ARCHIVE;
     }
     if (q->part == PART_ARCHIVE)
-        write_bytes(q, q->archive, sizeof q->archive, data, size);
+        write_bytes(q, &q->archive, data, size);
 }
 
 static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
@@ -235,8 +246,6 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
     for (int f = 0; f < SMALL_COUNT; f++) {
         if (strcmp(key, small_names[f]) != 0)
             continue;
-        if (q->part != PART_SMALL || off == 0)
-            close_current(q);
         q->part = PART_SMALL;
         q->have_small[f] = true;
         if (q->small_len[f] + size > SMALL_FIELD_MAX) {
@@ -276,7 +285,7 @@ static int infer_begin(request *r, bool has_body, uint64_t declared)
     if (!q)
         return MHD_NO;
     q->srv = r->srv;
-    q->fd = -1;
+    q->spool.fd = q->archive.fd = -1;
     r->form = q;
     if (pthread_mutex_init(&q->mu, NULL) != 0)
         return MHD_NO;
@@ -296,7 +305,6 @@ static int infer_data(request *r, const char *data, size_t size)
         return MHD_YES;                      /* dropped; answered at the end */
     if (q->total > INFER_LIMITS.max_total_bytes) {
         q->too_large = true;
-        close_current(q);
         return MHD_YES;
     }
     if (MHD_post_process(q->pp, data, size) != MHD_YES)
@@ -311,15 +319,11 @@ static void infer_release(request *r)
         return;
     if (q->pp)
         MHD_destroy_post_processor(q->pp);
-    close_current(q);
-    for (int i = 0; i < q->nfiles; i++) {
-        if (q->files[i].path[0])
-            unlink(q->files[i].path);
+    tfile_remove(&q->spool);
+    tfile_remove(&q->archive);
+    for (int i = 0; i < q->nfiles; i++)
         free(q->files[i].name);
-    }
     free(q->files);
-    if (q->archive[0])
-        unlink(q->archive);
     if (q->mu_init)
         pthread_mutex_destroy(&q->mu);
     cJSON_Delete(q->job);
@@ -337,7 +341,7 @@ static cJSON *file_json(const ifile *f)
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddStringToObject(o, "name", f->name))
         goto fail;
-    if (f->over || !f->path[0]) {
+    if (f->over || f->bytes == 0) {
         char msg[160];
         if (f->over)
             snprintf(msg, sizeof msg, "the file is over the limit of %llu bytes for one image",
@@ -348,7 +352,8 @@ static cJSON *file_json(const ifile *f)
         if (!e || !cJSON_AddStringToObject(e, "code", f->over ? "image_too_large" : "invalid_image") ||
             !cJSON_AddStringToObject(e, "message", msg))
             goto fail;
-    } else if (!cJSON_AddStringToObject(o, "path", f->path)) {
+    } else if (!cJSON_AddNumberToObject(o, "offset", (double)f->offset) ||
+               !cJSON_AddNumberToObject(o, "length", (double)f->bytes)) {
         goto fail;
     }
     return o;
@@ -357,7 +362,7 @@ fail:
     return NULL;
 }
 
-/* {"job_dir", "epoch", "top_k", "files", "archive"}; NULL when out of memory. */
+/* {"job_dir", "epoch", "top_k", "spool", "files", "archive"}; NULL when out of memory. */
 static cJSON *process_request(const infer_req *q, const char *job_dir, snap_select sel, int top_k)
 {
     cJSON *j = cJSON_CreateObject();
@@ -379,7 +384,9 @@ static cJSON *process_request(const infer_req *q, const char *job_dir, snap_sele
             goto fail;
         }
     }
-    if (!(q->archive[0] ? cJSON_AddStringToObject(j, "archive", q->archive) : cJSON_AddNullToObject(j, "archive")))
+    if (!(q->archive.path[0] ? cJSON_AddStringToObject(j, "archive", q->archive.path)
+                             : cJSON_AddNullToObject(j, "archive")) ||
+        !(q->spool.path[0] ? cJSON_AddStringToObject(j, "spool", q->spool.path) : cJSON_AddNullToObject(j, "spool")))
         goto fail;
     return j;
 fail:
@@ -420,25 +427,14 @@ static void finish_error(infer_req *q, const api_error *e)
 static void run_one(infer_service *svc, infer_req *q)
 {
     api_error e = { 0 };
-    cJSON *ans = infer_proc_call(svc->proc, q->job, &e);
+    infer_reply rep;
+    int rc = infer_proc_call(svc->proc, q->job, &rep, &e);
     cJSON_Delete(q->job);
     q->job = NULL;
-    if (!ans) {
+    if (rc != 0)
         finish_error(q, &e);
-        return;
-    }
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(ans, "status");
-    const cJSON *body = cJSON_GetObjectItemCaseSensitive(ans, "body");
-    const cJSON *cache = cJSON_GetObjectItemCaseSensitive(ans, "cache");
-    char *text = cJSON_IsObject(body) ? cJSON_PrintUnformatted(body) : NULL;
-    int status = cJSON_IsNumber(st) && st->valueint >= 200 && st->valueint < 600 ? st->valueint : 500;
-    if (!text) {
-        api_fail(&e, 500, "inference_failed", "the inference process gave an answer without a body");
-        finish_error(q, &e);
-    } else {
-        finish(q, status, text, cJSON_IsString(cache) ? cache->valuestring : NULL);
-    }
-    cJSON_Delete(ans);
+    else
+        finish(q, rep.status, rep.body, rep.cache);
 }
 
 static void *service_main(void *arg)
@@ -634,7 +630,8 @@ int infer_handle(request *r)
         return answer_stored(r, q);
     if (q->state == IR_QUEUED)
         return MHD_YES;                      /* not reached: suspended until done */
-    close_current(q);
+    tfile_close(&q->spool);
+    tfile_close(&q->archive);
     if (receive_failed(r, q, &answered))
         return answered;
     int top_k;

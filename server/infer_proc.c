@@ -4,7 +4,13 @@
  * The child starts with a clean signal mask and default dispositions (the
  * server ignores SIGPIPE; a child whose server is gone must not), in its own
  * process group (a terminal's ^C goes to the server, which ends it), with
- * only stdin, stdout and the server's stderr open. The pid is guarded by a
+ * only stdin, stdout and the server's stderr open, and with
+ * OMP_WAIT_POLICY=PASSIVE unless the server's environment sets it: a
+ * service process shares the cores with training workers, and OpenMP
+ * threads that spin at every barrier while another process holds a core
+ * make a request several times slower (2,000 LeNet images: 2.6-3.3 s
+ * spinning against 0.46 s passive with a training job on this 2-core
+ * machine); on an idle machine passive waiting costs little (bench/README.md). The pid is guarded by a
  * mutex so that infer_proc_abort can kill it from another thread; the caller
  * of infer_proc_call reaps it.
  */
@@ -33,6 +39,7 @@ extern char **environ;
 
 struct infer_proc {
     char *exe;
+    char **env;                    /* environ, plus OMP_WAIT_POLICY (the strings are environ's) */
     pthread_mutex_t mu;            /* pid */
     pid_t pid;                     /* 0: none */
     int to_fd, from_fd;            /* its stdin, its stdout; -1 when none */
@@ -43,10 +50,19 @@ struct infer_proc {
 infer_proc *infer_proc_new(const char *exe)
 {
     infer_proc *p = calloc(1, sizeof *p);
-    if (!p || !(p->exe = strdup(exe))) {
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    if (!p || !(p->exe = strdup(exe)) || !(p->env = calloc(n + 2, sizeof *p->env))) {
+        if (p)
+            free(p->exe);
         free(p);
         return NULL;
     }
+    memcpy(p->env, environ, n * sizeof *p->env);
+    if (!getenv("OMP_WAIT_POLICY"))
+        p->env[n++] = "OMP_WAIT_POLICY=PASSIVE";
+    p->env[n] = NULL;
     pthread_mutex_init(&p->mu, NULL);
     p->to_fd = p->from_fd = -1;
     return p;
@@ -105,7 +121,7 @@ static int start(infer_proc *p, api_error *e)
     pid_t pid = 0;
     char *argv[] = { p->exe, INFER_SERVER_COMMAND, NULL };
     if (!rc)
-        rc = posix_spawn(&pid, p->exe, &fa, &at, argv, environ);
+        rc = posix_spawn(&pid, p->exe, &fa, &at, argv, p->env);
     if (fa_init)
         posix_spawn_file_actions_destroy(&fa);
     if (at_init)
@@ -180,25 +196,69 @@ static void describe_exit(int st, char *out, size_t n)
         snprintf(out, n, "exited with status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
-/* One exchange with a running process: 1 with *ans, 0 when it was found gone
- * before it read the request (idle exit: start another), -1 with e. */
-static int exchange(infer_proc *p, const char *line, size_t n, cJSON **ans, api_error *e)
+/* Makes sure n bytes follow p->buf's first `at` bytes. 0, or -1 at EOF or
+ * on an error. */
+static int read_more(infer_proc *p, size_t at, size_t n)
 {
-    int wr = write_all(p->to_fd, line, n);
-    ssize_t len = wr == 0 ? read_line(p) : -1;
-    if (len >= 0) {
-        *ans = cJSON_ParseWithLength(p->buf, (size_t)len);
-        size_t used = (size_t)len + 1;
-        memmove(p->buf, p->buf + used, p->len - used);
-        p->len -= used;
-        if (cJSON_IsObject(*ans))
-            return 1;
-        cJSON_Delete(*ans);
-        *ans = NULL;
-        int st;
-        reap(p, &st);
-        return api_fail(e, 500, "inference_failed", "the inference process gave an answer that is not JSON");
+    while (p->len < at + n) {
+        if (p->cap < at + n + 1) {
+            size_t cap = p->cap ? p->cap : 1 << 16;
+            while (cap < at + n + 1)
+                cap *= 2;
+            char *nb = realloc(p->buf, cap);
+            if (!nb)
+                return -1;
+            p->buf = nb;
+            p->cap = cap;
+        }
+        ssize_t k = read(p->from_fd, p->buf + p->len, p->cap - p->len - 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p->len += (size_t)k;
     }
+    return 0;
+}
+
+/* Reads an answer: its envelope line, then the body's bytes and newline.
+ * 0 with *out, 1 when the stream ended or is not the protocol. */
+static int read_reply(infer_proc *p, infer_reply *out)
+{
+    ssize_t len = read_line(p);
+    if (len < 0)
+        return 1;
+    cJSON *env = cJSON_ParseWithLength(p->buf, (size_t)len);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(env, "status");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(env, "bytes");
+    const cJSON *cache = cJSON_GetObjectItemCaseSensitive(env, "cache");
+    bool ok = cJSON_IsNumber(st) && st->valueint >= 200 && st->valueint < 600 && cJSON_IsNumber(bytes) &&
+              bytes->valuedouble >= 0 && bytes->valuedouble < (double)((size_t)1 << 40);
+    memset(out, 0, sizeof *out);
+    if (ok) {
+        out->status = st->valueint;
+        out->len = (size_t)bytes->valuedouble;
+        snprintf(out->cache, sizeof out->cache, "%s", cJSON_IsString(cache) ? cache->valuestring : "");
+    }
+    cJSON_Delete(env);
+    size_t head = (size_t)len + 1;
+    if (!ok || read_more(p, head, out->len + 1) != 0 || p->buf[head + out->len] != '\n' ||
+        !(out->body = malloc(out->len + 1)))
+        return 1;
+    memcpy(out->body, p->buf + head, out->len);
+    out->body[out->len] = '\0';
+    size_t used = head + out->len + 1;
+    memmove(p->buf, p->buf + used, p->len - used);
+    p->len -= used;
+    return 0;
+}
+
+/* One exchange with a running process: 1 with *out, 0 when it was found gone
+ * before it read the request (idle exit: start another), -1 with e. */
+static int exchange(infer_proc *p, const char *line, size_t n, infer_reply *out, api_error *e)
+{
+    if (write_all(p->to_fd, line, n) == 0 && read_reply(p, out) == 0)
+        return 1;
     int st = 0;
     reap(p, &st);
     /* A process that ended on its own before this request (idle timeout) exits 0. */
@@ -229,30 +289,33 @@ static void reap_if_gone(infer_proc *p)
     }
 }
 
-cJSON *infer_proc_call(infer_proc *p, const cJSON *req, api_error *e)
+int infer_proc_call(infer_proc *p, const cJSON *req, infer_reply *out, api_error *e)
 {
+    memset(out, 0, sizeof *out);
     char *text = cJSON_PrintUnformatted(req);
     size_t n = text ? strlen(text) : 0;
     char *line = text ? realloc(text, n + 2) : NULL;
     if (!line) {
         cJSON_free(text);
-        api_fail(e, 500, "internal_error", "out of memory");
-        return NULL;
+        return api_fail(e, 500, "internal_error", "out of memory");
     }
     line[n++] = '\n';
     line[n] = '\0';
-    cJSON *ans = NULL;
+    int rc = -1;
     reap_if_gone(p);
-    for (int attempt = 0; attempt < 2; attempt++) {
+    for (int attempt = 0; attempt < 2 && rc < 0; attempt++) {
         if (p->pid == 0 && start(p, e) != 0)
             break;
-        int r = exchange(p, line, n, &ans, e);
-        if (r != 0)
+        int r = exchange(p, line, n, out, e);
+        if (r == 1)
+            rc = 0;
+        else if (r < 0)
             break;
-        api_fail(e, 503, "inference_unavailable", "the inference process ended before it answered");
+        else
+            api_fail(e, 503, "inference_unavailable", "the inference process ended before it answered");
     }
     free(line);
-    return ans;
+    return rc;
 }
 
 void infer_proc_abort(infer_proc *p)
@@ -292,6 +355,7 @@ void infer_proc_free(infer_proc *p)
         close(p->from_fd);
     pthread_mutex_destroy(&p->mu);
     free(p->buf);
+    free(p->env);
     free(p->exe);
     free(p);
 }

@@ -24,9 +24,17 @@ typedef struct infer_proc infer_proc;
 /* A handle for the process that `exe infer-server` starts; nothing is started
  * yet. NULL when out of memory. */
 infer_proc *infer_proc_new(const char *exe);
-/* Sends req and waits for its answer (jobs/infer_server.h's answer object,
- * owned by the caller). Returns NULL with e on failure (as above). */
-cJSON *infer_proc_call(infer_proc *p, const cJSON *req, api_error *e);
+/* An answer of the inference process (jobs/infer_server.h). */
+typedef struct infer_reply {
+    int status;                    /* the HTTP status to answer with */
+    char cache[8];                 /* "hit", "miss" or "" */
+    char *body;                    /* the body's JSON text, NUL-terminated (malloc'ed) */
+    size_t len;
+} infer_reply;
+
+/* Sends req and waits for its answer into *out (free out->body). Returns 0,
+ * or -1 with e on failure (as above). */
+int infer_proc_call(infer_proc *p, const cJSON *req, infer_reply *out, api_error *e);
 /* Kills the process if one runs, ending a call in progress with its error. */
 void infer_proc_abort(infer_proc *p);
 /* Closes the process's stdin (it exits), waits for it a moment, kills it if
