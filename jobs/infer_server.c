@@ -206,10 +206,8 @@ static cJSON *handle(server_state *st, const cJSON *req)
         k = 0;
     if (!cJSON_IsNumber(topk) && k > b.nclasses)
         k = b.nclasses;             /* the default asks for no more than there are */
-    double T0 = now_ms();
     if (infer_check_top_k(k, b.nclasses, &e) != 0 || read_items(req, &s, &e) != 0)
         goto out;
-    double T1 = now_ms();
     net *n = cache_get(st, &b, &hit, &e);
     if (!n)
         goto out;
@@ -219,9 +217,7 @@ static cJSON *handle(server_state *st, const cJSON *req)
         api_fail(&e, 500, "inference_failed", "classifying failed: %s", err);
         goto out;
     }
-    double T2 = now_ms();
     body = infer_answer(&b, &s, &status);
-    if (getenv("KILN_INFER_TIMING")) fprintf(stderr, "TIMING read %.1f run %.1f answer %.1f\n", T1 - T0, T2 - T1, now_ms() - T2);
 out:
     if (!body) {
         if (!e.status)
