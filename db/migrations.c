@@ -59,6 +59,13 @@ const store_migration store_migrations[] = {
         .what = "an importing dataset's ETA",
         .sql = "ALTER TABLE datasets ADD COLUMN eta_seconds REAL NOT NULL DEFAULT -1;",
     },
+    {
+        .version = 3,
+        .what = "a job's early stop (epoch, best epoch, reason)",
+        .sql = "ALTER TABLE jobs ADD COLUMN stopped_epoch INTEGER;"
+               "ALTER TABLE jobs ADD COLUMN stopped_best_epoch INTEGER;"
+               "ALTER TABLE jobs ADD COLUMN stopped_message TEXT;",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

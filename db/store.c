@@ -45,6 +45,7 @@ enum stmt_id {
     ST_JOB_STATUS,
     ST_JOB_PROGRESS,
     ST_JOB_CONFIG,
+    ST_JOB_STOPPED,
     ST_JOB_GET,
     ST_JOB_LIST,
     ST_JOB_NEXT_QUEUED,
@@ -59,7 +60,8 @@ enum stmt_id {
 
 #define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds"
 #define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
-                 "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at"
+                 "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at, " \
+                 "stopped_epoch, stopped_best_epoch, stopped_message"
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -85,6 +87,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_JOB_PROGRESS] = "UPDATE jobs SET epoch = ?2, step = ?3, steps = ?4, images_per_sec = ?5, "
                         "eta_seconds = ?6 WHERE id = ?1",
     [ST_JOB_CONFIG] = "UPDATE jobs SET config_json = ?2 WHERE id = ?1",
+    [ST_JOB_STOPPED] = "UPDATE jobs SET stopped_epoch = ?2, stopped_best_epoch = ?3, "
+                       "stopped_message = ?4 WHERE id = ?1",
     [ST_JOB_GET] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?1",
     [ST_JOB_LIST] = "SELECT " JOB_COLS " FROM jobs ORDER BY id DESC",
     [ST_JOB_NEXT_QUEUED] = "SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1",
@@ -663,6 +667,25 @@ int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_
     return ret;
 }
 
+int store_job_set_stopped_early(store *s, int64_t id, int epoch, int best_epoch, const char *message)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_STOPPED, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 2, epoch);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 3, best_epoch);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 4, message, -1, SQLITE_TRANSIENT);
+        ret = step_change(s, q, b, "job early stop");
+    }
+    unlock(s);
+    return ret;
+}
+
 int store_job_set_config(store *s, int64_t id, const char *config_json)
 {
     lock(s);
@@ -698,6 +721,9 @@ static int read_job(sqlite3_stmt *q, void *elem)
     ok = col_dup(q, 12, &j->created_at) && ok;
     ok = col_dup(q, 13, &j->started_at) && ok;
     ok = col_dup(q, 14, &j->finished_at) && ok;
+    j->stopped_epoch = sqlite3_column_int(q, 15);
+    j->stopped_best_epoch = sqlite3_column_int(q, 16);
+    ok = col_dup(q, 17, &j->stopped_message) && ok;
     if (!ok) {
         store_job_clear(j);
         return -1;
@@ -794,6 +820,7 @@ void store_job_clear(store_job *j)
     free(j->created_at);
     free(j->started_at);
     free(j->finished_at);
+    free(j->stopped_message);
     memset(j, 0, sizeof *j);
 }
 

@@ -69,6 +69,11 @@ typedef struct store_job {
     double images_per_sec;
     double eta_seconds;    /* -1 when unknown */
     char *created_at, *started_at, *finished_at;   /* NULL until they happen */
+    /* early_stopping ended it (store_job_set_stopped_early): the last epoch
+     * trained, the best epoch by its metric (0: none), the reason; 0/0/NULL
+     * otherwise */
+    int stopped_epoch, stopped_best_epoch;
+    char *stopped_message;
 } store_job;
 
 int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
@@ -78,6 +83,9 @@ int store_job_insert(store *s, int64_t dataset_id, const char *network, const ch
 int store_job_set_status(store *s, int64_t id, const char *status, const char *error);
 int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
                            double images_per_sec, double eta_seconds);
+/* Records that early stopping ended the job after `epoch` (the worker's
+ * {"t":"stopped_early"} report); message may not be NULL. */
+int store_job_set_stopped_early(store *s, int64_t id, int epoch, int best_epoch, const char *message);
 /* Replaces the stored config (jobspec stores it again once the id is in it). */
 int store_job_set_config(store *s, int64_t id, const char *config_json);
 int store_job_get(store *s, int64_t id, store_job *out);

@@ -18,7 +18,9 @@
  *   end-of-file; no call here blocks without a bound.
  * - Every job that starts ends with exactly one final status in the store and
  *   one final "status" event, after which its hub stream is finished:
- *     done       the worker reported {"t":"done"} and exited 0;
+ *     done       the worker reported {"t":"done"} and exited 0 (after
+ *                {"t":"stopped_early"} when early stopping ended it: stored
+ *                with the job, store_job_set_stopped_early);
  *     cancelled  sched_cancel asked for it, or the worker reported cancelled;
  *     failed     anything else, with the worker's reported error, or its exit
  *                status / signal and the last lines of its log.
@@ -81,6 +83,7 @@ typedef struct worker {
     size_t len;
     bool overlong;                /* dropping the rest of a too-long line */
     bool reported_done, reported_cancelled;
+    bool stopped_early;           /* reported stopped_early: its progress stays where it stopped */
     char *reported_error;
     bool cancel_requested;        /* by sched_cancel */
     bool shutdown;                /* stopped by sched_stop: requeue */
@@ -289,6 +292,24 @@ static void on_progress(sched *s, worker *w, const cJSON *r)
     cJSON_Delete(o);
 }
 
+/* {"t":"stopped_early","epoch","best_epoch","message"}: early stopping ended
+ * the run ("done" follows); kept with the job, and its progress is left at
+ * the epoch it stopped after. */
+static void on_stopped_early(sched *s, worker *w, const cJSON *r)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "message");
+    double epoch = num(r, "epoch", 0), best = num(r, "best_epoch", 0);
+    if (!(epoch >= 1 && epoch <= INT_MAX) || !(best >= 0 && best <= epoch) || !cJSON_IsString(m)) {
+        fprintf(stderr, "kiln: scheduler: job %lld: ignoring a malformed stopped_early report\n",
+                (long long)w->job_id);
+        return;
+    }
+    w->stopped_early = true;
+    if (store_job_set_stopped_early(s->st, w->job_id, (int)epoch, (int)best, m->valuestring) != 0)
+        fprintf(stderr, "kiln: scheduler: job %lld: could not store its early stop\n",
+                (long long)w->job_id);
+}
+
 static void on_line(sched *s, worker *w, const char *line, size_t len)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
@@ -312,6 +333,8 @@ static void on_line(sched *s, worker *w, const char *line, size_t len)
         if (cJSON_IsString(st) && !strcmp(st->valuestring, "cancelled"))
             w->reported_cancelled = true;
         /* "running": the job has been running since its spawn (see start_job). */
+    } else if (!strcmp(kind, "stopped_early")) {
+        on_stopped_early(s, w, r);
     } else if (!strcmp(kind, "done")) {
         w->reported_done = true;
     } else if (!strcmp(kind, "error")) {
@@ -425,7 +448,7 @@ static void finish_worker(sched *s, worker *w, int wstatus)
         /* The job shows complete even if the last progress line was missed. */
         store_job j;
         if (store_job_get(s->st, w->job_id, &j) == 0) {
-            if (j.step < j.steps || j.epoch < j.epochs)
+            if (!w->stopped_early && (j.step < j.steps || j.epoch < j.epochs))
                 store_job_set_progress(s->st, w->job_id, j.epochs, j.steps, j.steps, j.images_per_sec, 0);
             store_job_clear(&j);
         }

@@ -25,6 +25,7 @@
 #include "server/http.h"
 #include "server/infer.h"          /* infer_handle, infer_upload */
 #include "server/model.h"          /* model_handle */
+#include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
 #include "server/render.h"
 #include "server/sse.h"            /* sse_handle */
@@ -611,6 +612,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/jobs/:id/model", .fn = model_handle },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/infer", .fn = infer_handle, .body = BODY_UPLOAD,
       .upload = &infer_upload },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/snapshots", .fn = snapshots_handle },
 };
 
 const size_t http_route_count = sizeof http_routes / sizeof http_routes[0];

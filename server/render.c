@@ -124,6 +124,23 @@ cJSON *render_job_devices(const cJSON *config)
     return o;
 }
 
+/* {"epoch","best_epoch","message"} when early stopping ended the job, else null. */
+static cJSON *render_stopped_early(const store_job *j)
+{
+    if (j->stopped_epoch <= 0 || !j->stopped_message)
+        return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && add_num(o, "epoch", j->stopped_epoch) &&
+              add_item(o, "best_epoch", j->stopped_best_epoch > 0 ? cJSON_CreateNumber(j->stopped_best_epoch)
+                                                                 : cJSON_CreateNull()) &&
+              add_str(o, "message", j->stopped_message);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 double render_job_progress(const store_job *j)
 {
     if (j->status && !strcmp(j->status, "done"))
@@ -155,6 +172,7 @@ cJSON *render_job(store *st, const store_job *j)
     ok &= add_item(o, "eta_seconds", j->eta_seconds >= 0 && isfinite(j->eta_seconds)
                                          ? cJSON_CreateNumber(j->eta_seconds) : cJSON_CreateNull());
     ok &= add_str(o, "error", j->error);
+    ok &= add_item(o, "stopped_early", render_stopped_early(j));
     cJSON *config = j->config_json ? cJSON_Parse(j->config_json) : NULL;
     ok &= add_item(o, "devices", render_job_devices(config));
     ok &= add_item(o, "config", config ? config : cJSON_CreateNull());

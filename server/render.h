@@ -9,7 +9,10 @@
  *            estimated)
  *   job     {"id","dataset_id","network","status","created_at","started_at",
  *            "finished_at","epoch","epochs","step","steps","progress",
- *            "images_per_sec","eta_seconds","error","devices","config","metrics"}
+ *            "images_per_sec","eta_seconds","error","stopped_early","devices",
+ *            "config","metrics"}
+ *           stopped_early {"epoch","best_epoch" (null: none),"message"} when
+ *           early_stopping ended the job (status done), else null
  *           devices {"kind":"cpu"|"cuda","count","gpus":[ids] or null (any
  *           free ones; always null on the CPU)}, or null where the stored
  *           config does not read (render_job_devices)

@@ -220,6 +220,19 @@ static void jobs_roundtrip(void **state)
     assert_string_equal(j.config_json, "{\"id\":1}");
     store_job_clear(&j);
 
+    /* an early stop: none until recorded, then kept with the job */
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_int_equal(j.stopped_epoch, 0);
+    assert_null(j.stopped_message);
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_stopped_early(f->s, j1, 14, 9, "stopped early after epoch 14"), 0);
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_int_equal(j.stopped_epoch, 14);
+    assert_int_equal(j.stopped_best_epoch, 9);
+    assert_string_equal(j.stopped_message, "stopped early after epoch 14");
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_stopped_early(f->s, j1 + 1000, 1, 1, "x"), STORE_NOT_FOUND);
+
     assert_int_equal(store_job_next_queued(f->s, &next), 0);
     assert_int_equal(next, j2);           /* the oldest still queued */
 
