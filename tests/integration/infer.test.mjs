@@ -144,12 +144,16 @@ test('200 real digits in one request: high accuracy, probabilities summing to 1,
   }
 });
 
-test('epoch=1 classifies with the epoch\'s snapshot; an epoch with none is 404', async () => {
+test('epoch=1 and epoch=best classify with that snapshot; an epoch with none is 404', async () => {
   const d = digits[5];
   const r = await infer([[d.name, d.png]], { epoch: 1, top_k: 1 });
   assert.equal(r.status, 200, r.describe);
   assert.equal(r.body.epoch, 1);
   assert.equal(r.body.items[0].predictions.length, 1);
+  const best = await infer([[d.name, d.png]], { epoch: 'best', top_k: 1 });
+  assert.equal(best.status, 200, best.describe);
+  assert.equal(best.body.epoch, 1, 'a one-epoch job: its best snapshot is epoch 1');
+  assert.deepEqual(best.body.items, r.body.items);
   const missing = await infer([[d.name, d.png]], { epoch: 7 });
   assert.equal(missing.status, 404, missing.describe);
   assert.equal(missing.body.error.code, 'snapshot_not_found');
