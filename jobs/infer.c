@@ -124,6 +124,39 @@ void infer_set_free(infer_set *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The length of the well-formed UTF-8 sequence at p (n bytes left), or 0. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    unsigned cp = len == 1 ? c : c & (0xffu >> (len + 1));
+    for (size_t k = 1; k < len; k++) {
+        if ((p[k] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[k] & 0x3f);
+    }
+    static const unsigned min[] = { 0, 0, 0x80, 0x800, 0x10000 };
+    return cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : len;
+}
+
+/* Names come from file names and archive entries in any encoding; the
+ * answer is JSON, which is UTF-8: each byte outside a well-formed sequence
+ * becomes '?'. */
+static void utf8_clean(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k == 0) {
+            s[i++] = '?';
+            continue;
+        }
+        i += k;
+    }
+}
+
 /* A new item named name (cut to max_name_bytes at a UTF-8 boundary), or NULL with e. */
 static infer_item *new_item(infer_set *s, const char *name, api_error *e)
 {
@@ -159,6 +192,7 @@ static infer_item *new_item(infer_set *s, const char *name, api_error *e)
         api_fail(e, 500, "internal_error", "out of memory");
         return NULL;
     }
+    utf8_clean(it->name);
     s->n++;
     return it;
 }

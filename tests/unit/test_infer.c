@@ -342,6 +342,10 @@ static void test_classify_items(void **state)
     memcpy(cut, f->file[0], f->len[0] / 2);
     assert_int_equal(infer_set_add(&s, "cut.png", cut, f->len[0] / 2, &e), 0);
     assert_int_equal(infer_set_add_failed(&s, "big.png", "image_too_large", "too big", &e), 0);
+    assert_int_equal(infer_set_add_failed(&s, "caf\xe9-\xc3\xa9\xff.png", "invalid_image", "latin-1 name", &e), 0);
+    assert_string_equal(s.items[s.n - 1].name, "caf?-\xc3\xa9?.png");
+    s.n--;
+    free(s.items[s.n].name);
     assert_int_equal(infer_run(n, &b, &s, 3, err, sizeof err), 0);
 
     /* every good item: top 3 of net_predict on infer_prepare's tensors, in
