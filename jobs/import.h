@@ -16,6 +16,7 @@
 #define KILN_JOBS_IMPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"         /* api_error */
 #include "engine/dataset.h"   /* ds_info */
@@ -150,6 +151,20 @@ int import_mnist_json(const char *digits_dir, const char *dir,
  * an archive kiln reads, damaged, too many entries), 400 "no_images", or 500
  * "storage_error" when the file cannot be read back. */
 int import_probe(const char *archive_path, api_error *e);
+
+/* Reads an archive of loose images (POST /api/v1/jobs/{id}/infer): every
+ * regular file, in archive order, by the importer's rules (the same formats
+ * and filters; unsafe paths, links, hidden files and macOS metadata passed
+ * over), is handed to fn with its normalised path and its bytes (buf NULL
+ * and why set when the entry cannot be read). At most max_entries entries
+ * and max_bytes of uncompressed data. fn returns 0 to go on, or -1 to stop
+ * with e filled. Returns 0, or -1 with e: 400 invalid_archive (not an
+ * archive, damaged), 413 archive_too_large (over a cap), 500 out of memory,
+ * or fn's error. */
+typedef int (*import_file_fn)(void *ctx, const char *path, const uint8_t *buf, size_t len, const char *why,
+                              api_error *e);
+int import_archive_files(const char *archive_path, unsigned long max_entries, unsigned long long max_bytes,
+                         import_file_fn fn, void *ctx, api_error *e);
 
 /* `kiln import`: builds a dataset from the command line into the data directory
  * and registers it in the store. Returns a process exit status. */

@@ -371,3 +371,48 @@ out:
     return rc;
 }
 
+
+/* ---- loose images: an archive of images to classify -------------------------------- */
+
+int import_archive_files(const char *archive_path, unsigned long max_entries, unsigned long long max_bytes,
+                         import_file_fn fn, void *ctx, api_error *e) {
+    char err[400], why[256], path[4096];
+    struct archive *a = NULL;
+    int r = open_archive(archive_path, &a, NULL, err, sizeof err);
+    if (r == OPEN_NOT_ARCHIVE) return api_fail(e, 400, "invalid_archive", "%s", err);
+    if (r != OPEN_OK) return api_fail(e, 500, "storage_error", "reading the archive back: %s", err);
+    int rc = -1;
+    caps cp = { max_bytes, 0, max_entries };
+    unsigned long entries = 0;
+    for (;;) {
+        struct archive_entry *ae;
+        r = next_entry(a, &ae, &entries, cp.max_entries, err, sizeof err);
+        if (r == ARCHIVE_EOF) break;
+        if (r == ARCHIVE_FATAL) {
+            bool cap = entries > cp.max_entries;
+            api_fail(e, cap ? 413 : 400, cap ? "archive_too_large" : "invalid_archive", "%s", err);
+            goto out;
+        }
+        const char *name = entry_name(ae);
+        if (!name || (r != ARCHIVE_OK && r != ARCHIVE_WARN)) continue;
+        if (classify_entry(ae, name, path, sizeof path) != ENTRY_FILE) continue;
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        err[0] = '\0';
+        int rr = read_entry(a, ae, &cp, &buf, &len, why, sizeof why, err, sizeof err);
+        if (rr < 0) {
+            bool over = cp.total_bytes > cp.max_bytes;
+            api_fail(e, over ? 413 : strstr(err, "out of memory") ? 500 : 400,
+                     over ? "archive_too_large" : strstr(err, "out of memory") ? "internal_error" : "invalid_archive",
+                     "%s", err);
+            goto out;
+        }
+        rr = fn(ctx, path, rr == 0 ? buf : NULL, len, rr == 0 ? NULL : why, e);
+        free(buf);
+        if (rr != 0) goto out;
+    }
+    rc = 0;
+out:
+    archive_read_free(a);
+    return rc;
+}

@@ -24,6 +24,7 @@
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
+#include "server/infer.h"          /* infer_handle, infer_upload */
 #include "server/model.h"          /* model_handle */
 #include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
@@ -620,6 +621,8 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/model", .fn = model_handle },
+    { .method = "POST", .pattern = "/api/v1/jobs/:id/infer", .fn = infer_handle, .body = BODY_UPLOAD,
+      .upload = &infer_upload },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/snapshots", .fn = snapshots_handle },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/evaluations", .fn = evaluation_create, .body = BODY_JSON },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/evaluations", .fn = evaluation_list },

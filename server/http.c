@@ -268,6 +268,8 @@ static enum MHD_Result request_begin(request *r)
         return MHD_YES;
     }
 
+    if (r->rt && r->rt->body == BODY_UPLOAD && r->rt->upload)
+        return (enum MHD_Result)r->rt->upload->begin(r, body, known ? declared : UINT64_MAX);
     if (r->rt && r->rt->body == BODY_UPLOAD)
         return upload_begin(r, body, known ? declared : UINT64_MAX);
 
@@ -289,6 +291,8 @@ static enum MHD_Result request_data(request *r, const char *data, size_t size)
 {
     if (r->up)
         return upload_data(r, data, size);
+    if (r->form)
+        return (enum MHD_Result)r->rt->upload->data(r, data, size);
     if (r->body_too_large || r->pending.status)
         return MHD_YES;                     /* read and dropped; answered at the end */
     if (size > HTTP_JSON_MAX - r->body_len) {
@@ -368,6 +372,8 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r)
         return;
     upload_free(r);
+    if (r->rt && r->rt->upload)
+        r->rt->upload->release(r);
     free(r->body);
     free(r);
     *con_cls = NULL;

@@ -48,6 +48,7 @@ typedef struct request {
     bool body_too_large;
 
     struct upload *up;            /* BODY_UPLOAD state (upload.c) */
+    void *form;                   /* BODY_UPLOAD state of a route with its own route_upload */
     bool answered;
 } request;
 

@@ -9,6 +9,8 @@
 #include "jobs/bench.h"        /* bench_main */
 #include "jobs/evaluation.h"   /* eval_main */
 #include "jobs/import.h"       /* import_main */
+#include "jobs/infer_cli.h"    /* infer_main */
+#include "jobs/infer_server.h" /* infer_server_main: the hidden inference process */
 #include "jobs/runner.h"       /* runner_main, train_main */
 #include "jobs/summary_cli.h"  /* summary_main */
 #include "server/server.h"     /* serve_main, serve_usage */
@@ -41,6 +43,8 @@ static void usage(FILE *f)
             "  import    build a dataset from the command line\n"
             "            kiln import archive|folder|list|idx|cifar|mnist-json [--data DIR]\n"
             "                        [--name NAME] [--labels FILE] [--width W --height H] ... PATH\n"
+            "  infer     classify images with a model tarball or a job's folder\n"
+            "            kiln infer MODEL.tar|JOB_DIR IMAGE... [--epoch N|best] [--top-k K] [--json]\n"
             "  bench     measure training or inference throughput on synthetic data\n"
             "            kiln bench NETWORK|SPEC.json [--batch N] [--mode train|infer]\n"
             "                       [--steps N] [--warmup N] [--threads N] [--json]\n"
@@ -82,6 +86,10 @@ int main(int argc, char **argv)
         return summary_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import"))
         return import_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "infer"))
+        return infer_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, INFER_SERVER_COMMAND))   /* started by kiln serve; not in the usage */
+        return infer_server_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return bench_main(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command \"%s\"\n\n", cmd);

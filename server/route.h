@@ -19,11 +19,23 @@ struct request;
  * JSON document (capped at HTTP_JSON_MAX), or a multipart upload (streamed). */
 typedef enum route_body { BODY_NONE, BODY_JSON, BODY_UPLOAD } route_body;
 
+/* How a BODY_UPLOAD route reads its body (as server/upload.h's upload_begin,
+ * upload_data and upload_free do for POST /api/v1/datasets, the default when
+ * a route names none): begin on the first call (may answer early), data for
+ * each chunk, release from the completion callback. Each returns an enum
+ * MHD_Result but release. */
+typedef struct route_upload {
+    int (*begin)(struct request *r, bool has_body, uint64_t declared);
+    int (*data)(struct request *r, const char *data, size_t size);
+    void (*release)(struct request *r);
+} route_upload;
+
 typedef struct route {
     const char *method;           /* "GET", "POST", "DELETE" */
     const char *pattern;          /* "/api/v1/jobs/:id/cancel" */
     int (*fn)(struct request *r); /* returns an enum MHD_Result */
     route_body body;
+    const route_upload *upload;   /* BODY_UPLOAD: NULL for the dataset upload's */
 } route;
 
 /* True when path matches pattern; *id receives the ":id" value (0 when the

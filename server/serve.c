@@ -43,6 +43,7 @@
 #include "server/sse.h"        /* sse_start, sse_stop */
 #include "jobs/import_job.h"   /* import_job_stop_all */
 #include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
+#include "server/infer.h"      /* infer_service_start, infer_service_stop */
 
 #ifndef KILN_DEFAULT_WEB_DIR
 #define KILN_DEFAULT_WEB_DIR "web"
@@ -378,6 +379,10 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: cannot start the scheduler: %s\n", err);
         goto out;
     }
+    if (infer_service_start(&srv, worker_exe, err, sizeof err) != 0) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
     if (sse_start(&srv) != 0) {
         fprintf(stderr, "kiln serve: cannot start the heartbeat thread\n");
         goto out;
@@ -407,6 +412,7 @@ int serve_main(int argc, char **argv)
 out:
     sse_stop(&srv);                        /* sets stopping; every SSE connection resumes and ends */
     upload_wait_probes(&srv);              /* uploads suspended on their archive check resume */
+    infer_service_stop(&srv);              /* classifications queued or running are answered */
     if (srv.daemon)
         MHD_stop_daemon(srv.daemon);
     srv.daemon = NULL;

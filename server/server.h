@@ -53,6 +53,9 @@ typedef struct server {
     int probes;
     int imports;
     pthread_mutex_t import_serial;   /* one import decodes at a time (CPU) */
+
+    /* Classification (infer.c): its thread, queue and inference process. */
+    struct infer_service *infer;
 } server;
 
 /* `kiln serve`: parses its options, runs until SIGINT/SIGTERM. Returns a

@@ -31,6 +31,7 @@ kiln_node_test(integration_lenet_accuracy tests/integration/lenet_accuracy.test.
 kiln_node_test(integration_amp_parity tests/integration/amp_parity.test.mjs integration 1800)
 kiln_node_test(integration_explorer tests/integration/explorer.test.mjs integration 600)
 kiln_node_test(integration_datasets tests/integration/datasets.test.mjs integration 600)
+kiln_node_test(integration_infer  tests/integration/infer.test.mjs  integration 900)
 kiln_node_test(integration_snapshots tests/integration/snapshots.test.mjs integration 900)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
 kiln_node_test(integration_evaluations tests/integration/evaluations.test.mjs integration 1800)

@@ -10,10 +10,10 @@ const MAX_FILES = 64;          // one request from the box; the API takes more (
 
 /* POST .../infer with the files as `image` fields. Resolves to the body, also
  * for a 422 (no image could be classified: its items say why). */
-export async function classify(jobId, files, { topK = 5, epoch = '' } = {}) {
+export async function classify(jobId, files, { topK = '', epoch = '' } = {}) {
   const form = new FormData();
   for (const f of files) form.append('image', f, f.name);
-  form.append('top_k', String(topK));
+  if (topK) form.append('top_k', String(topK));   // else the server's default (5, or the class count)
   if (epoch) form.append('epoch', String(epoch));
   let res;
   try {
@@ -35,7 +35,8 @@ function resultRow(file, item) {
   img.addEventListener('load', () => URL.revokeObjectURL(url), { once: true });
   let body;
   if (!item || item.error) {
-    body = h('p', { class: 'form-error' }, (item && item.error) || 'no answer for this image');
+    const why = item && item.error && (item.error.message || item.error.code);
+    body = h('p', { class: 'form-error' }, why || 'no answer for this image');
   } else {
     body = h('ol', { class: 'classify-bars' }, ...item.predictions.map((p, i) =>
       h('li', { class: i === 0 ? 'top' : '' },
@@ -55,7 +56,8 @@ export function classifyCard(jobId, epochOptions) {
   const input = h('input', { type: 'file', id: 'classify-input', accept: 'image/png,image/jpeg', multiple: true, class: 'visually-hidden' });
   const drop = h('label', { class: 'dropzone', for: 'classify-input', id: 'classify-drop', tabindex: '0' },
     h('strong', {}, 'Drop images here'), ' or click to pick PNG or JPEG files');
-  const topK = h('input', { type: 'number', id: 'classify-topk', min: '1', max: '100', value: '5', class: 'input-narrow' });
+  const topK = h('input', { type: 'number', id: 'classify-topk', min: '1', max: '100', placeholder: '5', class: 'input-narrow',
+    title: 'how many of the likeliest classes to show (default 5, or every class when there are fewer)' });
   const epoch = h('select', { id: 'classify-epoch' }, h('option', { value: '' }, 'final model'));
   const status = h('p', { class: 'muted', id: 'classify-status', 'aria-live': 'polite' });
   const error = h('p', { class: 'form-error', role: 'alert', id: 'classify-error', hidden: true });
@@ -73,7 +75,7 @@ export function classifyCard(jobId, epochOptions) {
     fill(status, `Classifying ${files.length} image${files.length === 1 ? '' : 's'}…`);
     try {
       const t0 = performance.now();
-      const body = await classify(jobId, files, { topK: Number(topK.value) || 5, epoch: epoch.value });
+      const body = await classify(jobId, files, { topK: topK.value, epoch: epoch.value });
       const ms = performance.now() - t0;
       fill(results, ...files.map((f, i) => resultRow(f, body.items[i])));
       fill(status, `Epoch ${body.epoch}: ${files.length} image${files.length === 1 ? '' : 's'} in ${ms.toFixed(0)} ms` +

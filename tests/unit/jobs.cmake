@@ -14,3 +14,5 @@ kiln_unit_test(test_readers SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_reader
 kiln_unit_test(test_eval_metrics SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_eval_metrics.c LIBS kiln_jobs m)
 # A job's snapshots (the best, the weights a selection means) and a model opened from its folder or tarball.
 kiln_unit_test(test_model_bundle SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_model_bundle.c LIBS kiln_jobs PkgConfig::ARCHIVE)
+# Classifying (jobs/infer.c): the preprocessing bit for bit against import + validation loader; top-k and item errors.
+kiln_unit_test(test_infer SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_infer.c LIBS kiln_jobs kiln_engine)
