@@ -41,6 +41,9 @@ typedef struct model_prep {
  * crop it trained with. Returns 0, or -1 with err set (the dataset's header
  * is unreadable). */
 int model_prep_from_job(const jobcfg *c, model_prep *out, char *err, size_t errlen);
+/* A job folder's preprocessing: its preprocess.json (the worker writes it
+ * when it starts, so it outlives the dataset), else model_prep_from_job. */
+int model_prep_of_job_dir(const char *job_dir, const jobcfg *c, model_prep *out, char *err, size_t errlen);
 /* preprocess.json: {"channels","height","width","resize","mean":[per channel],
  * "scale","layout":"NCHW","formula", and "center_crop":[h,w] when it crops}.
  * Owned by the caller; NULL when out of memory. */

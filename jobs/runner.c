@@ -70,6 +70,7 @@
 #include "engine/lr.h"        /* lr_from_json, lr_at */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
 #include "jobs/jobcfg.h"      /* jobcfg_load, jobcfg_net_devices, jobcfg_net_solver */
+#include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
 #define REPORTS_PER_EPOCH 20
@@ -309,6 +310,26 @@ static int resume(run *r, const char *ckdir, char *err, size_t errlen)
     return 0;
 }
 
+/* The job folder's preprocess.json (jobs/model_bundle.h): what the dataset
+ * did to an image, kept with the job so that its model can be used after the
+ * dataset is gone. */
+static int write_preprocess(run *r, char *err, size_t errlen)
+{
+    model_prep p;
+    char path[PATH_MAX + 32];
+    if (model_prep_from_job(&r->cfg, &p, err, errlen) != 0)
+        return -1;
+    cJSON *o = model_prep_to_json(&p);
+    char *text = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return set_err(err, errlen, "out of memory");
+    layout_file(path, sizeof path, r->dir, MODEL_PREPROCESS_JSON);
+    int rc = fio_write_atomic(path, text, strlen(text), err, errlen);
+    cJSON_free(text);
+    return rc;
+}
+
 static int open_run(run *r, char *err, size_t errlen)
 {
     char e[512], path[PATH_MAX + 32];
@@ -319,6 +340,8 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
     r->have_info = true;
+    if (write_preprocess(r, err, errlen) != 0)
+        return -1;
     layout_file(path, sizeof path, c->dataset_dir, LAYOUT_TRAIN_SPLIT);
     if (!(r->train = ds_split_open(path, e, sizeof e))) {
         set_err(err, errlen, "dataset: %s", e);

@@ -3,7 +3,7 @@
  *
  * The worker keeps <job>/snapshots.json (LAYOUT_SNAPSHOTS), rewritten
  * atomically after every snapshot and every prune:
- *   {"metric": "val/accuracy", "best": 9,
+ *   {"metric": "val/accuracy", "best": 9, "final_epoch": 14,
  *    "items": [{"epoch": 1, "step": 938, "file": "checkpoints/epoch-1.safetensors",
  *               "metrics": {"val/loss": 0.09, "val/accuracy": 0.97, "train/loss": 0.2, ...}}, ...]}
  * "items" lists the snapshots whose files exist (keep_checkpoints removes
@@ -80,6 +80,9 @@ typedef struct snap_item {
 typedef struct snap_list {
     snap_metric metric;
     int best;                 /* epoch of the best item, 0 when none */
+    int final_epoch;          /* "final_epoch": the epochs model.safetensors was trained for,
+                               * written by the worker at the end (an early stop ends before
+                               * job.json's "epochs"); 0 when not recorded */
     int n;
     snap_item *items;         /* n, oldest first */
 } snap_list;
@@ -100,9 +103,9 @@ cJSON *snap_list_to_json(const snap_list *l);
 int snap_list_save(const char *job_dir, const snap_list *l, char *err, size_t errlen);
 
 /* The weights file a selection means in job_dir: writes its path into path
- * and the epoch it holds into *epoch (for SNAP_FINAL with model.safetensors,
- * the epochs the job completed, from job.json's "epochs" when final_epoch is
- * 0), and *final (true for model.safetensors). Errors, as api_error:
+ * and the epoch it holds into *epoch (for SNAP_FINAL with model.safetensors:
+ * final_epoch when > 0, else the list's final_epoch, else job.json's
+ * "epochs"), and *final (true for model.safetensors). Errors, as api_error:
  *   404 snapshot_not_found  no snapshot of that epoch (the message lists those kept)
  *   409 no_best_snapshot    "best" asked of a job whose snapshots have no metric
  *   409 no_weights          nothing saved yet

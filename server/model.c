@@ -21,7 +21,7 @@
 #include <archive_entry.h>
 
 #include "engine/checkpoint.h" /* ckpt_export_weights */
-#include "engine/dataset.h"   /* ds_info_load */
+#include "jobs/model_bundle.h" /* model_prep_of_job_dir: preprocess.json */
 
 #define MODEL_EPOCH_MAX 1000000
 
@@ -233,42 +233,15 @@ static char *labels_text(char *const *classes, int n)
     return text;
 }
 
-/* Fills preprocess.json from the dataset header; 0 or -1 with err. */
-static int build_preprocess(model_parts *p, char *err, size_t errlen)
+/* preprocess.json: the job folder's (jobs/model_bundle.h), one format for
+ * the tarball, kiln infer and the ONNX metadata. 0 or -1 with err. */
+static int build_preprocess(const char *job_dir, model_parts *p, char *err, size_t errlen)
 {
-    ds_info info;
-    char derr[512];
-    if (ds_info_load(p->config.dataset_dir, &info, derr, sizeof derr) != 0) {
-        snprintf(err, errlen, "the job's dataset header is unreadable: %s", derr);
+    model_prep prep;
+    if (model_prep_of_job_dir(job_dir, &p->config, &prep, err, errlen) != 0)
         return -1;
-    }
-    cJSON *o = cJSON_CreateObject();
-    cJSON *mean = cJSON_CreateArray();
-    bool ok = o && mean;
-    for (int c = 0; ok && c < info.c && c < 4; c++)
-        ok = cJSON_AddItemToArray(mean, cJSON_CreateNumber(info.mean[c]));
-    ok = ok && cJSON_AddNumberToObject(o, "channels", info.c) &&
-         cJSON_AddNumberToObject(o, "height", info.h) && cJSON_AddNumberToObject(o, "width", info.w) &&
-         cJSON_AddItemToObject(o, "mean", mean);
-    if (ok)
-        mean = NULL;
-    ok = ok && cJSON_AddNumberToObject(o, "scale", 1.0 / 255.0) &&
-         cJSON_AddStringToObject(o, "layout", "NCHW") &&
-         cJSON_AddStringToObject(o, "resize", info.resize[0] ? info.resize : "squash") &&
-         cJSON_AddStringToObject(o, "formula", "x = (pixel - mean[c]) * scale, pixel in 0..255");
-    /* trained on crops (augmentation.crop): the network takes the centre crop
-     * of the resized image, as validation did */
-    net_shape in = jobcfg_net_input(&p->config);
-    if (ok && (in.h != info.h || in.w != info.w))
-        ok = cJSON_AddItemToObject(o, "center_crop", cJSON_CreateIntArray((const int[]){ in.h, in.w }, 2));
-    ds_info_free(&info);
-    cJSON_Delete(mean);
-    if (!ok) {
-        cJSON_Delete(o);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    p->preprocess = o;
+    if (!(p->preprocess = model_prep_to_json(&prep)))
+        return set_err(err, errlen, "out of memory");
     return 0;
 }
 
@@ -444,7 +417,7 @@ int model_handle(request *r)
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
         goto out;
     }
-    if (build_preprocess(&p, err, sizeof err) != 0 || build_info(srv, &j, &p, err, sizeof err) != 0) {
+    if (build_preprocess(job_dir, &p, err, sizeof err) != 0 || build_info(srv, &j, &p, err, sizeof err) != 0) {
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
         goto out;
     }

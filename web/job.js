@@ -5,6 +5,7 @@
 
 import { get, post, API, ApiError } from './api.js';
 import { createChart } from './charts.js';
+import { classifyCard } from './classify.js';
 import {
   h, fill, statusBadge, progressBar, setProgress, fmtPercent, fmtNumber, fmtDuration, fmtTime, fmtCount,
 } from './ui.js';
@@ -15,7 +16,7 @@ const LOG_LINES = 200;
 export function renderJob(root, id) {
   const st = {
     job: null, es: null, alive: true, charts: [], stepsPerEpoch: 0, pendingMetrics: [],
-    latest: {}, lastEventId: 0, pollTimer: null,
+    latest: {}, lastEventId: 0, pollTimer: null, classifyEpoch: 0,
   };
 
   const title = h('h1', { class: 'page-title' }, `Job ${id}`);
@@ -55,6 +56,12 @@ export function renderJob(root, id) {
     h('div', { class: 'card-head' }, h('h2', { id: 'log-title' }, 'Log')), log);
 
   const stat = (label, dd) => h('div', { class: 'stat' }, h('dt', {}, label), dd);
+  // the trained model in use: classify images with the final weights or a snapshot
+  const classify = classifyCard(id, async () => {
+    const snaps = await get(`/jobs/${id}/snapshots`);
+    const opts = snaps.best ? [{ value: 'best', label: `best (epoch ${snaps.best})` }] : [];
+    return opts.concat(snaps.items.map((s) => ({ value: s.epoch, label: `epoch ${s.epoch}` })));
+  });
 
   fill(root,
     h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
@@ -75,6 +82,7 @@ export function renderJob(root, id) {
       h('section', { class: 'card', 'aria-labelledby': 'acc-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'acc-title' }, 'Accuracy')), accBox)),
     ampSection,
+    classify,
     h('section', { class: 'grid' },
       logCard,
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
@@ -150,6 +158,7 @@ export function renderJob(root, id) {
       fill(stats.epoch, `${current} / ${p.epochs}`);
     }
     if (p.steps) fill(stats.step, `${fmtCount(p.step)} / ${fmtCount(p.steps)}`);
+    if ((p.epoch ?? 0) > st.classifyEpoch) { st.classifyEpoch = p.epoch; classify.refresh(); }
     const eta = p.eta ?? p.eta_seconds;
     fill(stats.eta, st.job && FINAL.has(st.job.status) ? '—' : fmtDuration(eta));
     fill(stats.ips, p.images_per_sec > 0 ? fmtNumber(p.images_per_sec, 4) : '—');
@@ -177,6 +186,7 @@ export function renderJob(root, id) {
     if (FINAL.has(status)) {
       fill(stats.eta, '—');
       if (status === 'done') { setProgress(bar, 1); fill(progressText, '100%'); }
+      if (status === 'done' && classify.hidden) classify.refresh();
     }
   }
 

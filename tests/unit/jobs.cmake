@@ -8,3 +8,5 @@ kiln_unit_test(test_scheduler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sche
 kiln_unit_test(test_jobcfg SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobcfg.c LIBS kiln_jobs)
 # The dataset source readers (IDX, CIFAR batches, path label lists) on generated, damaged and random files.
 kiln_unit_test(test_readers SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_readers.c LIBS kiln_jobs)
+# A job's snapshots (the best, the weights a selection means) and a model opened from its folder or tarball.
+kiln_unit_test(test_model_bundle SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_model_bundle.c LIBS kiln_jobs PkgConfig::ARCHIVE)
