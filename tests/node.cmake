@@ -32,3 +32,6 @@ kiln_node_test(integration_amp_parity tests/integration/amp_parity.test.mjs inte
 kiln_node_test(integration_explorer tests/integration/explorer.test.mjs integration 600)
 kiln_node_test(integration_datasets tests/integration/datasets.test.mjs integration 600)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
+# ONNX export against ONNX Runtime; kiln's side is tests/tools/kiln_predict.
+kiln_node_test(integration_onnx   tests/integration/onnx.test.mjs   integration 2400)
+set_property(TEST integration_onnx APPEND PROPERTY ENVIRONMENT "KILN_PREDICT=$<TARGET_FILE:kiln_predict>")

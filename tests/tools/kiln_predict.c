@@ -18,7 +18,7 @@
 #include "engine/net.h"        /* net_create, net_load, net_predict */
 #include "jobs/cli_args.h"     /* cli_spec, cli_shape, cli_int */
 
-#define MAX_BATCH 64
+#define MAX_BATCH 10           /* images per net_predict call: ResNet-50 at 224 takes ~0.3 GB each */
 #define MAX_INPUT_BYTES ((size_t)1 << 31)
 
 static int parse_mean(const char *s, int c, float *mean)
