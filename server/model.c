@@ -342,7 +342,7 @@ static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
         add_file(a, "weights.safetensors", p->weights, err, errlen) != 0 ||
         add_text(a, "labels.txt", p->labels, err, errlen) != 0 ||
         add_json(a, "preprocess.json", p->preprocess, err, errlen) != 0 ||
-        add_bytes(a, "model.onnx", p->onnx, p->onnx_len, err, errlen) != 0 ||
+        (p->onnx && add_bytes(a, "model.onnx", p->onnx, p->onnx_len, err, errlen) != 0) ||
         add_json(a, "info.json", p->info, err, errlen) != 0)
         goto out;
     if (archive_write_close(a) != ARCHIVE_OK) {
@@ -472,10 +472,15 @@ int model_handle(request *r)
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
         goto out;
     }
+    /* The tarball goes without model.onnx (and says why in info.json) when
+     * the export fails, rather than not at all: its weights are still good. */
     if (build_onnx(&p, err, sizeof err) != 0) {
-        ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
-                         "exporting the model to ONNX: %s", err);
-        goto out;
+        if (onnx || !cJSON_AddStringToObject(p.info, "onnx_error", err)) {
+            ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                             "exporting the model to ONNX: %s", err);
+            goto out;
+        }
+        err[0] = '\0';
     }
     if (onnx) {
         ret = send_onnx(r, &j, &p, (int)want_epoch);

@@ -10,7 +10,9 @@
  *   preprocess.json      {"channels","height","width","mean":[per channel],
  *                         "scale":1/255, "layout":"NCHW", ...}: x = (pixel - mean[c]) * scale
  *   info.json            {"job","dataset","network","epoch","epochs","metrics",...}
- *   model.onnx           the same weights as ONNX (jobs/model_onnx.h)
+ *   model.onnx           the same weights as ONNX (jobs/model_onnx.h); left out,
+ *                        with info.json's "onnx_error" saying why, when the
+ *                        export fails (a model past protobuf's 2 GB limit)
  * format=onnx answers model.onnx alone (application/octet-stream,
  * kiln-job-ID[-epoch-N].onnx), built in memory: input "pixels" float32
  * [batch, C, H, W] raw 0..255 pixels as preprocess.json describes them (the
