@@ -23,6 +23,11 @@ int layout_job_dir(char *buf, size_t n, const char *data, int64_t id)
     return fits(snprintf(buf, n, "%s/" LAYOUT_JOBS "/%lld", data, (long long)id), n);
 }
 
+int layout_eval_dir(char *buf, size_t n, const char *data, int64_t id)
+{
+    return fits(snprintf(buf, n, "%s/" LAYOUT_EVALUATIONS "/%lld", data, (long long)id), n);
+}
+
 int layout_file(char *buf, size_t n, const char *dir, const char *name)
 {
     return fits(snprintf(buf, n, "%s/%s", dir, name), n);

@@ -59,6 +59,41 @@ const store_migration store_migrations[] = {
         .what = "an importing dataset's ETA",
         .sql = "ALTER TABLE datasets ADD COLUMN eta_seconds REAL NOT NULL DEFAULT -1;",
     },
+    {
+        .version = 3,
+        .what = "a job's early stop (epoch, best epoch, reason)",
+        .sql = "ALTER TABLE jobs ADD COLUMN stopped_epoch INTEGER;"
+               "ALTER TABLE jobs ADD COLUMN stopped_best_epoch INTEGER;"
+               "ALTER TABLE jobs ADD COLUMN stopped_message TEXT;",
+    },
+    {
+        /* An evaluation of a job's model on a dataset split (jobs/evaluation.h).
+         * It goes with its job (CASCADE); a dataset that evaluations use cannot
+         * be deleted (RESTRICT), as with jobs. result_json holds the finished
+         * result (result.json's text). */
+        .version = 4,
+        .what = "evaluations",
+        .sql =
+            "CREATE TABLE evaluations ("
+            "  id           INTEGER PRIMARY KEY AUTOINCREMENT,"
+            "  job_id       INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+            "  dataset_id   INTEGER NOT NULL REFERENCES datasets (id) ON DELETE RESTRICT,"
+            "  split        TEXT NOT NULL CHECK (split IN ('train', 'val', 'test')),"
+            "  epoch        INTEGER NOT NULL DEFAULT 0,"
+            "  selection    TEXT NOT NULL,"
+            "  status       TEXT NOT NULL DEFAULT 'queued'"
+            "               CHECK (status IN ('queued', 'running', 'done', 'failed', 'cancelled')),"
+            "  progress     REAL NOT NULL DEFAULT 0,"
+            "  result_json  TEXT,"
+            "  error        TEXT,"
+            "  created_at   TEXT NOT NULL,"
+            "  started_at   TEXT,"
+            "  finished_at  TEXT"
+            ");"
+            "CREATE INDEX evaluations_by_job ON evaluations (job_id, id);"
+            "CREATE INDEX evaluations_by_status ON evaluations (status, id);"
+            "CREATE INDEX evaluations_by_dataset ON evaluations (dataset_id);",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

@@ -45,6 +45,7 @@ enum stmt_id {
     ST_JOB_STATUS,
     ST_JOB_PROGRESS,
     ST_JOB_CONFIG,
+    ST_JOB_STOPPED,
     ST_JOB_GET,
     ST_JOB_LIST,
     ST_JOB_NEXT_QUEUED,
@@ -54,13 +55,26 @@ enum stmt_id {
     ST_METRIC_LIST,
     ST_METRIC_DELETE,
     ST_METRIC_LATEST,
+    ST_EVAL_INSERT,
+    ST_EVAL_STATUS,
+    ST_EVAL_PROGRESS,
+    ST_EVAL_FINISH,
+    ST_EVAL_GET,
+    ST_EVAL_BY_JOB,
+    ST_EVAL_IDS_STATUS,
+    ST_EVAL_COUNT_DATASET,
+    ST_EVAL_DELETE,
+    ST_QUEUE_LIST,
     ST_COUNT
 };
 
 #define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds"
 #define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
-                 "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at"
+                 "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at, " \
+                 "stopped_epoch, stopped_best_epoch, stopped_message"
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
+#define EVAL_COLS "id, job_id, dataset_id, split, selection, epoch, status, progress, result_json, " \
+                  "error, created_at, started_at, finished_at"
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_DS_INSERT] = "INSERT INTO datasets (name, status, progress, created_at) "
@@ -85,6 +99,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_JOB_PROGRESS] = "UPDATE jobs SET epoch = ?2, step = ?3, steps = ?4, images_per_sec = ?5, "
                         "eta_seconds = ?6 WHERE id = ?1",
     [ST_JOB_CONFIG] = "UPDATE jobs SET config_json = ?2 WHERE id = ?1",
+    [ST_JOB_STOPPED] = "UPDATE jobs SET stopped_epoch = ?2, stopped_best_epoch = ?3, "
+                       "stopped_message = ?4 WHERE id = ?1",
     [ST_JOB_GET] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?1",
     [ST_JOB_LIST] = "SELECT " JOB_COLS " FROM jobs ORDER BY id DESC",
     [ST_JOB_NEXT_QUEUED] = "SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1",
@@ -96,6 +112,29 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_METRIC_DELETE] = "DELETE FROM metrics WHERE job_id = ?1 AND step > ?2",
     [ST_METRIC_LATEST] = "SELECT " METRIC_COLS " FROM metrics WHERE id IN "
                          "(SELECT MAX(id) FROM metrics WHERE job_id = ?1 GROUP BY tag) ORDER BY tag",
+    [ST_EVAL_INSERT] = "INSERT INTO evaluations (job_id, dataset_id, split, selection, epoch, status, "
+                       "created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', " NOW_SQL ")",
+    [ST_EVAL_STATUS] =
+        "UPDATE evaluations SET status = ?2, error = ?3, "
+        "progress = CASE WHEN ?2 = 'queued' THEN 0 ELSE progress END, "
+        "started_at = CASE WHEN ?2 = 'running' THEN " NOW_SQL " "
+        "                  WHEN ?2 = 'queued' THEN NULL ELSE started_at END, "
+        "finished_at = CASE WHEN ?2 IN ('done', 'failed', 'cancelled') THEN " NOW_SQL " "
+        "                   ELSE NULL END "
+        "WHERE id = ?1",
+    [ST_EVAL_PROGRESS] = "UPDATE evaluations SET progress = ?2 WHERE id = ?1",
+    [ST_EVAL_FINISH] = "UPDATE evaluations SET status = ?2, result_json = ?3, error = ?4, "
+                       "progress = CASE WHEN ?2 = 'done' THEN 1 ELSE progress END, "
+                       "finished_at = " NOW_SQL " WHERE id = ?1",
+    [ST_EVAL_GET] = "SELECT " EVAL_COLS " FROM evaluations WHERE id = ?1",
+    [ST_EVAL_BY_JOB] = "SELECT " EVAL_COLS " FROM evaluations WHERE job_id = ?1 ORDER BY id DESC",
+    [ST_EVAL_IDS_STATUS] = "SELECT id FROM evaluations WHERE status = ?1 ORDER BY id",
+    [ST_EVAL_COUNT_DATASET] = "SELECT COUNT(*) FROM evaluations WHERE dataset_id = ?1",
+    [ST_EVAL_DELETE] = "DELETE FROM evaluations WHERE id = ?1",
+    [ST_QUEUE_LIST] = "SELECT 0 AS kind, id, created_at FROM jobs WHERE status = 'queued' "
+                      "UNION ALL "
+                      "SELECT 1 AS kind, id, created_at FROM evaluations WHERE status = 'queued' "
+                      "ORDER BY 3, 1, 2",
 };
 
 struct store {
@@ -663,6 +702,25 @@ int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_
     return ret;
 }
 
+int store_job_set_stopped_early(store *s, int64_t id, int epoch, int best_epoch, const char *message)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_STOPPED, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 2, epoch);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 3, best_epoch);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 4, message, -1, SQLITE_TRANSIENT);
+        ret = step_change(s, q, b, "job early stop");
+    }
+    unlock(s);
+    return ret;
+}
+
 int store_job_set_config(store *s, int64_t id, const char *config_json)
 {
     lock(s);
@@ -698,6 +756,9 @@ static int read_job(sqlite3_stmt *q, void *elem)
     ok = col_dup(q, 12, &j->created_at) && ok;
     ok = col_dup(q, 13, &j->started_at) && ok;
     ok = col_dup(q, 14, &j->finished_at) && ok;
+    j->stopped_epoch = sqlite3_column_int(q, 15);
+    j->stopped_best_epoch = sqlite3_column_int(q, 16);
+    ok = col_dup(q, 17, &j->stopped_message) && ok;
     if (!ok) {
         store_job_clear(j);
         return -1;
@@ -794,6 +855,7 @@ void store_job_clear(store_job *j)
     free(j->created_at);
     free(j->started_at);
     free(j->finished_at);
+    free(j->stopped_message);
     memset(j, 0, sizeof *j);
 }
 
@@ -907,5 +969,272 @@ int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n)
     unlock(s);
     if (ret == 0)
         *out = arr;
+    return ret;
+}
+
+/* ---- evaluations ---------------------------------------------------------- */
+
+static bool valid_split(const char *sp)
+{
+    return sp && (!strcmp(sp, "train") || !strcmp(sp, "val") || !strcmp(sp, "test"));
+}
+
+int store_eval_insert(store *s, int64_t job_id, int64_t dataset_id, const char *split,
+                      const char *selection, int epoch, int64_t *id, char *err, size_t errlen)
+{
+    if (!valid_split(split) || !selection)
+        return set_err(err, errlen, "inserting evaluation: invalid split or selection");
+    int ret = -1;
+    lock(s);
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_INSERT, err, errlen);
+    if (!q)
+        goto out;
+    int b = sqlite3_bind_int64(q, 1, job_id);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_int64(q, 2, dataset_id);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_text(q, 3, split, -1, SQLITE_TRANSIENT);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_text(q, 4, selection, -1, SQLITE_TRANSIENT);
+    if (b == SQLITE_OK)
+        b = sqlite3_bind_int(q, 5, epoch);
+    if (b != SQLITE_OK || sqlite3_step(q) != SQLITE_DONE) {
+        set_err(err, errlen, "inserting evaluation: %s", sqlite3_errmsg(s->db));
+        goto out;
+    }
+    *id = sqlite3_last_insert_rowid(s->db);
+    ret = 0;
+out:
+    stmt_done(q);
+    unlock(s);
+    return ret;
+}
+
+int store_eval_set_status(store *s, int64_t id, const char *status, const char *error)
+{
+    if (!valid_job_status(status)) {
+        fprintf(stderr, "kiln: store: evaluation %lld: invalid status \"%s\"\n", (long long)id,
+                status ? status : "(null)");
+        return -1;
+    }
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_STATUS, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 3, error);
+        ret = step_change(s, q, b, "evaluation status");
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_eval_set_progress(store *s, int64_t id, double progress)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_PROGRESS, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_double(q, 2, !isfinite(progress) || progress < 0 ? 0 : progress > 1 ? 1 : progress);
+        ret = step_change(s, q, b, "evaluation progress");
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_eval_finish(store *s, int64_t id, const char *status, const char *result_json,
+                      const char *error)
+{
+    bool done = status && !strcmp(status, "done");
+    if (!status || (!done && strcmp(status, "failed") && strcmp(status, "cancelled")) ||
+        (done && !result_json) || (!done && result_json)) {
+        fprintf(stderr, "kiln: store: evaluation %lld: cannot finish as \"%s\"%s\n", (long long)id,
+                status ? status : "(null)", result_json ? " with a result" : "");
+        return -1;
+    }
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_FINISH, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 3, result_json);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 4, error);
+        ret = step_change(s, q, b, "evaluation finish");
+    }
+    unlock(s);
+    return ret;
+}
+
+/* Fills a store_eval from a row of EVAL_COLS. Returns 0, or -1 when out of memory. */
+static int read_eval(sqlite3_stmt *q, void *elem)
+{
+    store_eval *e = elem;
+    memset(e, 0, sizeof *e);
+    e->id = sqlite3_column_int64(q, 0);
+    e->job_id = sqlite3_column_int64(q, 1);
+    e->dataset_id = sqlite3_column_int64(q, 2);
+    e->epoch = sqlite3_column_int(q, 5);
+    e->progress = sqlite3_column_double(q, 7);
+    bool ok = col_dup(q, 3, &e->split);
+    ok = col_dup(q, 4, &e->selection) && ok;
+    ok = col_dup(q, 6, &e->status) && ok;
+    ok = col_dup(q, 8, &e->result_json) && ok;
+    ok = col_dup(q, 9, &e->error) && ok;
+    ok = col_dup(q, 10, &e->created_at) && ok;
+    ok = col_dup(q, 11, &e->started_at) && ok;
+    ok = col_dup(q, 12, &e->finished_at) && ok;
+    if (!ok) {
+        store_eval_clear(e);
+        return -1;
+    }
+    return 0;
+}
+
+static void clear_eval(void *elem)
+{
+    store_eval_clear(elem);
+}
+
+static const row_kind eval_rows = { sizeof(store_eval), read_eval, clear_eval };
+
+int store_eval_get(store *s, int64_t id, store_eval *out)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_GET, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
+            ret = read_one(s, q, &eval_rows, "reading evaluation", out);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_eval_list_by_job(store *s, int64_t job_id, store_eval **out, size_t *n)
+{
+    void *arr = NULL;
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_BY_JOB, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_int64(q, 1, job_id) == SQLITE_OK)
+            ret = read_all(s, q, &eval_rows, "listing evaluations", &arr, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    if (ret == 0)
+        *out = arr;
+    return ret;
+}
+
+int store_eval_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n)
+{
+    void *arr = NULL;
+    *ids = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_IDS_STATUS, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_text(q, 1, status, -1, SQLITE_TRANSIENT) == SQLITE_OK)
+            ret = read_all(s, q, &id_rows, "reading evaluation ids", &arr, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    if (ret == 0)
+        *ids = arr;
+    return ret;
+}
+
+int store_eval_count_by_dataset(store *s, int64_t dataset_id, size_t *n)
+{
+    int64_t count = 0;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_COUNT_DATASET, NULL, 0);
+    if (q) {
+        if (sqlite3_bind_int64(q, 1, dataset_id) == SQLITE_OK)
+            ret = read_one(s, q, &id_rows, "counting evaluations", &count);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    if (ret == 0)
+        *n = (size_t)count;
+    return ret;
+}
+
+int store_eval_delete(store *s, int64_t id)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_DELETE, NULL, 0);
+    if (q)
+        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "deleting evaluation");
+    unlock(s);
+    return ret;
+}
+
+void store_eval_clear(store_eval *e)
+{
+    if (!e)
+        return;
+    free(e->split);
+    free(e->selection);
+    free(e->status);
+    free(e->result_json);
+    free(e->error);
+    free(e->created_at);
+    free(e->started_at);
+    free(e->finished_at);
+    memset(e, 0, sizeof *e);
+}
+
+void store_eval_list_free(store_eval *list, size_t n)
+{
+    for (size_t i = 0; list && i < n; i++)
+        store_eval_clear(&list[i]);
+    free(list);
+}
+
+/* ---- the queue ------------------------------------------------------------ */
+
+static int read_queued(sqlite3_stmt *q, void *elem)
+{
+    store_queued *w = elem;
+    w->kind = sqlite3_column_int(q, 0) ? STORE_WORK_EVAL : STORE_WORK_JOB;
+    w->id = sqlite3_column_int64(q, 1);
+    return 0;
+}
+
+static const row_kind queued_rows = { sizeof(store_queued), read_queued, NULL };
+
+int store_queue_list(store *s, store_queued **out, size_t *n)
+{
+    void *arr = NULL;
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_QUEUE_LIST, NULL, 0);
+    if (q && (ret = read_all(s, q, &queued_rows, "listing the queue", &arr, n)) == 0)
+        *out = arr;
+    unlock(s);
     return ret;
 }

@@ -69,6 +69,11 @@ typedef struct store_job {
     double images_per_sec;
     double eta_seconds;    /* -1 when unknown */
     char *created_at, *started_at, *finished_at;   /* NULL until they happen */
+    /* early_stopping ended it (store_job_set_stopped_early): the last epoch
+     * trained, the best epoch by its metric (0: none), the reason; 0/0/NULL
+     * otherwise */
+    int stopped_epoch, stopped_best_epoch;
+    char *stopped_message;
 } store_job;
 
 int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
@@ -78,6 +83,9 @@ int store_job_insert(store *s, int64_t dataset_id, const char *network, const ch
 int store_job_set_status(store *s, int64_t id, const char *status, const char *error);
 int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
                            double images_per_sec, double eta_seconds);
+/* Records that early stopping ended the job after `epoch` (the worker's
+ * {"t":"stopped_early"} report); message may not be NULL. */
+int store_job_set_stopped_early(store *s, int64_t id, int epoch, int best_epoch, const char *message);
 /* Replaces the stored config (jobspec stores it again once the id is in it). */
 int store_job_set_config(store *s, int64_t id, const char *config_json);
 int store_job_get(store *s, int64_t id, store_job *out);
@@ -108,5 +116,57 @@ int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric
 int store_metric_delete(store *s, int64_t job_id, int64_t after_step);
 /* The latest value of each tag, for the job view. */
 int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n);
+
+/* ---- evaluations -------------------------------------------------------- */
+
+/* An evaluation of a job's model on a dataset split (jobs/evaluation.h). */
+typedef struct store_eval {
+    int64_t id;
+    int64_t job_id, dataset_id;
+    char *split;           /* "train", "val", "test" */
+    char *selection;       /* the weights asked for: "final", "best" or an epoch number */
+    int epoch;             /* the epoch those weights are from (0: not known) */
+    char *status;          /* "queued", "running", "done", "failed", "cancelled" */
+    double progress;       /* 0..1 */
+    char *result_json;     /* once done: the result (result.json's text); else NULL */
+    char *error;           /* reason when failed, else NULL */
+    char *created_at, *started_at, *finished_at;   /* NULL until they happen */
+} store_eval;
+
+/* Inserts an evaluation in status "queued"; *id receives its id. */
+int store_eval_insert(store *s, int64_t job_id, int64_t dataset_id, const char *split,
+                      const char *selection, int epoch, int64_t *id, char *err, size_t errlen);
+/* Sets status as store_job_set_status does ("running" stamps started_at,
+ * "queued" clears it and the progress, a final status stamps finished_at). */
+int store_eval_set_status(store *s, int64_t id, const char *status, const char *error);
+int store_eval_set_progress(store *s, int64_t id, double progress);
+/* Ends an evaluation: status "done" with its result (progress 1), or
+ * "failed"/"cancelled" with error (may be NULL) and no result. */
+int store_eval_finish(store *s, int64_t id, const char *status, const char *result_json,
+                      const char *error);
+int store_eval_get(store *s, int64_t id, store_eval *out);
+/* A job's evaluations, newest first (free with store_eval_list_free). */
+int store_eval_list_by_job(store *s, int64_t job_id, store_eval **out, size_t *n);
+/* Ids of evaluations in a status, oldest first. */
+int store_eval_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n);
+/* How many evaluations use a dataset. */
+int store_eval_count_by_dataset(store *s, int64_t dataset_id, size_t *n);
+int store_eval_delete(store *s, int64_t id);
+void store_eval_clear(store_eval *e);
+void store_eval_list_free(store_eval *list, size_t n);
+
+/* ---- the queue: jobs and evaluations together ---------------------------- */
+
+typedef enum store_work { STORE_WORK_JOB, STORE_WORK_EVAL } store_work;
+
+typedef struct store_queued {
+    store_work kind;
+    int64_t id;
+} store_queued;
+
+/* Every queued job and evaluation, oldest first (by created_at; in the same
+ * second jobs before evaluations, then by id): the order the scheduler
+ * starts them in. *out is malloc'ed (NULL and 0 for none). */
+int store_queue_list(store *s, store_queued **out, size_t *n);
 
 #endif

@@ -16,6 +16,7 @@
 #include "jobs/jobcfg.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,25 @@ static const char *const *loss_scaling_names(void)
 static const int loss_scaling_values[] = { 1, 0 };              /* dynamic_scaling */
 static const int larc_values[] = { LARC_CLIP, LARC_SCALE };     /* the names leave out none */
 
+/* The validation metrics of snap_metric (jobs/snapshots.h), the first in
+ * its enum order, so a choice's index is the metric. Filled once from
+ * snap_metric_name, the one table. Only validation metrics: every epoch's
+ * are whole after a resume, where a training mean of an epoch resumed
+ * part-way covers only the steps after the resume. */
+static const char *metric_names_[SNAP_METRIC_COUNT + 1];
+static void fill_metric_names(void)
+{
+    for (int m = 0, n = 0; m < SNAP_METRIC_COUNT; m++)
+        if (!strncmp(snap_metric_name((snap_metric)m), "val/", 4) && n == m)
+            metric_names_[n++] = snap_metric_name((snap_metric)m);
+}
+static const char *const *snap_metric_names(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_metric_names);
+    return metric_names_;
+}
+
 typedef struct rule {
     const char *obj;                   /* "" top level, "solver", "solver.larc" */
     const char *key;
@@ -64,12 +84,15 @@ typedef struct rule {
 #define AT(field) offsetof(jobcfg, field)
 #define SOLVER(field) (offsetof(jobcfg, solver) + offsetof(jobcfg_solver, field))
 #define AUG(field) (offsetof(jobcfg, augment) + offsetof(jobcfg_augment, field))
+#define EARLY(field) (offsetof(jobcfg, early_stop) + offsetof(jobcfg_early_stop, field))
+#define EPOCHS_MAX 10000
 
 _Static_assert(sizeof(precision_mode) == sizeof(int) && sizeof(solver_type) == sizeof(int) &&
-               sizeof(larc_policy) == sizeof(int), "enums are stored as int");
+               sizeof(larc_policy) == sizeof(int) && sizeof(snap_metric) == sizeof(int),
+               "enums are stored as int");
 
 static const rule rules[] = {
-    { "", "epochs", R_INT, 10, 1, 10000, .store = S_INT, .off = AT(epochs),
+    { "", "epochs", R_INT, 10, 1, EPOCHS_MAX, .store = S_INT, .off = AT(epochs),
       .doc = "passes over the training split" },
     { "", "batch_size", R_INT, 64, 1, 4096, .store = S_INT, .off = AT(batch_size),
       .doc = "images per step (the global batch, split across GPUs)" },
@@ -77,6 +100,20 @@ static const rule rules[] = {
       .doc = "initialisation, shuffling and dropout" },
     { "", "snapshot_interval", R_INT, 1, 1, 10000, .store = S_INT, .off = AT(snapshot_interval),
       .doc = "a checkpoint every this many epochs" },
+    { "", "checkpoint_metric", R_CHOICE, SNAP_VAL_ACCURACY, .names = snap_metric_names,
+      .store = S_INT, .off = AT(checkpoint_metric),
+      .doc = "the metric that picks a job's best snapshot (GET .../snapshots, epoch=best): "
+      "higher accuracy or lower loss is better; ties go to the earlier epoch" },
+    { "", "keep_checkpoints", R_INT, -1, 1, EPOCHS_MAX, .store = S_INT, .off = AT(keep_checkpoints),
+      .doc = "keep only the last N snapshots plus the best (the others' files are deleted as "
+      "training goes); null or absent: keep every snapshot" },
+    { "early_stopping", "metric", R_CHOICE, SNAP_VAL_LOSS, .names = snap_metric_names,
+      .store = S_INT, .off = EARLY(metric),
+      .doc = "early stopping's metric; the \"early_stopping\" object absent: no early stopping" },
+    { "early_stopping", "patience", R_INT, 5, 1, EPOCHS_MAX, .store = S_INT, .off = EARLY(patience),
+      .doc = "stop (as done) after this many epochs in a row without an improvement" },
+    { "early_stopping", "min_delta", R_NUM, 0, 0, 1e6, .store = S_DOUBLE, .off = EARLY(min_delta),
+      .doc = "an improvement is a change over the best value so far by more than this" },
     { "", "loader_threads", R_INT, 0, 0, LOADER_THREADS_MAX, .store = S_INT, .off = AT(loader_threads),
       .doc = "threads that decode and augment the images ahead of the step; 0: what fits the "
       "machine (up to 4); the batches are the same for any number" },
@@ -127,11 +164,13 @@ static const rule rules[] = {
 
 /* Fields that are not scalars, per object and form, for the unknown-field check. */
 static const char *const request_fields[] = {
-    "dataset_id", "network", "name", "devices", "solver", "lr_policy", "augmentation", NULL,
+    "dataset_id", "network", "name", "devices", "solver", "lr_policy", "augmentation",
+    "early_stopping", NULL,
 };
 static const char *const resolved_fields[] = {
     "id", "dataset_id", "dataset_dir", "network_name", "network", "input", "classes", "name",
-    "backend", "gpus", "gpu_count", "gpu", "replicas", "solver", "lr_policy", "augmentation", NULL,
+    "backend", "gpus", "gpu_count", "gpu", "replicas", "solver", "lr_policy", "augmentation",
+    "early_stopping", NULL,
 };
 static const char *const solver_fields[] = { "larc", NULL };
 
@@ -390,13 +429,14 @@ static int check_solver_fields(const cJSON *solver, solver_type t, api_error *e)
 
 /* The objects of a request that hold rules (NULL: absent). */
 typedef struct rule_objects {
-    const cJSON *body, *solver, *larc, *augmentation;
+    const cJSON *body, *solver, *larc, *augmentation, *early_stopping;
 } rule_objects;
 
 static const cJSON *object_of(const rule *r, const rule_objects *o)
 {
     return !strcmp(r->obj, "") ? o->body : !strcmp(r->obj, "solver") ? o->solver :
-           !strcmp(r->obj, "solver.larc") ? o->larc : o->augmentation;
+           !strcmp(r->obj, "solver.larc") ? o->larc :
+           !strcmp(r->obj, "early_stopping") ? o->early_stopping : o->augmentation;
 }
 
 /* Every rule, in table order, from its object in body. Rules of another
@@ -411,6 +451,8 @@ static int read_rules(const rule_objects *objs, jobcfg *c, api_error *e)
             continue;
         if (!strcmp(r->obj, "solver.larc") && !objs->larc)
             continue;                              /* no LARC: policy none, eta 0 */
+        if (!strcmp(r->obj, "early_stopping") && !objs->early_stopping)
+            continue;                              /* no early stopping: all zero */
         double v;
         if (read_rule(r, obj, &v, e) != 0)
             return -1;
@@ -730,7 +772,15 @@ static int read_all(const cJSON *j, jobcfg_form form, jobcfg *c, api_error *e)
                         "\"pad\": 0, \"mirror\": true}");
     if (aug && check_fields(aug, "augmentation", none, "augmentation", e) != 0)
         return -1;
-    rule_objects objs = { .body = j, .solver = solver, .larc = larc, .augmentation = aug };
+    const cJSON *early = opt_field(j, "early_stopping");
+    if (early && !cJSON_IsObject(early))
+        return api_fail(e, 400, "invalid_field", "early_stopping must be an object: {\"metric\": "
+                        "\"val/loss\", \"patience\": 5, \"min_delta\": 0}, or null for none");
+    if (early && check_fields(early, "early_stopping", none, "early_stopping", e) != 0)
+        return -1;
+    c->early_stop.enabled = early != NULL;
+    rule_objects objs = { .body = j, .solver = solver, .larc = larc, .augmentation = aug,
+                          .early_stopping = early };
     if (solver_kind(solver, &c->solver.type, e) != 0 ||
         check_solver_fields(solver, c->solver.type, e) != 0 ||
         read_rules(&objs, c, e) != 0 || read_name(j, c, e) != 0)
@@ -837,7 +887,7 @@ static bool add_devices(cJSON *o, const jobcfg *c)
 cJSON *jobcfg_to_json(const jobcfg *c)
 {
     cJSON *o = cJSON_CreateObject(), *solver = cJSON_CreateObject(), *larc = NULL;
-    cJSON *aug = cJSON_CreateObject();
+    cJSON *aug = cJSON_CreateObject(), *early = NULL;
     bool ok = o && solver && aug;
     int shape[3] = { c->input.c, c->input.h, c->input.w };
     ok = ok && add(o, "id", cJSON_CreateNumber((double)c->id)) &&
@@ -857,9 +907,19 @@ cJSON *jobcfg_to_json(const jobcfg *c)
             if (!larc && !(larc = cJSON_AddObjectToObject(solver, "larc")))
                 ok = false;
         }
+        if (!strcmp(r->obj, "early_stopping")) {
+            if (!c->early_stop.enabled)
+                continue;
+            if (!early && !(early = cJSON_CreateObject()))
+                ok = false;
+        }
         cJSON *into = !strcmp(r->obj, "") ? o : !strcmp(r->obj, "solver") ? solver :
-                      !strcmp(r->obj, "augmentation") ? aug : larc;
-        ok = ok && add(into, r->key, rule_json(r, c));
+                      !strcmp(r->obj, "augmentation") ? aug :
+                      !strcmp(r->obj, "early_stopping") ? early : larc;
+        if (!strcmp(r->key, "keep_checkpoints") && c->keep_checkpoints == 0)
+            ok = ok && add(into, r->key, cJSON_CreateNull());      /* every snapshot */
+        else
+            ok = ok && add(into, r->key, rule_json(r, c));
         if (ok && !strcmp(r->key, "loss_scaling"))
             ok = add_devices(o, c);                /* where job.json has always had them */
     }
@@ -871,10 +931,15 @@ cJSON *jobcfg_to_json(const jobcfg *c)
         aug = NULL;
     else
         ok = false;
+    if (ok && early) {
+        ok = add(o, "early_stopping", early);      /* add frees it when it fails */
+        early = NULL;
+    }
     ok = ok && (!c->lr_policy || add(o, "lr_policy", cJSON_Duplicate(c->lr_policy, 1))) &&
          (!c->name[0] || add(o, "name", cJSON_CreateString(c->name)));
     cJSON_Delete(solver);
     cJSON_Delete(aug);
+    cJSON_Delete(early);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -934,7 +999,8 @@ static cJSON *rule_schema(const rule *r)
     cJSON *f = cJSON_CreateObject();
     bool ok = f && cJSON_AddStringToObject(f, "type", types[r->kind]);
     if (ok && (r->kind == R_INT || r->kind == R_NUM))
-        ok = cJSON_AddNumberToObject(f, "default", r->def) &&
+        ok = (r->def < 0 ? cJSON_AddNullToObject(f, "default") != NULL
+                         : cJSON_AddNumberToObject(f, "default", r->def) != NULL) &&
              cJSON_AddNumberToObject(f, r->lo_open ? "exclusiveMinimum" : "minimum", r->lo) &&
              cJSON_AddNumberToObject(f, r->hi_open ? "exclusiveMaximum" : "maximum", r->hi);
     if (ok && r->kind == R_BOOL)

@@ -31,6 +31,7 @@
 #include "base/limits.h"      /* KILN_MAX_DEVICES */
 #include "engine/dataset.h"   /* ds_augment */
 #include "engine/net.h"       /* net_shape, net_solver, net_devices */
+#include "jobs/snapshots.h"   /* snap_metric */
 
 #define JOBCFG_NAME_MAX 200            /* bytes of a job's name */
 #define JOBCFG_NETWORK_NAME_MAX 63
@@ -64,6 +65,17 @@ typedef struct jobcfg_augment {
     bool mirror;                       /* flip left to right at random in training */
 } jobcfg_augment;
 
+/* "early_stopping": absent, off; given (even {}), the run ends as done once
+ * `metric` has not improved on its best by more than min_delta for
+ * `patience` epochs in a row (jobs/early_stop.h decides; runner.h tells
+ * what the worker does then). */
+typedef struct jobcfg_early_stop {
+    bool enabled;                      /* the object was given */
+    snap_metric metric;                /* val/loss by default, or val/accuracy */
+    int patience;                      /* epochs without an improvement; >= 1 */
+    double min_delta;                  /* what counts as one; >= 0 */
+} jobcfg_early_stop;
+
 typedef struct jobcfg {
     /* identity and data (resolved form) */
     int64_t id;                        /* 0 until the job's row exists */
@@ -87,6 +99,12 @@ typedef struct jobcfg {
     bool dynamic_scaling;              /* loss_scaling "dynamic" (resolved from the precision) */
     jobcfg_solver solver;
     cJSON *lr_policy;                  /* owned; NULL: fixed. engine/lr.h reads it */
+
+    /* snapshots (jobs/snapshots.h) */
+    snap_metric checkpoint_metric;     /* which snapshot is "best" (val/accuracy) */
+    int keep_checkpoints;              /* keep the last N snapshots plus the best; 0: all
+                                        * (absent or null in JSON) */
+    jobcfg_early_stop early_stop;
 } jobcfg;
 
 typedef enum jobcfg_form {

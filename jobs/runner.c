@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +71,8 @@
 #include "engine/lr.h"        /* lr_from_json, lr_at */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
 #include "jobs/jobcfg.h"      /* jobcfg_load, jobcfg_net_devices, jobcfg_net_solver */
+#include "jobs/snap_keep.h"   /* epochs.json, snap_keep_plan, es_update */
+#include "jobs/snapshots.h"   /* snap_list_load, snap_list_save */
 #include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
@@ -184,6 +187,10 @@ typedef struct run {
     int64_t epoch_step;          /* its steps done */
     double last_loss, last_acc, last_lr;   /* for human progress lines */
     double last_val_secs;        /* < 0 until the first validation */
+    cJSON *record;               /* epochs.json's items (jobs/snap_keep.h) */
+    es_state es;                 /* early stopping, fed every validated epoch */
+    bool stopped_early;          /* es said stop: the run ends as done */
+    char stop_msg[256];
     char err[1024];
 } run;
 
@@ -310,6 +317,255 @@ static int resume(run *r, const char *ckdir, char *err, size_t errlen)
     return 0;
 }
 
+
+/* ---- snapshots, the record of the epochs, early stopping ------------------- */
+
+static bool add_finite(cJSON *o, snap_metric m, double v)
+{
+    return !isfinite(v) || cJSON_AddNumberToObject(o, snap_metric_name(m), v) != NULL;
+}
+
+/* epochs.json's item of an epoch: {"epoch","step","metrics"}; NULL when out of memory. */
+static cJSON *epoch_item(int epoch, int64_t step, double val_loss, double val_acc, double train_loss,
+                         double train_acc)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *m = o ? cJSON_AddObjectToObject(o, "metrics") : NULL;
+    bool ok = m && cJSON_AddNumberToObject(o, "epoch", epoch) &&
+              cJSON_AddNumberToObject(o, "step", (double)step) &&
+              add_finite(m, SNAP_VAL_LOSS, val_loss) && add_finite(m, SNAP_VAL_ACCURACY, val_acc) &&
+              add_finite(m, SNAP_TRAIN_LOSS, train_loss) && add_finite(m, SNAP_TRAIN_ACCURACY, train_acc);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* item as epochs.json gives it back: cJSON writes a number with 15
+ * significant digits where they read back within its epsilon, so the run
+ * decides on the values a resumed worker will read. NULL when out of memory. */
+static cJSON *through_text(cJSON *item)
+{
+    char *text = item ? cJSON_PrintUnformatted(item) : NULL;
+    cJSON *back = text ? cJSON_Parse(text) : NULL;
+    cJSON_free(text);
+    cJSON_Delete(item);
+    return back;
+}
+
+/* Appends item (taken) to the record and writes epochs.json. 0 or -1 (r->err). */
+static int record_epoch(run *r, cJSON **itemp)
+{
+    char e[512];
+    cJSON *item = *itemp = through_text(*itemp);
+    if (!item || !cJSON_AddItemToArray(r->record, item)) {
+        cJSON_Delete(item);
+        snprintf(r->err, sizeof r->err, "out of memory recording the epoch");
+        return -1;
+    }
+    if (snap_epochs_save(r->dir, r->record, e, sizeof e) != 0) {
+        snprintf(r->err, sizeof r->err, "writing %s: %s", SNAP_EPOCHS_JSON, e);
+        return -1;
+    }
+    return 0;
+}
+
+/* The record's item of an epoch, or NULL. */
+static const cJSON *record_item(const run *r, int epoch)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, r->record) {
+        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(it, "epoch");
+        if (cJSON_IsNumber(ep) && (int)ep->valuedouble == epoch)
+            return it;
+    }
+    return NULL;
+}
+
+/* Puts epoch's snapshot into l (in epoch order), or refreshes its metrics.
+ * 0, or -1 when out of memory. */
+static int list_put(snap_list *l, int epoch, int64_t step, const char *file, const cJSON *metrics)
+{
+    cJSON *m = metrics ? cJSON_Duplicate(metrics, 1) : cJSON_CreateObject();
+    if (!m)
+        return -1;
+    snap_item *have = (snap_item *)snap_list_find(l, epoch);
+    if (have) {
+        cJSON_Delete(have->metrics);
+        have->metrics = m;
+        return 0;
+    }
+    snap_item *grown = realloc(l->items, (size_t)(l->n + 1) * sizeof *grown);
+    if (!grown) {
+        cJSON_Delete(m);
+        return -1;
+    }
+    l->items = grown;
+    int at = l->n;
+    while (at > 0 && l->items[at - 1].epoch > epoch)
+        at--;
+    memmove(&l->items[at + 1], &l->items[at], (size_t)(l->n - at) * sizeof *grown);
+    snap_item *it = &l->items[at];
+    memset(it, 0, sizeof *it);
+    it->epoch = epoch;
+    it->step = step;
+    snprintf(it->file, sizeof it->file, "%s", file);
+    it->metrics = m;
+    l->n++;
+    return 0;
+}
+
+/* With keep_checkpoints, a cancel's checkpoints/step-S files older than the
+ * snapshot at `step` are no longer what a resume needs: removed. */
+static void drop_old_step_checkpoints(run *r, int64_t step)
+{
+    char dir[PATH_MAX];
+    if (layout_file(dir, sizeof dir, r->dir, LAYOUT_CHECKPOINTS) != 0)
+        return;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        long long s;
+        char tail[32], path[PATH_MAX + 300];
+        if (sscanf(de->d_name, "step-%lld.%31s", &s, tail) == 2 && !strcmp(tail, "safetensors") &&
+            s < step) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (unlink(path) == 0)
+                logf_("removed %s/%s: a later snapshot replaces it (keep_checkpoints)",
+                      LAYOUT_CHECKPOINTS, de->d_name);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* After epoch's snapshot file is written: lists it in snapshots.json with
+ * its metrics (the record's), picks the best by checkpoint_metric, and with
+ * keep_checkpoints removes the snapshots that go (the list is written first:
+ * a kill in between leaves a file too many, never a listed file missing).
+ * 0 or -1 (r->err). */
+static int update_snapshots(run *r, int epoch, int64_t step, const char *file)
+{
+    snap_list l;
+    char e[512];
+    if (snap_list_load(r->dir, &l, e, sizeof e) != 0) {
+        snprintf(r->err, sizeof r->err, "reading %s: %s", LAYOUT_SNAPSHOTS, e);
+        return -1;
+    }
+    const cJSON *item = record_item(r, epoch);
+    int rc = -1;
+    bool *keep = NULL;
+    l.metric = r->cfg.checkpoint_metric;
+    if (list_put(&l, epoch, step, file, cJSON_GetObjectItemCaseSensitive(item, "metrics")) != 0 ||
+        !(keep = calloc((size_t)l.n + 1, sizeof *keep))) {
+        snprintf(r->err, sizeof r->err, "out of memory listing the snapshot");
+        goto out;
+    }
+    snap_list_pick_best(&l);
+    int gone = snap_keep_plan(&l, r->cfg.keep_checkpoints, epoch, keep);
+    snap_item *removed = gone ? calloc((size_t)gone, sizeof *removed) : NULL;
+    if (gone && !removed) {
+        snprintf(r->err, sizeof r->err, "out of memory pruning the snapshots");
+        goto out;
+    }
+    int n = 0, k = 0;
+    for (int i = 0; i < l.n; i++) {
+        if (keep[i])
+            l.items[n++] = l.items[i];
+        else
+            removed[k++] = l.items[i];
+    }
+    l.n = n;
+    if (snap_list_save(r->dir, &l, e, sizeof e) != 0) {
+        snprintf(r->err, sizeof r->err, "writing %s: %s", LAYOUT_SNAPSHOTS, e);
+        for (int i = 0; i < k; i++)
+            cJSON_Delete(removed[i].metrics);
+        free(removed);
+        goto out;
+    }
+    for (int i = 0; i < k; i++) {
+        char path[PATH_MAX + 128];
+        snprintf(path, sizeof path, "%s/%s", r->dir, removed[i].file);
+        if (unlink(path) == 0 || errno == ENOENT)
+            logf_("removed %s (keep_checkpoints %d: the last %d and the best, epoch %d)",
+                  removed[i].file, r->cfg.keep_checkpoints, r->cfg.keep_checkpoints, l.best);
+        else
+            logf_("could not remove %s: %s", removed[i].file, strerror(errno));
+        cJSON_Delete(removed[i].metrics);
+    }
+    free(removed);
+    if (r->cfg.keep_checkpoints > 0)
+        drop_old_step_checkpoints(r, step);
+    rc = 0;
+out:
+    free(keep);
+    snap_list_free(&l);
+    return rc;
+}
+
+/* snapshots.json's final_epoch: the epochs model.safetensors was trained
+ * for (an early stop ends before job.json's "epochs"). 0 or -1 (r->err). */
+static int mark_final(run *r, int epochs)
+{
+    snap_list l;
+    char e[512];
+    if (snap_list_load(r->dir, &l, e, sizeof e) != 0) {
+        snprintf(r->err, sizeof r->err, "reading %s: %s", LAYOUT_SNAPSHOTS, e);
+        return -1;
+    }
+    l.metric = r->cfg.checkpoint_metric;
+    snap_list_pick_best(&l);
+    l.final_epoch = epochs;
+    int rc = snap_list_save(r->dir, &l, e, sizeof e);
+    if (rc != 0)
+        snprintf(r->err, sizeof r->err, "writing %s: %s", LAYOUT_SNAPSHOTS, e);
+    snap_list_free(&l);
+    return rc;
+}
+
+/* Feeds an epoch's record item to early stopping; sets r->stopped_early. */
+static void early_stop_feed(run *r, const cJSON *item)
+{
+    const jobcfg_early_stop *es = &r->cfg.early_stop;
+    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(item, "epoch");
+    if (!es->enabled || r->es.stop || !cJSON_IsNumber(ep))
+        return;
+    if (es_update(&r->es, es, (int)ep->valuedouble, snap_epochs_value(item, es->metric))) {
+        r->stopped_early = true;
+        es_message(&r->es, es, r->stop_msg, sizeof r->stop_msg);
+    }
+}
+
+/* The record as far as the checkpoint training goes on from (start_epoch
+ * epochs complete): later items dropped, early stopping replayed over the
+ * rest, and the resumed snapshot listed when a kill came between its file
+ * and snapshots.json. 0, or -1 with err set. */
+static int restore_record(run *r, char *err, size_t errlen)
+{
+    char e[512];
+    if (!(r->record = snap_epochs_load(r->dir, e, sizeof e)))
+        return set_err(err, errlen, "%s", e);
+    if (snap_epochs_truncate(r->record, r->start_epoch) > 0 &&
+        snap_epochs_save(r->dir, r->record, e, sizeof e) != 0)
+        return set_err(err, errlen, "writing %s: %s", SNAP_EPOCHS_JSON, e);
+    es_init(&r->es);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, r->record)
+        early_stop_feed(r, it);
+    if (r->start_epoch == 0 || r->skip != 0 || r->start_epoch % r->cfg.snapshot_interval != 0)
+        return 0;
+    char file[64], path[PATH_MAX + 64];
+    snprintf(file, sizeof file, "%s/epoch-%d.safetensors", LAYOUT_CHECKPOINTS, r->start_epoch);
+    snprintf(path, sizeof path, "%s/%s", r->dir, file);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return 0;
+    if (update_snapshots(r, r->start_epoch, r->step, file) != 0)
+        return set_err(err, errlen, "%s", r->err);
+    return 0;
+}
+
 /* The job folder's preprocess.json (jobs/model_bundle.h): what the dataset
  * did to an image, kept with the job so that its model can be used after the
  * dataset is gone. */
@@ -407,7 +663,7 @@ static int open_run(run *r, char *err, size_t errlen)
         set_err(err, errlen, "job.json: %s", e);
         return -1;
     }
-    if (resume(r, path, err, errlen) != 0)
+    if (resume(r, path, err, errlen) != 0 || restore_record(r, err, errlen) != 0)
         return -1;
     /* A resumed run writes a new event file beside the old one; in the same
      * second as the old one it takes the next free second's name. */
@@ -432,6 +688,7 @@ static void close_run(run *r)
         ds_info_free(&r->info);
     free(r->x);
     free(r->labels);
+    cJSON_Delete(r->record);
     jobcfg_free(&r->cfg);
 }
 
@@ -498,6 +755,8 @@ static int train(run *r, bool *cancelled)
         interval = 1;
     char e[512];
     *cancelled = false;
+    if (r->stopped_early && r->skip == 0)
+        return 0;     /* resumed after the epoch that stopped it, before model.safetensors */
 
     for (int epoch = r->start_epoch; epoch < c->epochs; epoch++) {
         double t_epoch = mono_now(), t_int = t_epoch;
@@ -593,6 +852,11 @@ static int train(run *r, bool *cancelled)
             metric(r, "val/accuracy", v.accuracy, r->step, epoch + 1) ||
             metric(r, "lr", lr, r->step, epoch + 1))
             return -1;
+        cJSON *item = epoch_item(epoch + 1, r->step, v.loss, v.accuracy,
+                                 ep_count ? ep_loss / ep_count : NAN,
+                                 ep_count ? (double)ep_correct / ep_count : NAN);
+        if (record_epoch(r, &item) != 0)
+            return -1;
 
         if (c->snapshot_interval > 0 && (epoch + 1) % c->snapshot_interval == 0) {
             char name[64], line[160];
@@ -604,6 +868,8 @@ static int train(run *r, bool *cancelled)
             r->epoch = epoch;
             snprintf(line, sizeof line, "{\"t\":\"snapshot\",\"epoch\":%d,\"path\":\"%s\"}", epoch + 1, name);
             emit(line);
+            if (update_snapshots(r, epoch + 1, r->step, name) != 0)
+                return -1;
         }
         double epoch_ips = train_secs > 0 ? ep_count / train_secs : 0;
         progress(r, epoch + 1, epoch_ips, eta_of(r, secs_per_step, epoch, true, epoch_ips));
@@ -612,6 +878,11 @@ static int train(run *r, bool *cancelled)
               epoch + 1, c->epochs, ep_count ? ep_loss / ep_count : NAN,
               ep_count ? (double)ep_correct / ep_count : NAN, v.loss, v.accuracy,
               mono_now() - t_epoch, train_secs, epoch_ips, r->last_val_secs);
+        early_stop_feed(r, item);
+        if (r->stopped_early) {
+            r->epoch = epoch + 1;
+            return 0;
+        }
         if (stop_requested) {
             *cancelled = true;
             return stop_cancelled(r);
@@ -691,6 +962,22 @@ static int apply_worker_gpus(jobcfg *c, char *err, size_t errlen)
     memcpy(c->devices.ids, worker_gpus.ids, sizeof worker_gpus.ids);
     c->devices.listed = true;
     return 0;
+}
+
+/* {"t":"stopped_early","epoch":E,"best_epoch":B,"message":"..."} */
+static void emit_stopped_early(const run *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *text = NULL;
+    if (o && cJSON_AddStringToObject(o, "t", "stopped_early") &&
+        cJSON_AddNumberToObject(o, "epoch", r->es.last_epoch) &&
+        cJSON_AddNumberToObject(o, "best_epoch", r->es.best_epoch) &&
+        cJSON_AddStringToObject(o, "message", r->stop_msg))
+        text = cJSON_PrintUnformatted(o);
+    if (text)
+        emit(text);
+    cJSON_free(text);
+    cJSON_Delete(o);
 }
 
 /* ---- main ----------------------------------------------------------------- */
@@ -847,8 +1134,17 @@ int runner_run(const char *dir, bool human_output)
         emit_error(r.err);
         goto out;
     }
-    logf_("done: %d epoch%s in %.1f s; saved model.safetensors", r.cfg.epochs,
-          r.cfg.epochs == 1 ? "" : "s", mono_now() - t0);
+    int trained = r.stopped_early ? r.es.last_epoch : r.cfg.epochs;
+    if (mark_final(&r, trained) != 0) {
+        emit_error(r.err);
+        goto out;
+    }
+    if (r.stopped_early) {
+        logf_("%s", r.stop_msg);
+        emit_stopped_early(&r);
+    }
+    logf_("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
+          mono_now() - t0);
     emit("{\"t\":\"done\"}");
     status = 0;
 out:

@@ -6,11 +6,30 @@
  *   {"t":"progress","epoch":E,"epochs":N,"step":S,"steps":T,"images_per_sec":R,"eta":SEC}
  *   {"t":"metric","step":S,"epoch":F,"tag":"train/loss","value":V,"wall_time":W}
  *   {"t":"snapshot","epoch":E,"path":"checkpoints/epoch-E.safetensors"}
+ *   {"t":"stopped_early","epoch":E,"best_epoch":B,"message":"stopped early after epoch E: ..."}
+ *                      (early_stopping ended the run; "done" follows)
  *   {"t":"done"}  or  {"t":"error","message":"..."}   (the last line)
  * Human-readable log lines go to stderr. Writes in the job folder: the
  * TensorBoard event file, checkpoints/epoch-<n>.safetensors (checkpoints,
  * engine/checkpoint.h: weights, optimizer state, step, epoch, seed),
- * model.safetensors (the final weights). SIGTERM stops after the current step
+ * model.safetensors (the final weights), epochs.json (every validated
+ * epoch's metrics, jobs/snap_keep.h) and snapshots.json (jobs/snapshots.h).
+ *
+ * Snapshots: after each snapshot_interval-th epoch the checkpoint is listed
+ * in snapshots.json with the epoch's val/loss, val/accuracy and the mean
+ * train/loss and train/accuracy of its steps, and the best is picked by
+ * checkpoint_metric. With keep_checkpoints N, the snapshots other than the
+ * last N and the best are deleted (files and items), and so are a cancel's
+ * step-S checkpoints once a later snapshot exists; the newest checkpoint,
+ * the one a resume needs, always stays.
+ *
+ * Early stopping (job.json's "early_stopping"): every epoch's validation is
+ * fed to es_update (snapshotted or not); when its metric has not improved by
+ * more than min_delta for `patience` epochs the worker saves
+ * model.safetensors (the last epoch's weights), logs and reports
+ * stopped_early, and ends as done. A resumed worker rebuilds that state from
+ * epochs.json, cut back to the checkpoint it resumes from, so it stops at
+ * the epoch the uninterrupted run would have. SIGTERM stops after the current step
  * with checkpoints/step-<s>.safetensors and {"t":"status","status":"cancelled"}.
  * A job folder that already holds a checkpoint is resumed from the latest one
  * (bit for bit). A write error on stdout (the server is gone) ends the worker.

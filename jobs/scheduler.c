@@ -18,7 +18,9 @@
  *   end-of-file; no call here blocks without a bound.
  * - Every job that starts ends with exactly one final status in the store and
  *   one final "status" event, after which its hub stream is finished:
- *     done       the worker reported {"t":"done"} and exited 0;
+ *     done       the worker reported {"t":"done"} and exited 0 (after
+ *                {"t":"stopped_early"} when early stopping ended it: stored
+ *                with the job, store_job_set_stopped_early);
  *     cancelled  sched_cancel asked for it, or the worker reported cancelled;
  *     failed     anything else, with the worker's reported error, or its exit
  *                status / signal and the last lines of its log.
@@ -30,6 +32,17 @@
  * - At start, jobs left "running" by a server that died are requeued. The
  *   worker resumes each from its latest checkpoint (jobs/runner.c); the
  *   metrics recorded after that checkpoint's step are dropped when it starts.
+ *
+ * Two kinds of work share the queue, the devices and this loop: training
+ * jobs (`kiln worker --job-dir`) and evaluations (`kiln evaluate --eval-dir`,
+ * jobs/evaluation.h). A worker carries its kind; what differs between the
+ * kinds (where its folder is, its status in the store, what its reports and
+ * its end mean) is one row of work_kinds below. Both start oldest first from
+ * one list (store_queue_list), an evaluation on the CPU taking one of the
+ * max_cpu_jobs slots and one on a GPU taking that GPU, as a job would. An
+ * evaluation ends "done" when its worker reported done, exited 0 and left a
+ * readable result.json (stored with it); an evaluation interrupted by a
+ * restart runs again from its start (it writes nothing until its end).
  */
 #define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
 #include "jobs/scheduler.h"
@@ -60,6 +73,8 @@
 #include "engine/checkpoint.h"   /* ckpt_latest */
 #include "engine/net.h"          /* engine_devices: how many GPUs */
 #include "base/layout.h"    /* layout_job_dir, LAYOUT_JOB_JSON */
+#include "engine/fileio.h"  /* fio_read_file: an evaluation's result.json */
+#include "jobs/evaluation.h" /* eval_spec_load: a queued evaluation's devices */
 #include "jobs/jobcfg.h"    /* jobcfg_load: a queued job's devices */
 
 extern char **environ;
@@ -74,13 +89,15 @@ extern char **environ;
 #define LOG_TAIL_LINES 8
 
 typedef struct worker {
-    int64_t job_id;
+    store_work kind;              /* a job or an evaluation (work_kinds) */
+    int64_t id;                   /* the job's or the evaluation's */
     pid_t pid;
     int fd;                       /* read end of the worker's stdout; -1 after EOF */
     char *line;                   /* partial report line, LINE_MAX_BYTES */
     size_t len;
     bool overlong;                /* dropping the rest of a too-long line */
     bool reported_done, reported_cancelled;
+    bool stopped_early;           /* reported stopped_early: its progress stays where it stopped */
     char *reported_error;
     bool cancel_requested;        /* by sched_cancel */
     bool shutdown;                /* stopped by sched_stop: requeue */
@@ -91,10 +108,12 @@ typedef struct worker {
     struct worker *next;
 } worker;
 
-/* What the scheduler keeps of a queued job between looks at the queue: the
- * devices it asks for, read from its job.json once. */
+/* What the scheduler keeps of a queued job or evaluation between looks at
+ * the queue: the devices it asks for, read from its job.json (eval.json)
+ * once. */
 typedef struct queued_job {
-    int64_t job_id;
+    store_work kind;
+    int64_t id;
     jobcfg_devices devices;
     struct queued_job *next;
 } queued_job;
@@ -160,18 +179,18 @@ static void publish_status(sched *s, int64_t job_id, const char *status, const c
 
 /* ---- queued jobs ---------------------------------------------------------- */
 
-static queued_job **queued_at(sched *s, int64_t job_id)
+static queued_job **queued_at(sched *s, store_work kind, int64_t id)
 {
     queued_job **pp = &s->queue;
-    while (*pp && (*pp)->job_id != job_id)
+    while (*pp && ((*pp)->kind != kind || (*pp)->id != id))
         pp = &(*pp)->next;
     return pp;
 }
 
 /* Forgets what was kept of a job (started, ended, or no longer queued). */
-static void queued_drop(sched *s, int64_t job_id)
+static void queued_drop(sched *s, store_work kind, int64_t id)
 {
-    queued_job **pp = queued_at(s, job_id);
+    queued_job **pp = queued_at(s, kind, id);
     queued_job *q = *pp;
     if (q) {
         *pp = q->next;
@@ -188,43 +207,79 @@ static void queued_free_all(sched *s)
     s->queue = NULL;
 }
 
-/* The devices a queued job asks for: kept from its job.json, read once
- * (jobcfg_load: the checks every job.json gets). Returns 0, or -1 with err
- * set when job.json cannot be read or is not valid. */
-static int queued_devices(sched *s, int64_t job_id, const char *dir, jobcfg_devices *out,
-                          char *err, size_t errlen)
+/* A job's devices: its job.json's (jobcfg_load: the checks every job.json gets). */
+static int job_devices(const char *dir, jobcfg_devices *out, char *err, size_t errlen)
 {
-    queued_job *q = *queued_at(s, job_id);
-    if (!q) {
-        jobcfg c;
-        api_error e;
-        if (jobcfg_load(dir, &c, &e) != 0)
-            return set_err(err, errlen, "%s", e.message);
-        q = calloc(1, sizeof *q);
-        if (!q) {
-            jobcfg_free(&c);
-            return set_err(err, errlen, "out of memory");
-        }
-        q->job_id = job_id;
-        q->devices = c.devices;
-        jobcfg_free(&c);
-        q->next = s->queue;
-        s->queue = q;
-    }
-    *out = q->devices;
+    jobcfg c;
+    api_error e;
+    if (jobcfg_load(dir, &c, &e) != 0)
+        return set_err(err, errlen, "%s", e.message);
+    *out = c.devices;
+    jobcfg_free(&c);
     return 0;
 }
+
+/* An evaluation's devices: its eval.json's (eval_spec_load). */
+static int eval_devices(const char *dir, jobcfg_devices *out, char *err, size_t errlen)
+{
+    eval_spec sp;
+    api_error e;
+    if (eval_spec_load(dir, &sp, &e) != 0)
+        return set_err(err, errlen, "%s", e.message);
+    *out = sp.devices;
+    return 0;
+}
+
+/* What differs between a job and an evaluation: one row each of work_kinds
+ * (after the functions it names). */
+typedef struct work_ops {
+    const char *noun;                  /* "job", "evaluation": for the log */
+    const char *command, *dir_flag;    /* the worker: kiln COMMAND DIR_FLAG <dir> */
+    const char *config;                /* the file in its folder that must exist first */
+    const char *log;                   /* the worker's stderr, in its folder */
+    int (*dir)(char *buf, size_t n, const char *data, int64_t id);
+    int (*devices)(const char *dir, jobcfg_devices *out, char *err, size_t errlen);
+    /* Its status ("queued", ...) into status and its age in seconds; 0,
+     * STORE_NOT_FOUND or -1 (a store error). */
+    int (*peek)(store *st, int64_t id, char *status, size_t n, double *age);
+    int (*ids_with_status)(store *st, const char *status, int64_t **ids, size_t *n);
+    int (*set_status)(store *st, int64_t id, const char *status, const char *error);
+    /* Before its worker is spawned (jobs: metrics past the checkpoint go). */
+    void (*prepare)(sched *s, int64_t id, const char *dir);
+    /* Its worker was spawned: status running. */
+    void (*started)(sched *s, int64_t id);
+    void (*on_metric)(sched *s, worker *w, const cJSON *r);      /* NULL: not a report of it */
+    void (*on_progress)(sched *s, worker *w, const cJSON *r);
+    /* Its worker reported done and exited 0. */
+    void (*done)(sched *s, worker *w);
+    /* A final status other than done (failed, cancelled) with its reason. */
+    void (*end)(sched *s, int64_t id, const char *status, const char *error);
+    /* Back to the queue: its worker was stopped by sched_stop. */
+    void (*requeue)(sched *s, int64_t id);
+} work_ops;
+
+static const work_ops *ops_of(store_work kind);
 
 /* Stores a final status and tells the job's readers, ending its stream. */
 static void end_job(sched *s, int64_t job_id, const char *status, const char *error)
 {
-    queued_drop(s, job_id);
+    queued_drop(s, STORE_WORK_JOB, job_id);
     if (store_job_set_status(s->st, job_id, status, error) != 0)
         fprintf(stderr, "kiln: scheduler: job %lld: could not store status %s\n", (long long)job_id,
                 status);
     hub_open(s->h, job_id);          /* no-op when open; lets SSE readers of a queued job end */
     publish_status(s, job_id, status, error);
     hub_finish(s->h, job_id);
+}
+
+/* Stores an evaluation's end: failed or cancelled with its reason (done
+ * goes through eval_done, with the result). */
+static void end_eval(sched *s, int64_t id, const char *status, const char *error)
+{
+    queued_drop(s, STORE_WORK_EVAL, id);
+    if (store_eval_finish(s->st, id, status, NULL, error) != 0)
+        fprintf(stderr, "kiln: scheduler: evaluation %lld: could not store status %s\n", (long long)id,
+                status);
 }
 
 /* ---- reports from a worker ------------------------------------------------ */
@@ -247,9 +302,9 @@ static void on_metric(sched *s, worker *w, const cJSON *r)
     snprintf(m.tag, sizeof m.tag, "%s", tag->valuestring);
     m.value = num(r, "value", NAN);          /* null (a NaN loss) stays NaN */
     m.wall_time = num(r, "wall_time", 0);
-    if (store_metric_insert(s->st, w->job_id, &m) != 0)
+    if (store_metric_insert(s->st, w->id, &m) != 0)
         fprintf(stderr, "kiln: scheduler: job %lld: could not store metric %s\n",
-                (long long)w->job_id, m.tag);
+                (long long)w->id, m.tag);
 
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -261,7 +316,7 @@ static void on_metric(sched *s, worker *w, const cJSON *r)
     cJSON_AddNumberToObject(o, "wall_time", m.wall_time);
     char *text = cJSON_PrintUnformatted(o);
     if (text)
-        hub_publish(s->h, w->job_id, "metric", text);
+        hub_publish(s->h, w->id, "metric", text);
     cJSON_free(text);
     cJSON_Delete(o);
 }
@@ -271,7 +326,7 @@ static void on_progress(sched *s, worker *w, const cJSON *r)
     int epoch = (int)num(r, "epoch", 0), epochs = (int)num(r, "epochs", 0);
     int64_t step = (int64_t)num(r, "step", 0), steps = (int64_t)num(r, "steps", 0);
     double ips = num(r, "images_per_sec", 0), eta = num(r, "eta", -1);
-    store_job_set_progress(s->st, w->job_id, epoch, step, steps, ips, eta);
+    store_job_set_progress(s->st, w->id, epoch, step, steps, ips, eta);
 
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -284,9 +339,35 @@ static void on_progress(sched *s, worker *w, const cJSON *r)
     cJSON_AddNumberToObject(o, "eta", eta);
     char *text = cJSON_PrintUnformatted(o);
     if (text)
-        hub_publish(s->h, w->job_id, "progress", text);
+        hub_publish(s->h, w->id, "progress", text);
     cJSON_free(text);
     cJSON_Delete(o);
+}
+
+/* {"t":"stopped_early","epoch","best_epoch","message"}: early stopping ended
+ * the run ("done" follows); kept with the job, and its progress is left at
+ * the epoch it stopped after. */
+static void on_stopped_early(sched *s, worker *w, const cJSON *r)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "message");
+    double epoch = num(r, "epoch", 0), best = num(r, "best_epoch", 0);
+    if (!(epoch >= 1 && epoch <= INT_MAX) || !(best >= 0 && best <= epoch) || !cJSON_IsString(m)) {
+        fprintf(stderr, "kiln: scheduler: job %lld: ignoring a malformed stopped_early report\n",
+                (long long)w->id);
+        return;
+    }
+    w->stopped_early = true;
+    if (store_job_set_stopped_early(s->st, w->id, (int)epoch, (int)best, m->valuestring) != 0)
+        fprintf(stderr, "kiln: scheduler: job %lld: could not store its early stop\n",
+                (long long)w->id);
+}
+
+/* An evaluation's {"t":"progress","done":N,"total":T}: images done of all. */
+static void eval_progress(sched *s, worker *w, const cJSON *r)
+{
+    double done = num(r, "done", 0), total = num(r, "total", 0);
+    if (total > 0)
+        store_eval_set_progress(s->st, w->id, done / total);
 }
 
 static void on_line(sched *s, worker *w, const char *line, size_t len)
@@ -298,20 +379,24 @@ static void on_line(sched *s, worker *w, const char *line, size_t len)
     cJSON *r = cJSON_ParseWithLengthOpts(line, len, NULL, 0);
     const cJSON *t = r ? cJSON_GetObjectItemCaseSensitive(r, "t") : NULL;
     if (!cJSON_IsString(t)) {
-        fprintf(stderr, "kiln: scheduler: job %lld: ignoring a line that is not a report: %.*s\n",
-                (long long)w->job_id, (int)(len > 200 ? 200 : len), line);
+        fprintf(stderr, "kiln: scheduler: %s %lld: ignoring a line that is not a report: %.*s\n",
+                ops_of(w->kind)->noun, (long long)w->id, (int)(len > 200 ? 200 : len), line);
         goto out;
     }
     const char *kind = t->valuestring;
+    const work_ops *ops = ops_of(w->kind);
     if (!strcmp(kind, "metric")) {
-        on_metric(s, w, r);
+        if (ops->on_metric)
+            ops->on_metric(s, w, r);
     } else if (!strcmp(kind, "progress")) {
-        on_progress(s, w, r);
+        ops->on_progress(s, w, r);
     } else if (!strcmp(kind, "status")) {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(r, "status");
         if (cJSON_IsString(st) && !strcmp(st->valuestring, "cancelled"))
             w->reported_cancelled = true;
         /* "running": the job has been running since its spawn (see start_job). */
+    } else if (!strcmp(kind, "stopped_early") && w->kind == STORE_WORK_JOB) {
+        on_stopped_early(s, w, r);
     } else if (!strcmp(kind, "done")) {
         w->reported_done = true;
     } else if (!strcmp(kind, "error")) {
@@ -353,8 +438,8 @@ static void read_worker(sched *s, worker *w)
             } else if (w->len < LINE_MAX_BYTES) {
                 w->line[w->len++] = c;
             } else if (!w->overlong) {
-                fprintf(stderr, "kiln: scheduler: job %lld: dropping a report line over %d bytes\n",
-                        (long long)w->job_id, LINE_MAX_BYTES);
+                fprintf(stderr, "kiln: scheduler: %s %lld: dropping a report line over %d bytes\n",
+                        ops_of(w->kind)->noun, (long long)w->id, LINE_MAX_BYTES);
                 w->overlong = true;
             }
         }
@@ -363,11 +448,11 @@ static void read_worker(sched *s, worker *w)
 
 /* ---- ending a worker ------------------------------------------------------ */
 
-/* The last lines of <dir>/log, appended to buf after a header line. */
-static void append_log_tail(const char *dir, char *buf, size_t n)
+/* The last lines of <dir>/<log>, appended to buf after a header line. */
+static void append_log_tail(const char *dir, const char *log, char *buf, size_t n)
 {
     char path[PATH_MAX + 8], tail[LOG_TAIL_BYTES + 1];
-    layout_file(path, sizeof path, dir, LAYOUT_JOB_LOG);
+    layout_file(path, sizeof path, dir, log);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -415,39 +500,78 @@ static void describe_exit(int wstatus, char *buf, size_t n)
         snprintf(buf, n, "worker ended with wait status 0x%x", (unsigned)wstatus);
 }
 
-/* Decides and records the job's end once its worker is reaped. */
+/* A job whose worker reported done and exited 0. */
+static void job_done(sched *s, worker *w)
+{
+    /* The job shows complete even if the last progress line was missed. */
+    store_job j;
+    if (store_job_get(s->st, w->id, &j) == 0) {
+        if (!w->stopped_early && (j.step < j.steps || j.epoch < j.epochs))
+            store_job_set_progress(s->st, w->id, j.epochs, j.steps, j.steps, j.images_per_sec, 0);
+        store_job_clear(&j);
+    }
+    end_job(s, w->id, "done", NULL);
+}
+
+static void job_requeue(sched *s, int64_t id)
+{
+    store_job_set_status(s->st, id, "queued", NULL);
+    publish_status(s, id, "queued", NULL);
+    hub_finish(s->h, id);
+}
+
+/* An evaluation whose worker reported done and exited 0: its result.json
+ * goes into the store with it, or it fails when that cannot be read. */
+static void eval_done(sched *s, worker *w)
+{
+    char path[PATH_MAX + 32], err[512];
+    size_t len = 0;
+    layout_file(path, sizeof path, w->dir, LAYOUT_EVAL_RESULT);
+    char *text = fio_read_file(path, EVAL_RESULT_MAX, &len, err, sizeof err);
+    cJSON *doc = text ? cJSON_ParseWithLength(text, len) : NULL;
+    queued_drop(s, STORE_WORK_EVAL, w->id);
+    if (!doc) {
+        char reason[700];
+        snprintf(reason, sizeof reason, "the evaluation ended without a readable %s: %s",
+                 LAYOUT_EVAL_RESULT, text ? "it is not JSON" : err);
+        end_eval(s, w->id, "failed", reason);
+    } else if (store_eval_finish(s->st, w->id, "done", text, NULL) != 0) {
+        fprintf(stderr, "kiln: scheduler: evaluation %lld: could not store its result\n", (long long)w->id);
+    }
+    cJSON_Delete(doc);
+    free(text);
+}
+
+static void eval_requeue(sched *s, int64_t id)
+{
+    store_eval_set_status(s->st, id, "queued", NULL);
+}
+
+/* Decides and records the end of a job or an evaluation once its worker is reaped. */
 static void finish_worker(sched *s, worker *w, int wstatus)
 {
+    const work_ops *ops = ops_of(w->kind);
     bool exit0 = wstatus != WSTATUS_LOST && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
     char reason[LOG_TAIL_BYTES + 1024];
 
     if (w->reported_done && exit0) {
-        /* The job shows complete even if the last progress line was missed. */
-        store_job j;
-        if (store_job_get(s->st, w->job_id, &j) == 0) {
-            if (j.step < j.steps || j.epoch < j.epochs)
-                store_job_set_progress(s->st, w->job_id, j.epochs, j.steps, j.steps, j.images_per_sec, 0);
-            store_job_clear(&j);
-        }
-        end_job(s, w->job_id, "done", NULL);
+        ops->done(s, w);
     } else if (w->shutdown && !w->cancel_requested) {
-        /* The server is stopping: the job runs again at the next start. */
-        store_job_set_status(s->st, w->job_id, "queued", NULL);
-        publish_status(s, w->job_id, "queued", NULL);
-        hub_finish(s->h, w->job_id);
+        /* The server is stopping: it runs again at the next start. */
+        ops->requeue(s, w->id);
     } else if (w->cancel_requested || w->reported_cancelled) {
-        end_job(s, w->job_id, "cancelled", NULL);
+        ops->end(s, w->id, "cancelled", NULL);
     } else {
         if (w->reported_error) {
             snprintf(reason, sizeof reason, "%s", w->reported_error);
         } else {
             describe_exit(wstatus, reason, sizeof reason);
-            append_log_tail(w->dir, reason, sizeof reason);
+            append_log_tail(w->dir, ops->log, reason, sizeof reason);
         }
-        end_job(s, w->job_id, "failed", reason);
+        ops->end(s, w->id, "failed", reason);
     }
     describe_exit(wstatus, reason, sizeof reason);
-    fprintf(stderr, "kiln: job %lld: worker %d ended: %s\n", (long long)w->job_id, (int)w->pid,
+    fprintf(stderr, "kiln: %s %lld: worker %d ended: %s\n", ops->noun, (long long)w->id, (int)w->pid,
             exit0 ? "exit status 0" : reason);
 }
 
@@ -472,12 +596,12 @@ static bool file_exists(const char *dir, const char *name)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Seconds since the job was created, from its RFC 3339 created_at. */
-static double job_age(const store_job *j)
+/* Seconds since a job or an evaluation was created, from its RFC 3339 created_at. */
+static double job_age(const char *created_at)
 {
     struct tm tm;
     memset(&tm, 0, sizeof tm);
-    if (!j->created_at || !strptime(j->created_at, "%Y-%m-%dT%H:%M:%SZ", &tm))
+    if (!created_at || !strptime(created_at, "%Y-%m-%dT%H:%M:%SZ", &tm))
         return 0;
     return difftime(time(NULL), timegm(&tm));
 }
@@ -503,7 +627,7 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
     posix_spawnattr_t at;
     char logpath[PATH_MAX + 8];
 
-    layout_file(logpath, sizeof logpath, w->dir, LAYOUT_JOB_LOG);
+    layout_file(logpath, sizeof logpath, w->dir, ops_of(w->kind)->log);
     logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (logfd < 0) {
         set_err(err, errlen, "cannot open %s: %s", logpath, strerror(errno));
@@ -552,7 +676,8 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
     for (int i = 0, len = 0; i < 64; i++)
         if (w->gpus & (1ULL << i))
             len += snprintf(gpus + len, sizeof gpus - (size_t)len, "%s%d", len ? "," : "", i);
-    char *argv[] = { s->worker_exe, "worker", "--job-dir", w->dir,
+    const work_ops *ops = ops_of(w->kind);
+    char *argv[] = { s->worker_exe, (char *)ops->command, (char *)ops->dir_flag, w->dir,
                      w->gpus ? "--gpus" : NULL, gpus, NULL };
     rc = posix_spawn(&w->pid, s->worker_exe, &fa, &at, argv, s->worker_env);
     if (rc) {
@@ -577,10 +702,10 @@ out:
     return ret;
 }
 
-static worker *find_worker(sched *s, int64_t job_id)
+static worker *find_worker(sched *s, store_work kind, int64_t id)
 {
     for (worker *w = s->workers; w; w = w->next)
-        if (w->job_id == job_id)
+        if (w->kind == kind && w->id == id)
             return w;
     return NULL;
 }
@@ -629,39 +754,150 @@ static int pick_gpus(sched *s, const jobcfg_devices *d, uint64_t *held, uint64_t
     return 0;
 }
 
-/* Starts one queued job, if its device is free (held: pick_gpus). Returns
- * true when a worker now runs it. Lock held. */
-static bool start_job(sched *s, int64_t job_id, uint64_t *held)
+/* A job's status and age, for work_ops.peek. */
+static int job_peek(store *st, int64_t id, char *status, size_t n, double *age)
 {
-    char dir[PATH_MAX], err[512];
-    if (layout_job_dir(dir, sizeof dir, s->data_dir, job_id) != 0)
-        return false;
     store_job j;
-    if (store_job_get(s->st, job_id, &j) != 0) {
-        queued_drop(s, job_id);             /* deleted */
-        return false;
-    }
-    bool queued = !strcmp(j.status, "queued");
-    int64_t steps = j.steps;
-    double age = job_age(&j);
+    int rc = store_job_get(st, id, &j);
+    if (rc != 0)
+        return rc;
+    snprintf(status, n, "%s", j.status);
+    *age = job_age(j.created_at);
     store_job_clear(&j);
-    if (!queued) {
-        queued_drop(s, job_id);
+    return 0;
+}
+
+static int eval_peek(store *st, int64_t id, char *status, size_t n, double *age)
+{
+    store_eval e;
+    int rc = store_eval_get(st, id, &e);
+    if (rc != 0)
+        return rc;
+    snprintf(status, n, "%s", e.status);
+    *age = job_age(e.created_at);
+    store_eval_clear(&e);
+    return 0;
+}
+
+/* Before a job's worker starts. It resumes from the job's latest checkpoint
+ * (jobs/runner.c): metrics up to its step stay, later ones go. Without one
+ * it runs from its start: what an earlier, interrupted run recorded goes
+ * (before the spawn: the new worker writes a new event file at once). Its
+ * stream opens. */
+static void job_prepare(sched *s, int64_t id, const char *dir)
+{
+    char ckdir[PATH_MAX + 16], ckpath[PATH_MAX + 64], ckerr[256];
+    ckpt_info ck;
+    layout_file(ckdir, sizeof ckdir, dir, LAYOUT_CHECKPOINTS);
+    if (ckpt_latest(ckdir, ckpath, sizeof ckpath, &ck, ckerr, sizeof ckerr) == 1) {
+        store_metric_delete(s->st, id, ck.step);
+    } else {
+        store_metric_delete(s->st, id, -1);
+        remove_event_files(dir);
+    }
+    hub_open(s->h, id);
+}
+
+/* Before an evaluation's worker starts: a result of an interrupted run goes. */
+static void eval_prepare(sched *s, int64_t id, const char *dir)
+{
+    (void)s;
+    (void)id;
+    char path[PATH_MAX + 32];
+    if (layout_file(path, sizeof path, dir, LAYOUT_EVAL_RESULT) == 0)
+        unlink(path);
+}
+
+static void job_started(sched *s, int64_t id)
+{
+    store_job j;
+    if (store_job_get(s->st, id, &j) == 0) {
+        store_job_set_progress(s->st, id, 0, 0, j.steps, 0, -1);
+        store_job_clear(&j);
+    }
+    store_job_set_status(s->st, id, "running", NULL);
+    publish_status(s, id, "running", NULL);
+}
+
+static void eval_started(sched *s, int64_t id)
+{
+    store_eval_set_status(s->st, id, "running", NULL);
+}
+
+static const work_ops work_kinds[] = {
+    [STORE_WORK_JOB] = {
+        .noun = "job", .command = "worker", .dir_flag = "--job-dir", .config = LAYOUT_JOB_JSON, .log = LAYOUT_JOB_LOG,
+        .dir = layout_job_dir, .devices = job_devices, .peek = job_peek,
+        .ids_with_status = store_job_ids_with_status, .set_status = store_job_set_status,
+        .prepare = job_prepare, .started = job_started, .on_metric = on_metric,
+        .on_progress = on_progress, .done = job_done, .end = end_job, .requeue = job_requeue,
+    },
+    [STORE_WORK_EVAL] = {
+        .noun = "evaluation", .command = "evaluate", .dir_flag = "--eval-dir", .config = LAYOUT_EVAL_JSON,
+        .log = LAYOUT_EVAL_LOG,
+        .dir = layout_eval_dir, .devices = eval_devices, .peek = eval_peek,
+        .ids_with_status = store_eval_ids_with_status, .set_status = store_eval_set_status,
+        .prepare = eval_prepare, .started = eval_started, .on_metric = NULL,
+        .on_progress = eval_progress, .done = eval_done, .end = end_eval, .requeue = eval_requeue,
+    },
+};
+
+static const work_ops *ops_of(store_work kind)
+{
+    return &work_kinds[kind == STORE_WORK_EVAL ? STORE_WORK_EVAL : STORE_WORK_JOB];
+}
+
+static int queued_devices(sched *s, store_work kind, int64_t id, const char *dir,
+                          jobcfg_devices *out, char *err, size_t errlen)
+{
+    queued_job *q = *queued_at(s, kind, id);
+    if (!q) {
+        jobcfg_devices d;
+        if (ops_of(kind)->devices(dir, &d, err, errlen) != 0)
+            return -1;
+        q = calloc(1, sizeof *q);
+        if (!q)
+            return set_err(err, errlen, "out of memory");
+        q->kind = kind;
+        q->id = id;
+        q->devices = d;
+        q->next = s->queue;
+        s->queue = q;
+    }
+    *out = q->devices;
+    return 0;
+}
+
+/* Starts one queued job or evaluation, if its device is free (held:
+ * pick_gpus). Returns true when a worker now runs it. Lock held. */
+static bool start_work(sched *s, store_work kind, int64_t id, uint64_t *held)
+{
+    const work_ops *ops = ops_of(kind);
+    char dir[PATH_MAX], err[512], status[16];
+    double age = 0;
+    if (ops->dir(dir, sizeof dir, s->data_dir, id) != 0)
+        return false;
+    int rc = ops->peek(s->st, id, status, sizeof status, &age);
+    if (rc != 0 || strcmp(status, "queued")) {
+        if (rc != -1)
+            queued_drop(s, kind, id);        /* deleted, or no longer queued */
         return false;
     }
-
-    if (!file_exists(dir, LAYOUT_JOB_JSON)) {
-        if (age > JOBJSON_WAIT_S)
-            end_job(s, job_id, "failed", "the job's job.json was never written; create the job again");
-        return false;                        /* jobspec is still writing it */
+    if (!file_exists(dir, ops->config)) {
+        if (age > JOBJSON_WAIT_S) {
+            snprintf(err, sizeof err, "the %s's %s was never written; create it again", ops->noun,
+                     ops->config);
+            ops->end(s, id, "failed", err);
+        }
+        return false;                        /* its creator is still writing it */
     }
 
     uint64_t gpus;
     jobcfg_devices want;
-    int pick = queued_devices(s, job_id, dir, &want, err, sizeof err) != 0
+    int pick = queued_devices(s, kind, id, dir, &want, err, sizeof err) != 0
                ? -1 : pick_gpus(s, &want, held, &gpus, err, sizeof err);
     if (pick < 0) {
-        end_job(s, job_id, "failed", err);
+        ops->end(s, id, "failed", err);
         return false;
     }
     if (pick == 0 || (!gpus && s->ncpu_workers >= s->max_jobs))
@@ -673,38 +909,24 @@ static bool start_job(sched *s, int64_t job_id, uint64_t *held)
         free(line);
         return false;                        /* try again at the next look at the queue */
     }
-    w->job_id = job_id;
+    w->kind = kind;
+    w->id = id;
     w->gpus = gpus;
     w->fd = -1;
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
 
-    /* The worker resumes from the job's latest checkpoint (jobs/runner.c):
-     * metrics up to its step stay, later ones go. Without one it runs from
-     * its start: what an earlier, interrupted run recorded goes (before the
-     * spawn: the new worker writes a new event file at once). */
-    char ckdir[PATH_MAX + 16], ckpath[PATH_MAX + 64], ckerr[256];
-    ckpt_info ck;
-    layout_file(ckdir, sizeof ckdir, dir, LAYOUT_CHECKPOINTS);
-    if (ckpt_latest(ckdir, ckpath, sizeof ckpath, &ck, ckerr, sizeof ckerr) == 1) {
-        store_metric_delete(s->st, job_id, ck.step);
-    } else {
-        store_metric_delete(s->st, job_id, -1);
-        remove_event_files(dir);
-    }
-    hub_open(s->h, job_id);
+    ops->prepare(s, id, dir);
     if (spawn_worker(s, w, err, sizeof err) != 0) {
-        fprintf(stderr, "kiln: job %lld: %s\n", (long long)job_id, err);
-        end_job(s, job_id, "failed", err);
+        fprintf(stderr, "kiln: %s %lld: %s\n", ops->noun, (long long)id, err);
+        ops->end(s, id, "failed", err);
         worker_free(w);
         return false;
     }
-    store_job_set_progress(s->st, job_id, 0, 0, steps, 0, -1);
-    store_job_set_status(s->st, job_id, "running", NULL);
-    publish_status(s, job_id, "running", NULL);
-    fprintf(stderr, "kiln: job %lld: started worker %d\n", (long long)job_id, (int)w->pid);
+    ops->started(s, id);
+    fprintf(stderr, "kiln: %s %lld: started worker %d\n", ops->noun, (long long)id, (int)w->pid);
 
-    queued_drop(s, job_id);
+    queued_drop(s, kind, id);
     s->gpu_busy |= w->gpus;
     s->ncpu_workers += !w->gpus;
     w->next = s->workers;
@@ -713,22 +935,24 @@ static bool start_job(sched *s, int64_t job_id, uint64_t *held)
     return true;
 }
 
-/* Starts queued jobs, oldest first, while there is room. Every queued job's
- * stream is open, so that an SSE reader of a job still waiting waits with it
- * (instead of being told the job is not live). Lock held. */
+/* Starts queued jobs and evaluations, oldest first across both, while there
+ * is room. Every queued job's stream is open, so that an SSE reader of a job
+ * still waiting waits with it (instead of being told the job is not live).
+ * Lock held. */
 static void start_queued(sched *s)
 {
-    int64_t *ids = NULL;
+    store_queued *q = NULL;
     size_t n = 0;
-    if (store_job_ids_with_status(s->st, "queued", &ids, &n) != 0)
+    if (store_queue_list(s->st, &q, &n) != 0)
         return;
     for (size_t i = 0; i < n; i++)
-        hub_open(s->h, ids[i]);
+        if (q[i].kind == STORE_WORK_JOB)
+            hub_open(s->h, q[i].id);
     uint64_t held = 0;
     for (size_t i = 0; i < n; i++)
-        if (!find_worker(s, ids[i]))
-            start_job(s, ids[i], &held);
-    free(ids);
+        if (!find_worker(s, q[i].kind, q[i].id))
+            start_work(s, q[i].kind, q[i].id, &held);
+    free(q);
 }
 
 /* ---- the loop ------------------------------------------------------------- */
@@ -740,8 +964,8 @@ static void check_workers(sched *s, double now)
     while (*pp) {
         worker *w = *pp;
         if (w->kill_at > 0 && now >= w->kill_at && !w->killed) {
-            fprintf(stderr, "kiln: job %lld: worker %d still running %d ms after SIGTERM; SIGKILL\n",
-                    (long long)w->job_id, (int)w->pid, s->grace_ms);
+            fprintf(stderr, "kiln: %s %lld: worker %d still running %d ms after SIGTERM; SIGKILL\n",
+                    ops_of(w->kind)->noun, (long long)w->id, (int)w->pid, s->grace_ms);
             kill(w->pid, SIGKILL);
             w->killed = true;
         }
@@ -914,19 +1138,23 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
     s->wake_r = p[0];
     s->wake_w = p[1];
 
-    /* Jobs a previous server left running go back to the queue (from the start). */
-    int64_t *ids = NULL;
-    size_t n = 0;
-    if (store_job_ids_with_status(st, "running", &ids, &n) != 0) {
-        set_err(err, errlen, "reading running jobs from the database failed");
-        goto fail;
+    /* Jobs and evaluations a previous server left running go back to the
+     * queue (a job resumes from its checkpoint, an evaluation starts over). */
+    for (store_work k = STORE_WORK_JOB; k <= STORE_WORK_EVAL; k++) {
+        const work_ops *ops = ops_of(k);
+        int64_t *ids = NULL;
+        size_t n = 0;
+        if (ops->ids_with_status(st, "running", &ids, &n) != 0) {
+            set_err(err, errlen, "reading running %ss from the database failed", ops->noun);
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++) {
+            fprintf(stderr, "kiln: %s %lld was running when the server stopped; queued again\n",
+                    ops->noun, (long long)ids[i]);
+            ops->set_status(st, ids[i], "queued", NULL);
+        }
+        free(ids);
     }
-    for (size_t i = 0; i < n; i++) {
-        fprintf(stderr, "kiln: job %lld was running when the server stopped; queued again\n",
-                (long long)ids[i]);
-        store_job_set_status(st, ids[i], "queued", NULL);
-    }
-    free(ids);
 
     /* The thread takes no process signals: they stay with the server's main thread. */
     sigset_t block, old;
@@ -964,39 +1192,49 @@ void sched_wake(sched *s)
         wake_thread(s);
 }
 
-int sched_cancel(sched *s, int64_t job_id)
+/* Cancels a queued or running job or evaluation (sched_cancel's contract). */
+static int cancel_work(sched *s, store_work kind, int64_t id)
 {
-    int ret;
+    const work_ops *ops = ops_of(kind);
     pthread_mutex_lock(&s->mu);
-    worker *w = find_worker(s, job_id);
+    worker *w = find_worker(s, kind, id);
     if (w) {
         if (!w->cancel_requested) {
             w->cancel_requested = true;
             kill(w->pid, SIGTERM);
             w->kill_at = now_mono() + s->grace_ms / 1000.0;
-            fprintf(stderr, "kiln: job %lld: cancel: SIGTERM to worker %d\n", (long long)job_id,
+            fprintf(stderr, "kiln: %s %lld: cancel: SIGTERM to worker %d\n", ops->noun, (long long)id,
                     (int)w->pid);
         }
         pthread_mutex_unlock(&s->mu);
         wake_thread(s);                      /* recompute the poll timeout */
         return 0;
     }
-    store_job j;
-    ret = store_job_get(s->st, job_id, &j);
+    char status[16];
+    double age;
+    int ret = ops->peek(s->st, id, status, sizeof status, &age);
     if (ret == 0) {
-        if (!strcmp(j.status, "queued") || !strcmp(j.status, "running")) {
+        if (!strcmp(status, "queued") || !strcmp(status, "running")) {
             /* "running" without a worker here: left by another process; end it. */
-            end_job(s, job_id, "cancelled", NULL);
-            ret = 0;
+            ops->end(s, id, "cancelled", NULL);
         } else {
             ret = SCHED_ALREADY_ENDED;       /* done, failed or cancelled already */
         }
-        store_job_clear(&j);
     } else if (ret != STORE_NOT_FOUND) {
         ret = -1;
     }
     pthread_mutex_unlock(&s->mu);
     return ret;
+}
+
+int sched_cancel(sched *s, int64_t job_id)
+{
+    return cancel_work(s, STORE_WORK_JOB, job_id);
+}
+
+int sched_cancel_eval(sched *s, int64_t eval_id)
+{
+    return cancel_work(s, STORE_WORK_EVAL, eval_id);
 }
 
 void sched_stop(sched *s)

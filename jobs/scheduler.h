@@ -11,6 +11,13 @@
  * last lines of its log as the reason.
  * Cancel: SIGTERM, then SIGKILL after a grace period.
  * At start, jobs left "running" by a previous server are requeued.
+ *
+ * Evaluations (jobs/evaluation.h) are work of the same queue: they start
+ * oldest first together with jobs (store_queue_list), take a CPU slot or a
+ * GPU as a job does, run as `kiln evaluate --eval-dir DIR` with the same
+ * reports, cancel and supervision; one that ends done has its result.json
+ * stored (store_eval_finish). At start, evaluations left "running" are
+ * requeued and run again from their start.
  */
 #ifndef KILN_JOBS_SCHEDULER_H
 #define KILN_JOBS_SCHEDULER_H
@@ -41,6 +48,8 @@ void sched_wake(sched *s);
 /* Cancels a queued or running job. Returns 0, STORE_NOT_FOUND,
  * SCHED_ALREADY_ENDED, or -1 on a store error. */
 int sched_cancel(sched *s, int64_t job_id);
+/* The same for an evaluation. */
+int sched_cancel_eval(sched *s, int64_t eval_id);
 /* Stops the scheduler: running workers get SIGTERM and are waited for. */
 void sched_stop(sched *s);
 

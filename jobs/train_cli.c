@@ -5,7 +5,7 @@
  * against the dataset folder; the result is written to OUT/job.json and run by
  * the worker's own loop (runner_run) with progress for a person on stdout. So
  * OUT ends up with what a job's folder holds: job.json, the TensorBoard file,
- * checkpoints/ and model.safetensors. A folder that already holds a run is
+ * checkpoints/, snapshots.json, epochs.json and model.safetensors. A folder that already holds a run is
  * refused unless --resume asks to go on from its latest checkpoint.
  */
 #include "jobs/runner.h"
@@ -45,6 +45,9 @@ static const struct num_opt {
     { "--eps", "solver", "eps", false },
     { "--clip-norm", "solver", "clip_norm", false },
     { "--label-smoothing", "solver", "label_smoothing", false },
+    { "--keep-checkpoints", "", "keep_checkpoints", true },
+    { "--early-stopping-patience", "early_stopping", "patience", true },
+    { "--early-stopping-min-delta", "early_stopping", "min_delta", false },
 };
 
 static void usage(FILE *f)
@@ -81,6 +84,14 @@ static void usage(FILE *f)
             "  --lr-policy JSON         e.g. '{\"type\": \"cosine\", \"warmup_epochs\": 1}'\n"
             "                           (types fixed, step, multistep, exponential,\n"
             "                           polynomial, cosine; see the README)\n"
+            "  --checkpoint-metric M    the metric of the best snapshot: val/accuracy\n"
+            "                           (default) or val/loss\n"
+            "  --keep-checkpoints N     keep the last N snapshots plus the best (default: all)\n"
+            "  --early-stopping         stop (as done) once the metric has not improved for\n"
+            "                           `patience` epochs; each option below implies it:\n"
+            "  --early-stopping-metric M      (val/loss)\n"
+            "  --early-stopping-patience N    (5)\n"
+            "  --early-stopping-min-delta X   an improvement is more than X (0)\n"
             "  --name TEXT              a label\n"
             "  --help                   this text\n");
 }
@@ -183,6 +194,8 @@ static int add_option(cJSON *req, int argc, char **argv, int i)
         cJSON_DeleteItemFromObjectCaseSensitive(o, num_opts[k].key);
         return o && cJSON_AddNumberToObject(o, num_opts[k].key, x) ? 2 : -1;
     }
+    if (!strcmp(a, "--early-stopping"))
+        return object_for(req, "early_stopping") ? 1 : -1;
     if (!strcmp(a, "--nesterov") || !strcmp(a, "--decay-bias")) {
         cJSON *o = object_for(req, "solver");
         const char *key = a[2] == 'n' ? "nesterov" : "decay_bias";
@@ -226,6 +239,12 @@ static int add_option(cJSON *req, int argc, char **argv, int i)
         cJSON_DeleteItemFromObjectCaseSensitive(req, "lr_policy");
         cJSON_AddItemToObject(req, "lr_policy", p);
         return 2;
+    }
+    if (!strcmp(a, "--checkpoint-metric") || !strcmp(a, "--early-stopping-metric")) {
+        cJSON *o = a[2] == 'c' ? req : object_for(req, "early_stopping");
+        const char *key = a[2] == 'c' ? "checkpoint_metric" : "metric";
+        cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+        return o && cJSON_AddStringToObject(o, key, v) ? 2 : -1;
     }
     if (!strcmp(a, "--name") || !strcmp(a, "--precision") || !strcmp(a, "--loss-scaling")) {
         const char *key = a[2] == 'n' ? "name" : a[2] == 'p' ? "precision" : "loss_scaling";

@@ -22,8 +22,10 @@
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/jobspec.h"          /* jobspec_create */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
+#include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
 #include "server/model.h"          /* model_handle */
+#include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
 #include "server/render.h"
 #include "server/sse.h"            /* sse_handle */
@@ -409,10 +411,13 @@ static int h_dataset_delete(request *r)
     for (size_t i = 0; i < n; i++)
         users += jobs[i].dataset_id == r->id;
     store_job_list_free(jobs, n);
-    if (users)
+    size_t evals = 0;
+    if (store_eval_count_by_dataset(srv->st, r->id, &evals) != 0)
+        return http_store_error(r, "counting evaluations");
+    if (users || evals)
         return http_error(r, MHD_HTTP_CONFLICT, "dataset_in_use",
-                          "dataset %lld is used by %zu job(s); delete those jobs first", (long long)r->id,
-                          users);
+                          "dataset %lld is used by %zu job(s) and %zu evaluation(s); delete those first",
+                          (long long)r->id, users, evals);
     int rc = store_dataset_delete(srv->st, r->id);
     if (rc == STORE_NOT_FOUND)
         return not_found(r, "dataset", r->id);
@@ -492,7 +497,14 @@ static int h_job_delete(request *r)
         return http_error(r, MHD_HTTP_CONFLICT, "job_active",
                           "job %lld is %s; cancel it first (POST /api/v1/jobs/%lld/cancel)",
                           (long long)r->id, status, (long long)r->id);
+    int64_t *evals = NULL;          /* its evaluations go with it (ON DELETE CASCADE) */
+    size_t nevals = 0;
+    if (!evaluation_before_job_delete(r, r->id, &evals, &nevals, &answered))
+        return answered;
     int rc = store_job_delete(srv->st, r->id);
+    if (rc == 0)
+        evaluation_remove_dirs(srv, evals, nevals);
+    free(evals);
     if (rc == STORE_NOT_FOUND)
         return not_found(r, "job", r->id);
     if (rc != 0)
@@ -608,6 +620,12 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/model", .fn = model_handle },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/snapshots", .fn = snapshots_handle },
+    { .method = "POST", .pattern = "/api/v1/jobs/:id/evaluations", .fn = evaluation_create, .body = BODY_JSON },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/evaluations", .fn = evaluation_list },
+    { .method = "GET", .pattern = "/api/v1/evaluations/:id", .fn = evaluation_get },
+    { .method = "DELETE", .pattern = "/api/v1/evaluations/:id", .fn = evaluation_delete },
+    { .method = "POST", .pattern = "/api/v1/evaluations/:id/cancel", .fn = evaluation_cancel },
 };
 
 const size_t http_route_count = sizeof http_routes / sizeof http_routes[0];

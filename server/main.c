@@ -8,6 +8,7 @@
 
 #include "jobs/bench.h"        /* bench_main */
 #include "jobs/export_cli.h"   /* export_main */
+#include "jobs/evaluation.h"   /* eval_main */
 #include "jobs/import.h"       /* import_main */
 #include "jobs/runner.h"       /* runner_main, train_main */
 #include "jobs/summary_cli.h"  /* summary_main */
@@ -30,6 +31,8 @@ static void usage(FILE *f)
             "                       [--static-dir DIR] [--max-jobs N] [--import-root DIR]...\n"
             "  worker    run one training job (started by the scheduler)\n"
             "            kiln worker --job-dir DIR [--gpus N,...]\n"
+            "  evaluate  run one evaluation of a job's model (started by the scheduler)\n"
+            "            kiln evaluate --eval-dir DIR [--gpus N]\n"
             "  train     train from the command line, without the server\n"
             "            kiln train --dataset DIR --network NAME|SPEC.json [--epochs N]\n"
             "                       [--batch N] [--lr X] [--solver sgd|adam|adamw] ... [--out DIR]\n"
@@ -74,6 +77,8 @@ int main(int argc, char **argv)
         return serve_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker"))
         return runner_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "evaluate"))
+        return eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "train"))
         return train_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "summary"))

@@ -4,7 +4,6 @@
 #include "jobs/jobcfg.h"      /* jobcfg_from_json: the stored config */
 #include "server/model.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,36 +22,7 @@
 #include "engine/checkpoint.h" /* ckpt_export_weights */
 #include "jobs/model_bundle.h" /* model_prep_of_job_dir: preprocess.json */
 #include "jobs/model_onnx.h"   /* model_onnx: format=onnx and model.onnx */
-
-#define MODEL_EPOCH_MAX 1000000
-
-/* The highest N of dir/checkpoints/epoch-N.safetensors, or 0. */
-static int latest_checkpoint(const char *job_dir)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/checkpoints", job_dir) >= (int)sizeof path)
-        return 0;
-    DIR *d = opendir(path);
-    if (!d)
-        return 0;
-    int best = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int n;
-        char tail[32];
-        if (sscanf(e->d_name, "epoch-%d.%31s", &n, tail) == 2 && !strcmp(tail, "safetensors") &&
-            n > best && n <= MODEL_EPOCH_MAX)
-            best = n;
-    }
-    closedir(d);
-    return best;
-}
-
-static bool file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
+#include "jobs/snapshots.h"   /* snap_select_parse, snap_resolve */
 
 /* An unnamed temporary file in dir. */
 static int temp_fd(const char *dir)
@@ -375,40 +345,23 @@ static enum MHD_Result send_onnx(request *r, const store_job *j, model_parts *p,
     return http_queue(r, MHD_HTTP_OK, resp);
 }
 
-/* Picks the weights file; answers 404/409 itself (returns false then). */
-static bool pick_weights(request *r, const store_job *j, const char *job_dir, int want_epoch,
+/* Picks the weights file of a selection (snap_resolve: model.safetensors,
+ * the best snapshot or epoch N's); answers its 404/409 itself (returns
+ * false then). */
+static bool pick_weights(request *r, const store_job *j, const char *job_dir, snap_select sel,
                          model_parts *p, enum MHD_Result *answered)
 {
-    if (want_epoch > 0) {
-        snprintf(p->weights, sizeof p->weights, "%s/checkpoints/epoch-%d.safetensors", job_dir, want_epoch);
-        if (!file_exists(p->weights)) {
-            *answered = http_error(r, MHD_HTTP_NOT_FOUND, "snapshot_not_found",
-                                   "job %lld has no snapshot of epoch %d", (long long)j->id, want_epoch);
-            return false;
-        }
-        p->epoch = want_epoch;
-        return true;
+    api_error e;
+    char path[PATH_MAX];
+    memset(&e, 0, sizeof e);
+    if (snap_resolve(job_dir, sel, j->epoch, path, sizeof path, &p->epoch, &p->final, &e) != 0) {
+        *answered = http_error(r, e.status >= 400 && e.status < 600 ? (unsigned)e.status : 500,
+                               e.code[0] ? e.code : "internal_error", "job %lld (%s): %s",
+                               (long long)j->id, j->status, e.message);
+        return false;
     }
-    snprintf(p->weights, sizeof p->weights, "%s/model.safetensors", job_dir);
-    if (file_exists(p->weights)) {
-        p->epoch = j->epoch;
-        p->final = true;
-        return true;
-    }
-    int latest = latest_checkpoint(job_dir);
-    if (latest > 0) {
-        snprintf(p->weights, sizeof p->weights, "%s/checkpoints/epoch-%d.safetensors", job_dir, latest);
-        p->epoch = latest;
-        return true;
-    }
-    bool ended = !strcmp(j->status, "done") || !strcmp(j->status, "failed") ||
-                 !strcmp(j->status, "cancelled");
-    *answered = http_error(r, MHD_HTTP_CONFLICT, "no_weights",
-                           ended ? "job %lld (%s) ended without saving weights"
-                                 : "job %lld (%s) has no weights yet: the first snapshot comes at the end "
-                                   "of its first epoch",
-                           (long long)j->id, j->status);
-    return false;
+    snprintf(p->weights, sizeof p->weights, "%s", path);
+    return true;
 }
 
 int model_handle(request *r)
@@ -417,7 +370,7 @@ int model_handle(request *r)
     enum MHD_Result ret;
     const char *format = http_arg(r, "format");
     const char *epoch_arg = http_arg(r, "epoch");
-    int64_t want_epoch = 0;
+    snap_select sel;
     model_parts p;
     memset(&p, 0, sizeof p);
     store_job j;
@@ -433,9 +386,9 @@ int model_handle(request *r)
                          "format \"%.32s\" is not available: use format=tar or format=onnx", format);
         goto out;
     }
-    if (epoch_arg && !http_parse_i64(epoch_arg, 1, MODEL_EPOCH_MAX, &want_epoch)) {
-        ret = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
-                         "epoch must be an integer 1..%d, not \"%.32s\"", MODEL_EPOCH_MAX, epoch_arg);
+    api_error se;
+    if (snap_select_parse(epoch_arg, "epoch", &sel, &se) != 0) {
+        ret = http_error(r, MHD_HTTP_BAD_REQUEST, se.code[0] ? se.code : "invalid_field", "%s", se.message);
         goto out;
     }
     char job_dir[PATH_MAX];
@@ -444,7 +397,7 @@ int model_handle(request *r)
                          "the data directory's path is too long");
         goto out;
     }
-    if (!pick_weights(r, &j, job_dir, (int)want_epoch, &p, &ret))
+    if (!pick_weights(r, &j, job_dir, sel, &p, &ret))
         goto out;
 
     char err[1024] = "";
@@ -483,7 +436,7 @@ int model_handle(request *r)
         err[0] = '\0';
     }
     if (onnx) {
-        ret = send_onnx(r, &j, &p, (int)want_epoch);
+        ret = send_onnx(r, &j, &p, sel.kind != SNAP_FINAL ? p.epoch : 0);
         goto out;
     }
     int fd = temp_fd(tmpdir);
@@ -506,9 +459,9 @@ int model_handle(request *r)
         goto out;
     }
     char disp[128];
-    if (want_epoch > 0)
+    if (sel.kind != SNAP_FINAL)
         snprintf(disp, sizeof disp, "attachment; filename=\"kiln-job-%lld-epoch-%d.tar\"", (long long)j.id,
-                 (int)want_epoch);
+                 p.epoch);
     else
         snprintf(disp, sizeof disp, "attachment; filename=\"kiln-job-%lld.tar\"", (long long)j.id);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-tar");

@@ -1,11 +1,14 @@
-/* server/model.h: GET /api/v1/jobs/{id}/model?format=tar|onnx[&epoch=N].
+/* server/model.h: GET /api/v1/jobs/{id}/model?format=tar|onnx[&epoch=N|best|final].
  *
  * A POSIX (ustar) tarball, written with libarchive to an unnamed temporary
  * file under <data>/uploads and sent from it:
  *   network.json         the job's network spec (job.json's "network")
- *   weights.safetensors  model.safetensors, or checkpoints/epoch-N.safetensors
- *                        with epoch=N (without epoch and before the job has
- *                        finished: its latest epoch checkpoint)
+ *   weights.safetensors  the weights snap_resolve (jobs/snapshots.h) picks:
+ *                        model.safetensors, or checkpoints/epoch-N.safetensors
+ *                        with epoch=N, the best snapshot by the job's
+ *                        checkpoint_metric with epoch=best (without epoch and
+ *                        before the job has finished, a cancelled one too:
+ *                        its latest snapshot)
  *   labels.txt           one class per line, in label order
  *   preprocess.json      {"channels","height","width","mean":[per channel],
  *                         "scale":1/255, "layout":"NCHW", ...}: x = (pixel - mean[c]) * scale
@@ -18,9 +21,11 @@
  * [batch, C, H, W] raw 0..255 pixels as preprocess.json describes them (the
  * graph subtracts the mean and scales), output "probabilities" [batch,
  * classes], labels and preprocess.json in its metadata (engine/onnx.h).
- * Errors: 404 no job / no such snapshot, 409 no weights yet, 400 a format
- * other than tar or onnx (unsupported_format) or a bad epoch; 500 when the
- * weights file does not fit the job's network.
+ * Errors: 404 no job / snapshot_not_found (naming the epochs kept), 409
+ * no_weights (nothing saved yet) or no_best_snapshot (epoch=best of a job
+ * whose snapshots have no metrics), 400 a format other than tar or onnx
+ * (unsupported_format) or an epoch that is not 1..1000000, best or final;
+ * 500 when the weights file does not fit the job's network.
  */
 #ifndef KILN_SERVER_MODEL_H
 #define KILN_SERVER_MODEL_H

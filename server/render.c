@@ -124,6 +124,23 @@ cJSON *render_job_devices(const cJSON *config)
     return o;
 }
 
+/* {"epoch","best_epoch","message"} when early stopping ended the job, else null. */
+static cJSON *render_stopped_early(const store_job *j)
+{
+    if (j->stopped_epoch <= 0 || !j->stopped_message)
+        return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && add_num(o, "epoch", j->stopped_epoch) &&
+              add_item(o, "best_epoch", j->stopped_best_epoch > 0 ? cJSON_CreateNumber(j->stopped_best_epoch)
+                                                                 : cJSON_CreateNull()) &&
+              add_str(o, "message", j->stopped_message);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 double render_job_progress(const store_job *j)
 {
     if (j->status && !strcmp(j->status, "done"))
@@ -155,6 +172,7 @@ cJSON *render_job(store *st, const store_job *j)
     ok &= add_item(o, "eta_seconds", j->eta_seconds >= 0 && isfinite(j->eta_seconds)
                                          ? cJSON_CreateNumber(j->eta_seconds) : cJSON_CreateNull());
     ok &= add_str(o, "error", j->error);
+    ok &= add_item(o, "stopped_early", render_stopped_early(j));
     cJSON *config = j->config_json ? cJSON_Parse(j->config_json) : NULL;
     ok &= add_item(o, "devices", render_job_devices(config));
     ok &= add_item(o, "config", config ? config : cJSON_CreateNull());
@@ -200,6 +218,49 @@ cJSON *render_status(const char *status, const char *error)
     if (!o)
         return NULL;
     if (!add_str(o, "status", status) || !add_str(o, "error", error)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The stored result, whole or its headline; JSON null when there is none. */
+static cJSON *eval_result(const char *text, bool full)
+{
+    cJSON *r = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsObject(r)) {
+        cJSON_Delete(r);
+        return cJSON_CreateNull();
+    }
+    if (full)
+        return r;
+    static const char *const headline[] = { "count", "loss", "top1_accuracy", "top5_accuracy", "top_k" };
+    cJSON *h = cJSON_CreateObject();
+    for (size_t i = 0; h && i < sizeof headline / sizeof headline[0]; i++) {
+        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(r, headline[i]);
+        if (v && !cJSON_AddItemToObject(h, headline[i], v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(h);
+            h = NULL;
+        }
+    }
+    cJSON_Delete(r);
+    return h;
+}
+
+cJSON *render_evaluation(const store_eval *e, bool full)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ok = add_num(o, "id", (double)e->id) && add_num(o, "job_id", (double)e->job_id) &&
+              add_num(o, "dataset_id", (double)e->dataset_id) && add_str(o, "split", e->split) &&
+              add_str(o, "selection", e->selection) && add_num(o, "epoch", e->epoch > 0 ? e->epoch : NAN) &&
+              add_str(o, "status", e->status) && add_num(o, "progress", e->progress) &&
+              add_str(o, "error", e->error) && add_str(o, "created_at", e->created_at) &&
+              add_str(o, "started_at", e->started_at) && add_str(o, "finished_at", e->finished_at) &&
+              add_item(o, "result", eval_result(e->result_json, full));
+    if (!ok) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -9,16 +9,27 @@
  *            estimated)
  *   job     {"id","dataset_id","network","status","created_at","started_at",
  *            "finished_at","epoch","epochs","step","steps","progress",
- *            "images_per_sec","eta_seconds","error","devices","config","metrics"}
+ *            "images_per_sec","eta_seconds","error","stopped_early","devices",
+ *            "config","metrics"}
+ *           stopped_early {"epoch","best_epoch" (null: none),"message"} when
+ *           early_stopping ended the job (status done), else null
  *           devices {"kind":"cpu"|"cuda","count","gpus":[ids] or null (any
  *           free ones; always null on the CPU)}, or null where the stored
  *           config does not read (render_job_devices)
  *   metric  {"step","epoch","tag","value","wall_time"}
+ *   evaluation {"id","job_id","dataset_id","split","selection","epoch",
+ *            "status","progress","error","created_at","started_at",
+ *            "finished_at","result"}   (epoch: the weights' epoch, null when
+ *            not known; result null until done, then the whole result.json
+ *            (jobs/evaluation.h), or in a list only its headline: count,
+ *            loss, top1_accuracy, top5_accuracy, top_k)
  * Every function returns a new cJSON owned by the caller, or NULL when out of
  * memory (or, for render_job, when the store fails reading metrics).
  */
 #ifndef KILN_SERVER_RENDER_H
 #define KILN_SERVER_RENDER_H
+
+#include <stdbool.h>
 
 #include <cjson/cJSON.h>
 
@@ -28,6 +39,8 @@ cJSON *render_dataset(const store_dataset *d);
 /* Reads the job's latest metrics from st for "metrics". */
 cJSON *render_job(store *st, const store_job *j);
 cJSON *render_metric(const store_metric *m);
+/* full: the whole result; else its headline (lists). */
+cJSON *render_evaluation(const store_eval *e, bool full);
 /* SSE status data: {"status":status,"error":error or null}. */
 cJSON *render_status(const char *status, const char *error);
 /* {"items":[...]} around an array (taken over; NULL gives NULL). */

@@ -1,11 +1,15 @@
 // The job view (#/jobs/ID): status, progress with epoch/step, ETA and
 // throughput, loss and accuracy curves, the worker's log lines, cancel and
-// model download. Curves are filled from GET /metrics first, then live from
+// model download (shown whenever the job has a model: done, or any snapshot,
+// cancelled jobs included), why early stopping ended it, and its snapshots
+// (web/snapshots.js) with the best marked. Curves are filled from GET /metrics first, then live from
 // the SSE stream /events (EventSource), which ends after the final status.
 
 import { get, post, API, ApiError } from './api.js';
 import { createChart } from './charts.js';
 import { classifyCard } from './classify.js';
+import { snapshotsCard } from './snapshots.js';
+import { evaluationCard } from './evaluation.js';
 import {
   h, fill, statusBadge, progressBar, setProgress, fmtPercent, fmtNumber, fmtDuration, fmtTime, fmtCount,
 } from './ui.js';
@@ -16,7 +20,7 @@ const LOG_LINES = 200;
 export function renderJob(root, id) {
   const st = {
     job: null, es: null, alive: true, charts: [], stepsPerEpoch: 0, pendingMetrics: [],
-    latest: {}, lastEventId: 0, pollTimer: null, classifyEpoch: 0,
+    latest: {}, lastEventId: 0, pollTimer: null, classifyEpoch: 0, snapshotEpoch: 0, hasSnapshots: false,
   };
 
   const title = h('h1', { class: 'page-title' }, `Job ${id}`);
@@ -37,6 +41,8 @@ export function renderJob(root, id) {
     valacc: h('dd', { id: 'stat-valacc' }, '—'),
   };
   const errorBox = h('div', { class: 'error-box', role: 'alert', id: 'job-error', hidden: true });
+  const stoppedBox = h('div', { class: 'notice-box', role: 'status', id: 'job-stopped-early', hidden: true });
+  const snapshots = snapshotsCard(id);
   const actionError = h('p', { class: 'form-error', role: 'alert', hidden: true });
   const lossBox = h('div', { class: 'chart', id: 'chart-loss', role: 'img', 'aria-label': 'training and validation loss by epoch' });
   const accBox = h('div', { class: 'chart', id: 'chart-accuracy', role: 'img', 'aria-label': 'training and validation accuracy by epoch' });
@@ -62,6 +68,8 @@ export function renderJob(root, id) {
     const opts = snaps.best ? [{ value: 'best', label: `best (epoch ${snaps.best})` }] : [];
     return opts.concat(snaps.items.map((s) => ({ value: s.epoch, label: `epoch ${s.epoch}` })));
   });
+  // evaluate the model on a dataset split (web/evaluation.js), shown with the classify box
+  const evaluate = evaluationCard(id, () => st.job);
 
   fill(root,
     h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
@@ -70,6 +78,7 @@ export function renderJob(root, id) {
       h('div', { class: 'page-actions' }, cancelBtn, download)),
     actionError,
     errorBox,
+    stoppedBox,
     h('section', { class: 'card', 'aria-labelledby': 'progress-title' },
       h('div', { class: 'card-head' }, h('h2', { id: 'progress-title' }, 'Progress'), progressText),
       bar,
@@ -82,7 +91,9 @@ export function renderJob(root, id) {
       h('section', { class: 'card', 'aria-labelledby': 'acc-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'acc-title' }, 'Accuracy')), accBox)),
     ampSection,
+    snapshots,
     classify,
+    evaluate,
     h('section', { class: 'grid' },
       logCard,
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
@@ -154,11 +165,14 @@ export function renderJob(root, id) {
     // p.epoch counts finished epochs; while one is under way, show that one (1-based).
     if (p.epochs) {
       const done = Math.min(p.epoch ?? 0, p.epochs);
-      const current = p.step > 0 && p.step < p.steps ? Math.min(done + 1, p.epochs) : done;
+      // (an ended job shows the epochs it finished: early stopping ends before p.steps)
+      const ended = st.job && FINAL.has(st.job.status);
+      const current = !ended && p.step > 0 && p.step < p.steps ? Math.min(done + 1, p.epochs) : done;
       fill(stats.epoch, `${current} / ${p.epochs}`);
     }
     if (p.steps) fill(stats.step, `${fmtCount(p.step)} / ${fmtCount(p.steps)}`);
-    if ((p.epoch ?? 0) > st.classifyEpoch) { st.classifyEpoch = p.epoch; classify.refresh(); }
+    if ((p.epoch ?? 0) > st.classifyEpoch) { st.classifyEpoch = p.epoch; classify.refresh(); evaluate.refresh(); }
+    if ((p.epoch ?? 0) > st.snapshotEpoch) { st.snapshotEpoch = p.epoch; loadSnapshots(); }
     const eta = p.eta ?? p.eta_seconds;
     fill(stats.eta, st.job && FINAL.has(st.job.status) ? '—' : fmtDuration(eta));
     fill(stats.ips, p.images_per_sec > 0 ? fmtNumber(p.images_per_sec, 4) : '—');
@@ -176,7 +190,7 @@ export function renderJob(root, id) {
     root.dataset.status = status;
     const live = status === 'queued' || status === 'running';
     cancelBtn.hidden = !live;
-    download.hidden = status !== 'done';
+    showDownload();
     if (status === 'failed' || (error && status !== 'done')) {
       errorBox.hidden = false;
       fill(errorBox, h('strong', {}, status === 'failed' ? 'The job failed. ' : ''), error || 'No reason was recorded.');
@@ -187,7 +201,31 @@ export function renderJob(root, id) {
       fill(stats.eta, '—');
       if (status === 'done') { setProgress(bar, 1); fill(progressText, '100%'); }
       if (status === 'done' && classify.hidden) classify.refresh();
+      loadSnapshots();
+      if (status === 'done' && evaluate.hidden) evaluate.refresh();
     }
+  }
+
+  /* The model download: for a job that has a model, the final one or any
+   * snapshot (a cancelled or failed job's latest). */
+  function showDownload() {
+    download.hidden = !(st.job && st.job.status === 'done') && !st.hasSnapshots;
+  }
+
+  async function loadSnapshots() {
+    try {
+      const list = await snapshots.refresh();
+      if (!st.alive) return;
+      st.hasSnapshots = (list.items || []).length > 0;
+      showDownload();
+    } catch { /* the list is a convenience; the page works without it */ }
+  }
+
+  /* Why early stopping ended the job: {"epoch","best_epoch","message"} or null. */
+  function renderStoppedEarly(s) {
+    stoppedBox.hidden = !s;
+    // "Stopped early after epoch 14: val/loss has not improved for 5 epochs; best epoch 9"
+    if (s) fill(stoppedBox, s.message.charAt(0).toUpperCase() + s.message.slice(1));
   }
 
   function renderJobInfo(job) {
@@ -210,10 +248,13 @@ export function renderJob(root, id) {
       row('Learning rate', policyText(c.lr_policy)),
       row('Precision', precision === 'fp32' ? 'fp32' : `${precision}, loss scaling ${c.loss_scaling || 'off'}`),
       row('Devices', devicesText(job.devices)),
-      row('Seed', String(c.seed ?? '—')));
+      row('Seed', String(c.seed ?? '—')),
+      row('Snapshots', snapshotText(c)),
+      row('Early stopping', earlyStopText(c.early_stopping)));
     renderProgress({ epoch: job.epoch, epochs: job.epochs, step: job.step, steps: job.steps,
       images_per_sec: job.images_per_sec, eta: job.eta_seconds });
     renderStatus(job.status, job.error);
+    renderStoppedEarly(job.stopped_early);
     if (job.metrics) {
       if (job.metrics['train/loss'] !== undefined && !st.latest['train/loss']) fill(stats.loss, fmtNumber(job.metrics['train/loss']));
       if (job.metrics['val/accuracy'] !== undefined && !st.latest['val/accuracy']) fill(stats.valacc, fmtPercent(job.metrics['val/accuracy'], 2));
@@ -340,6 +381,7 @@ export function renderJob(root, id) {
     st.alive = false;
     if (st.es) st.es.close();
     if (st.pollTimer) clearInterval(st.pollTimer);
+    evaluate.stop();
     for (const c of st.charts) c.destroy();
   };
 }
@@ -355,6 +397,19 @@ function solverText(s) {
   if (s.label_smoothing) parts.push(`label smoothing ${s.label_smoothing}`);
   if (s.larc) parts.push(`LARC ${s.larc.policy}, eta ${s.larc.eta}`);
   return parts.join(', ');
+}
+
+/* "every epoch, best by val/accuracy, keep the last 3 and the best" */
+function snapshotText(c) {
+  const every = (c.snapshot_interval ?? 1) === 1 ? 'every epoch' : `every ${c.snapshot_interval} epochs`;
+  const keep = c.keep_checkpoints ? `, keep the last ${c.keep_checkpoints} and the best` : ', all kept';
+  return `${every}, best by ${c.checkpoint_metric || 'val/accuracy'}${keep}`;
+}
+
+/* "val/loss, patience 5, min delta 0" or "off" */
+function earlyStopText(e) {
+  if (!e) return 'off';
+  return `${e.metric}, patience ${e.patience}, min delta ${e.min_delta}`;
 }
 
 /* "cosine to 0, warm-up 125 steps" */

@@ -162,6 +162,16 @@ export function buildJobForm(state) {
   const snapshot = number('job-snapshot');
   const loaderThreads = number('job-loader-threads');
 
+  // Snapshots and early stopping: which snapshot is best, how many to keep,
+  // and the "early_stopping" object, sent only when the box is ticked.
+  const checkpointMetric = h('select', { id: 'job-checkpoint-metric' });
+  const keepCheckpoints = number('job-keep-checkpoints');
+  keepCheckpoints.placeholder = 'all';
+  const earlyStop = check('job-early-stop', 'Stop early when the metric stops improving');
+  const esMetric = h('select', { id: 'job-es-metric' });
+  const esPatience = number('job-es-patience');
+  const esMinDelta = number('job-es-min-delta');
+
   // Augmentation: a random crop (the centre one at validation) and mirror, in training only.
   const crop = number('job-crop');
   const pad = number('job-pad');
@@ -176,6 +186,8 @@ export function buildJobForm(state) {
     ['solver.beta1', beta1], ['solver.beta2', beta2], ['solver.eps', eps], ['solver.clip_norm', clipNorm],
     ['solver.label_smoothing', smoothing], ['solver.larc.eta', larcEta], ['lr_policy.warmup_epochs', warmup],
     ['augmentation.crop', crop], ['augmentation.pad', pad], ['loader_threads', loaderThreads],
+    ['keep_checkpoints', keepCheckpoints], ['early_stopping.patience', esPatience],
+    ['early_stopping.min_delta', esMinDelta],
   ];
 
   const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
@@ -199,6 +211,10 @@ export function buildJobForm(state) {
     field('job-larc', 'LARC', larc, 'layer-wise adaptive rate control'), larcEtaField);
   const lossScalingField = h('div', { class: 'field', id: 'job-loss-scaling-field' },
     h('label', { for: 'job-loss-scaling' }, 'Loss scaling'), lossScaling, lossScalingHint);
+  const esRow = h('div', { class: 'field-row field-row-3', id: 'job-es-row', hidden: true },
+    field('job-es-metric', 'Metric', esMetric),
+    field('job-es-patience', 'Patience (epochs)', esPatience),
+    field('job-es-min-delta', 'Min delta', esMinDelta, 'a smaller change is no improvement'));
   const deviceField = field('job-device', 'Device', device);
   deviceField.hidden = true;          // until GET /info names a GPU
   const advancedCount = h('span', { class: 'muted advanced-count', id: 'job-advanced-count' });
@@ -219,7 +235,13 @@ export function buildJobForm(state) {
       field('job-snapshot', 'Snapshot interval', snapshot, 'epochs between checkpoints')),
     h('div', { class: 'field-row' },
       field('job-loader-threads', 'Loader threads', loaderThreads, 'decoding and augmentation; 0: automatic'),
-      h('div')));
+      h('div')),
+    h('p', { class: 'advanced-head' }, 'Snapshots and early stopping'),
+    h('div', { class: 'field-row' },
+      field('job-checkpoint-metric', 'Best snapshot by', checkpointMetric),
+      field('job-keep-checkpoints', 'Keep snapshots', keepCheckpoints, 'the last N plus the best; empty: all')),
+    h('div', { class: 'field check-field', id: 'job-early-stop-field' }, earlyStop.el),
+    esRow);
 
   // The form's body shows once the schema has filled it in.
   const body = h('div', { class: 'form', id: 'job-form-body', hidden: true },
@@ -301,6 +323,12 @@ export function buildJobForm(state) {
     }
     name.maxLength = rule('name').maxLength;
     setChoices(precision, 'precision');
+    setChoices(checkpointMetric, 'checkpoint_metric');
+    setChoices(esMetric, 'early_stopping.metric');
+    earlyStop.input.checked = false;     // the API's default: no "early_stopping" object
+    checkpointMetric.title = rule('checkpoint_metric').description || '';
+    keepCheckpoints.title = rule('keep_checkpoints').description || '';
+    earlyStop.input.title = rule('early_stopping.patience').description || '';
     setChoices(solver, 'solver.type');
     lr.value = String(usualLr(solver.value));
     setChoices(policy, 'lr_policy.type');
@@ -322,6 +350,7 @@ export function buildJobForm(state) {
     showLarc();
     showPrecision();
     showPolicy();
+    showEarlyStop();
     // Every initial value, to tell what the user changed (the Advanced count).
     for (const c of el.querySelectorAll('input, select')) {
       c.dataset.initial = c.type === 'checkbox' ? String(c.checked) : c.value;
@@ -358,6 +387,10 @@ export function buildJobForm(state) {
     adamRow.hidden = beta1Field.hidden && beta2Field.hidden;
     adamEps.hidden = !applies('solver.eps');
   }
+  function showEarlyStop() {
+    esRow.hidden = !earlyStop.input.checked;
+  }
+  earlyStop.input.addEventListener('change', showEarlyStop);
   function showLarc() {
     larcEtaField.hidden = !larc.value;
   }
@@ -576,6 +609,15 @@ export function buildJobForm(state) {
     optional(body, 'seed', 'seed', seed, 'Seed');
     optional(body, 'snapshot_interval', 'snapshot_interval', snapshot, 'Checkpoint interval');
     optional(body, 'loader_threads', 'loader_threads', loaderThreads, 'Loader threads');
+    if (checkpointMetric.value !== rule('checkpoint_metric').default) body.checkpoint_metric = checkpointMetric.value;
+    optional(body, 'keep_checkpoints', 'keep_checkpoints', keepCheckpoints, 'Keep snapshots');
+    if (earlyStop.input.checked) {
+      const es = {};          // the box is the choice that turns it on, so the object is always sent
+      if (esMetric.value !== rule('early_stopping.metric').default) es.metric = esMetric.value;
+      optional(es, 'patience', 'early_stopping.patience', esPatience, 'Patience');
+      optional(es, 'min_delta', 'early_stopping.min_delta', esMinDelta, 'Min delta');
+      body.early_stopping = es;
+    }
     if (name.value.trim()) body.name = name.value.trim();
     return body;
   }
@@ -593,7 +635,9 @@ export function buildJobForm(state) {
       'solver.larc': larc, 'solver.larc.policy': larc, 'solver.larc.eta': larcEta,
       'lr_policy.type': policy, 'lr_policy.warmup_epochs': warmup, 'lr_policy': policy,
       augmentation: crop, 'augmentation.crop': crop, 'augmentation.pad': pad, 'augmentation.mirror': mirror.input,
-      loader_threads: loaderThreads,
+      loader_threads: loaderThreads, checkpoint_metric: checkpointMetric, keep_checkpoints: keepCheckpoints,
+      early_stopping: earlyStop.input, 'early_stopping.metric': esMetric, 'early_stopping.patience': esPatience,
+      'early_stopping.min_delta': esMinDelta,
     };
     for (const [k, input] of Object.entries(policyInputs)) byPath[`lr_policy.${k}`] = input;
     if (/network|dataset_not_found/.test(e.code || '')) return /dataset/.test(e.code) ? dataset : byPath.network;

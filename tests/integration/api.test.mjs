@@ -255,7 +255,9 @@ test('GET /api/v1/schema: the rules a minimal job gets; the job\'s typed devices
   try {
     const cfg = c.body.config;
     for (const [p, f] of Object.entries(S)) {
-      if (f.default === undefined || f.default === null || p.startsWith('lr_policy.') || p.startsWith('solver.larc.')) continue;
+      // (the defaults of lr_policy, solver.larc and early_stopping apply inside those objects, absent by default)
+      if (f.default === undefined || f.default === null || p.startsWith('lr_policy.') || p.startsWith('solver.larc.')
+        || p.startsWith('early_stopping.')) continue;
       if (f.solvers && !f.solvers.includes(S['solver.type'].default)) continue;
       const got = p.split('.').reduce((o, k) => (o == null ? undefined : o[k]), cfg);
       assert.equal(got, f.default, `${p}: the job got ${got}, the schema says ${f.default}`);

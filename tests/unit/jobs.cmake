@@ -6,7 +6,11 @@ kiln_unit_test(test_jobspec SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobspe
 kiln_unit_test(test_scheduler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_scheduler.c LIBS kiln_jobs kiln_db kiln_engine)
 # The job configuration: round trips, and every field's limits the same from the API, kiln train and job.json.
 kiln_unit_test(test_jobcfg SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobcfg.c LIBS kiln_jobs)
+# The worker's keeping decisions: which snapshots stay (keep_checkpoints), early stopping, epochs.json.
+kiln_unit_test(test_snap_keep SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_snap_keep.c LIBS kiln_jobs)
 # The dataset source readers (IDX, CIFAR batches, path label lists) on generated, damaged and random files.
 kiln_unit_test(test_readers SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_readers.c LIBS kiln_jobs)
+# An evaluation's counts: confusion matrix, top-1/top-5, precision/recall/F1 against hand-computed values.
+kiln_unit_test(test_eval_metrics SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_eval_metrics.c LIBS kiln_jobs m)
 # A job's snapshots (the best, the weights a selection means) and a model opened from its folder or tarball.
 kiln_unit_test(test_model_bundle SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_model_bundle.c LIBS kiln_jobs PkgConfig::ARCHIVE)

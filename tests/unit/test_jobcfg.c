@@ -41,9 +41,9 @@ static cJSON *object_at(cJSON *root, const char *obj)
 {
     if (!obj[0])
         return root;
-    if (!strcmp(obj, "augmentation")) {
-        cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "augmentation");
-        return a ? a : cJSON_AddObjectToObject(root, "augmentation");
+    if (!strcmp(obj, "augmentation") || !strcmp(obj, "early_stopping")) {
+        cJSON *a = cJSON_GetObjectItemCaseSensitive(root, obj);
+        return a ? a : cJSON_AddObjectToObject(root, obj);
     }
     cJSON *solver = cJSON_GetObjectItemCaseSensitive(root, "solver");
     if (!solver)
@@ -153,8 +153,10 @@ static void every_limit_is_the_same_in_every_form(void **state)
             double l = lo ? lo->valuedouble : xlo->valuedouble;
             double h = hi ? hi->valuedouble : xhi->valuedouble;
             double step = integer ? 1 : fmax(fabs(h - l) * 1e-6, 1e-12);
+            /* a default of null (keep_checkpoints: all) is the field left out */
+            bool null_def = cJSON_IsNull(def);
             struct { double v; bool ok; } cases[] = {
-                { def->valuedouble, true },
+                { null_def ? (lo ? l : l + step) : def->valuedouble, true },
                 { lo ? l : l + step, true },
                 { hi ? h : h - step, true },
                 { lo ? l - step : l, false },
@@ -168,8 +170,13 @@ static void every_limit_is_the_same_in_every_form(void **state)
                     fail_msg("%s = %.17g: %s, want %s", f->string, cases[k].v,
                              n ? "accepted" : "refused", cases[k].ok ? "accepted" : "refused");
             }
+            if (null_def) {
+                cJSON *nul = cJSON_CreateNull();
+                assert_int_equal(accepted_everywhere(f->string, nul, f, dir), 3);
+                cJSON_Delete(nul);
+            }
             if (integer) {                           /* not a whole number */
-                cJSON *v = cJSON_CreateNumber(def->valuedouble + 0.5);
+                cJSON *v = cJSON_CreateNumber((null_def ? l : def->valuedouble) + 0.5);
                 assert_int_equal(accepted_everywhere(f->string, v, f, dir), 0);
                 cJSON_Delete(v);
             }
@@ -255,6 +262,12 @@ static void round_trip(const char *fields)
     assert_memory_equal(&a.devices, &b.devices, sizeof a.devices);
     assert_memory_equal(&a.input, &b.input, sizeof a.input);
     assert_memory_equal(&a.augment, &b.augment, sizeof a.augment);
+    assert_int_equal(a.checkpoint_metric, b.checkpoint_metric);
+    assert_int_equal(a.keep_checkpoints, b.keep_checkpoints);
+    assert_int_equal(a.early_stop.enabled, b.early_stop.enabled);
+    assert_int_equal(a.early_stop.metric, b.early_stop.metric);
+    assert_int_equal(a.early_stop.patience, b.early_stop.patience);
+    assert_true(a.early_stop.min_delta == b.early_stop.min_delta);
     assert_int_equal(a.loader_threads, b.loader_threads);
     assert_string_equal(a.name, b.name);
     assert_string_equal(a.dataset_dir, b.dataset_dir);
@@ -287,6 +300,10 @@ static void configs_round_trip(void **state)
                "\"mirror\": true}, \"loader_threads\": 3}");
     round_trip("{\"augmentation\": {\"crop\": 0, \"pad\": 0, \"mirror\": false}, "
                "\"loader_threads\": 0}");
+    round_trip("{\"checkpoint_metric\": \"val/loss\", \"keep_checkpoints\": 3, "
+               "\"early_stopping\": {\"metric\": \"val/accuracy\", \"patience\": 2, "
+               "\"min_delta\": 0.001}}");
+    round_trip("{\"checkpoint_metric\": \"val/accuracy\", \"keep_checkpoints\": null}");
 }
 
 /* A request's defaults are the schema's. */
@@ -397,6 +414,83 @@ static void augmentation_against_the_dataset(void **state)
     cJSON_Delete(j);
 }
 
+/* checkpoint_metric, keep_checkpoints and early_stopping: their defaults
+ * (the schema's), the object's presence turning early stopping on, job.json
+ * keeping them, and refusals naming the field. */
+static void snapshot_and_early_stopping_fields(void **state)
+{
+    (void)state;
+    jobcfg c;
+    api_error e;
+    cJSON *schema = jobcfg_schema();
+#define DEF(path) cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(schema, path), \
+                                                   "default")
+    cJSON *r = cJSON_Parse("{\"dataset_id\": 1, \"network\": \"lenet\", \"devices\": 0}");
+    assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), 0);
+    assert_string_equal(snap_metric_name(c.checkpoint_metric), DEF("checkpoint_metric")->valuestring);
+    assert_string_equal(DEF("checkpoint_metric")->valuestring, "val/accuracy");
+    assert_true(cJSON_IsNull(DEF("keep_checkpoints")));
+    assert_int_equal(c.keep_checkpoints, 0);
+    assert_false(c.early_stop.enabled);
+    const char *classes[] = { "a", "b" };
+    assert_int_equal(jobcfg_set_data(&c, "/data/x", (net_shape){ 1, 28, 28 }, classes, 2, &e), 0);
+    cJSON *j = jobcfg_to_json(&c);
+    assert_non_null(j);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "keep_checkpoints")));
+    assert_null(cJSON_GetObjectItemCaseSensitive(j, "early_stopping"));
+    cJSON_Delete(j);
+    jobcfg_free(&c);
+    cJSON_Delete(r);
+
+    r = cJSON_Parse("{\"dataset_id\": 1, \"network\": \"lenet\", \"devices\": 0, "
+                    "\"keep_checkpoints\": 2, \"early_stopping\": {}}");
+    assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), 0);
+    assert_int_equal(c.keep_checkpoints, 2);
+    assert_true(c.early_stop.enabled);
+    assert_string_equal(snap_metric_name(c.early_stop.metric), DEF("early_stopping.metric")->valuestring);
+    assert_string_equal(DEF("early_stopping.metric")->valuestring, "val/loss");
+    assert_int_equal(c.early_stop.patience, DEF("early_stopping.patience")->valuedouble);
+    assert_int_equal(c.early_stop.patience, 5);
+    assert_true(c.early_stop.min_delta == DEF("early_stopping.min_delta")->valuedouble);
+    assert_int_equal(jobcfg_set_data(&c, "/data/x", (net_shape){ 1, 28, 28 }, classes, 2, &e), 0);
+    j = jobcfg_to_json(&c);
+    assert_non_null(j);
+    const cJSON *es = cJSON_GetObjectItemCaseSensitive(j, "early_stopping");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(es, "metric")->valuestring, "val/loss");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(es, "patience")->valueint, 5);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "keep_checkpoints")->valueint, 2);
+    cJSON_Delete(j);
+    jobcfg_free(&c);
+    cJSON_Delete(r);
+#undef DEF
+    cJSON_Delete(schema);
+
+    static const char *const bad[][2] = {
+        { "\"early_stopping\": true", "early_stopping must be an object" },
+        { "\"early_stopping\": {\"wait\": 3}", "unknown field \"early_stopping.wait\"" },
+        { "\"early_stopping\": {\"patience\": 0}", "early_stopping.patience must be an integer from 1" },
+        { "\"early_stopping\": {\"patience\": 2.5}", "early_stopping.patience must be" },
+        { "\"early_stopping\": {\"min_delta\": -0.1}", "early_stopping.min_delta must be a number at least 0" },
+        { "\"early_stopping\": {\"metric\": \"loss\"}", "early_stopping.metric must be \"val/accuracy\" or \"val/loss\"" },
+        { "\"keep_checkpoints\": 0", "keep_checkpoints must be an integer from 1" },
+        { "\"keep_checkpoints\": \"all\"", "keep_checkpoints must be" },
+        { "\"checkpoint_metric\": \"val/acc\"", "checkpoint_metric must be" },
+        { "\"checkpoint_metric\": \"train/loss\"", "checkpoint_metric must be \"val/accuracy\" or \"val/loss\"" },
+        { "\"early_stopping\": {\"metric\": \"train/accuracy\"}", "early_stopping.metric must be \"val/accuracy\" or \"val/loss\"" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"dataset_id\": 1, \"network\": \"lenet\", %s}", bad[k][0]);
+        r = cJSON_Parse(text);
+        assert_non_null(r);
+        assert_int_equal(jobcfg_from_json(r, JOBCFG_REQUEST, &c, &e), -1);
+        assert_int_equal(e.status, 400);
+        if (!strstr(e.message, bad[k][1]))
+            fail_msg("%s: \"%s\" does not say \"%s\"", bad[k][0], e.message, bad[k][1]);
+        cJSON_Delete(r);
+    }
+}
+
 /* Steps of a run: an epoch's last short batch is dropped in training (the
  * loader's own count, loader_batch_count), except in a split smaller than
  * one batch. */
@@ -424,6 +518,7 @@ int main(void)
         cmocka_unit_test(a_hand_edited_job_json_gets_the_api_limits),
         cmocka_unit_test(augmentation_against_the_dataset),
         cmocka_unit_test(steps_drop_the_last_short_batch),
+        cmocka_unit_test(snapshot_and_early_stopping_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

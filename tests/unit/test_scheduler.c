@@ -26,13 +26,14 @@
 #include "jobs/jobspec.h"
 #include "tests/unit/jobcfg_util.h"
 #include "jobs/scheduler.h"
+#include "jobs/evaluation.h"   /* eval_spec_to_json: an evaluation's eval.json */
 
 #define GRACE_MS 300
 
 static const char fake_worker[] =
     "#!/bin/sh\n"
     "# a fake `kiln worker`: does what <job-dir>/mode says\n"
-    "[ \"$1\" = worker ] && [ \"$2\" = --job-dir ] || exit 64\n"
+    "case \"$1 $2\" in \"worker --job-dir\"|\"evaluate --eval-dir\") ;; *) exit 64;; esac\n"
     "dir=$3\n"
     "mode=$(cat \"$dir/mode\")\n"
     "order=\"$dir/../../order\"\n"
@@ -68,6 +69,12 @@ static const char fake_worker[] =
     "wait)\n"
     "  trap 'echo \"{\\\"t\\\":\\\"status\\\",\\\"status\\\":\\\"cancelled\\\"}\"; exit 0' TERM\n"
     "  while :; do sleep 0.02; done;;\n"
+    "eval_done)\n"                      /* an evaluation: result.json, then done */
+    "  echo '{\"t\":\"progress\",\"done\":3,\"total\":4}'\n"
+    "  printf '{\"count\":4,\"top1_accuracy\":0.75}' > \"$dir/result.json\"\n"
+    "  echo \"end $(basename \"$dir\")\" >> \"$order\"\n"
+    "  echo '{\"t\":\"done\"}'\n"
+    "  exit 0;;\n"
     "stubborn)\n"
     "  trap '' TERM\n"
     "  while :; do sleep 0.02; done;;\n"
@@ -604,6 +611,122 @@ static void stop_requeues_running_jobs(void **state)
     clear_events(ev, n);
 }
 
+/* A queued evaluation of job_id whose fake worker does `mode`. */
+static int64_t add_eval(fixture *f, int64_t job_id, const char *mode)
+{
+    int64_t id = 0;
+    char err[256], dir[PATH_MAX], path[PATH_MAX + 16];
+    assert_int_equal(store_eval_insert(f->st, job_id, f->dataset, "val", "final", 1, &id, err, sizeof err), 0);
+    snprintf(path, sizeof path, "%s/evaluations", f->data);
+    mkdir(path, 0755);
+    layout_eval_dir(dir, sizeof dir, f->data, id);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/mode", dir);
+    write_text(path, mode);
+    eval_spec sp = { .id = id, .job_id = job_id, .dataset_id = f->dataset, .split = EVAL_SPLIT_VAL,
+                     .selection = "final", .weights = { .kind = SNAP_FINAL }, .epoch = 1, .batch_size = 8,
+                     .devices = { .kind = BACKEND_CPU, .count = 1 } };
+    snprintf(sp.job_dir, sizeof sp.job_dir, "/nowhere");
+    snprintf(sp.dataset_dir, sizeof sp.dataset_dir, "/nowhere");
+    cJSON *o = eval_spec_to_json(&sp);
+    char *text = cJSON_Print(o);
+    snprintf(path, sizeof path, "%s/eval.json", dir);
+    write_text(path, text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+    return id;
+}
+
+static store_eval wait_eval(fixture *f, int64_t id, const char *want, double timeout_s)
+{
+    double t0 = now_s();
+    store_eval e;
+    for (;;) {
+        assert_int_equal(store_eval_get(f->st, id, &e), 0);
+        if (!strcmp(e.status, want))
+            return e;
+        if (now_s() - t0 > timeout_s || is_final(e.status))
+            fail_msg("evaluation %lld: status %s (error %s), waiting for %s", (long long)id, e.status,
+                     e.error ? e.error : "-", want);
+        store_eval_clear(&e);
+        sleep_ms(10);
+    }
+}
+
+/* Evaluations are work of the same queue: one CPU slot runs a job and an
+ * evaluation one after the other; a done evaluation has its result.json
+ * stored, one that ends without it fails saying so, a crash carries its log. */
+static void evaluations_share_the_queue(void **state)
+{
+    fixture *f = *state;
+    int64_t job = add_job(f, "done", true);
+    int64_t ev = add_eval(f, job, "eval_done");
+    int64_t bad = add_eval(f, job, "done");        /* reports done without a result.json */
+    int64_t crash = add_eval(f, job, "crash");
+    start(f, 1);
+    store_eval e = wait_eval(f, ev, "done", 10);
+    assert_string_equal(e.result_json, "{\"count\":4,\"top1_accuracy\":0.75}");
+    assert_true(e.progress == 1);
+    assert_non_null(e.started_at);
+    store_eval_clear(&e);
+    e = wait_eval(f, bad, "failed", 10);
+    assert_non_null(strstr(e.error, "without a readable result.json"));
+    assert_null(e.result_json);
+    store_eval_clear(&e);
+    e = wait_eval(f, crash, "failed", 10);
+    assert_non_null(strstr(e.error, "worker exited with status 3"));
+    assert_non_null(strstr(e.error, "something went badly wrong"));
+    store_eval_clear(&e);
+    store_job j = wait_status(f, job, "done", 10);
+    store_job_clear(&j);
+    /* one slot: each ended before the next started */
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/order", f->data);
+    char *order = slurp(path);
+    const char *p = order;
+    for (int k = 0; k < 4; k++) {
+        char start[32], end[32];
+        int a = 0, b = 0;
+        assert_int_equal(sscanf(p, "%31s %d\n%31s %d\n", start, &a, end, &b), 4);
+        assert_string_equal(start, "start");
+        assert_string_equal(end, "end");
+        assert_int_equal(a, b);
+        for (int line = 0; line < 2; line++)
+            p = strchr(p, '\n') + 1;
+    }
+    free(order);
+}
+
+/* Cancel: a queued evaluation at once, a running one by SIGTERM; at start,
+ * one left running by a dead server runs again. */
+static void evaluations_cancel_and_requeue(void **state)
+{
+    fixture *f = *state;
+    int64_t job = add_job(f, "done", true);
+    int64_t running = add_eval(f, job, "wait");
+    int64_t queued = add_eval(f, job, "eval_done");
+    int64_t left = add_eval(f, job, "eval_done");
+    assert_int_equal(store_eval_set_status(f->st, left, "running", NULL), 0);   /* a dead server's */
+    start(f, 1);
+    assert_int_equal(sched_cancel_eval(f->s, queued), 0);
+    store_eval e = wait_eval(f, queued, "cancelled", 5);
+    store_eval_clear(&e);
+    e = wait_eval(f, running, "running", 10);     /* after the job, in the one slot */
+    store_eval_clear(&e);
+    e = wait_eval(f, left, "queued", 1);          /* requeued at start; waits for the slot */
+    store_eval_clear(&e);
+    assert_int_equal(sched_cancel_eval(f->s, running), 0);
+    e = wait_eval(f, running, "cancelled", 10);
+    assert_null(e.result_json);
+    store_eval_clear(&e);
+    e = wait_eval(f, left, "done", 10);
+    store_eval_clear(&e);
+    assert_int_equal(sched_cancel_eval(f->s, running), SCHED_ALREADY_ENDED);
+    assert_int_equal(sched_cancel_eval(f->s, 9999), STORE_NOT_FOUND);
+    store_job j = wait_status(f, job, "done", 10);
+    store_job_clear(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -615,6 +738,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_requeued_job_keeps_metrics_up_to_its_checkpoint, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(stop_requeues_running_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(evaluations_share_the_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(evaluations_cancel_and_requeue, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -220,6 +220,19 @@ static void jobs_roundtrip(void **state)
     assert_string_equal(j.config_json, "{\"id\":1}");
     store_job_clear(&j);
 
+    /* an early stop: none until recorded, then kept with the job */
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_int_equal(j.stopped_epoch, 0);
+    assert_null(j.stopped_message);
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_stopped_early(f->s, j1, 14, 9, "stopped early after epoch 14"), 0);
+    assert_int_equal(store_job_get(f->s, j1, &j), 0);
+    assert_int_equal(j.stopped_epoch, 14);
+    assert_int_equal(j.stopped_best_epoch, 9);
+    assert_string_equal(j.stopped_message, "stopped early after epoch 14");
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_stopped_early(f->s, j1 + 1000, 1, 1, "x"), STORE_NOT_FOUND);
+
     assert_int_equal(store_job_next_queued(f->s, &next), 0);
     assert_int_equal(next, j2);           /* the oldest still queued */
 
@@ -351,6 +364,187 @@ static void metrics_roundtrip(void **state)
     assert_int_equal(store_metric_list(f->s, other, -1, &out, &n), 0);
     assert_int_equal(n, 1);
     free(out);
+}
+
+static void evaluations_roundtrip(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), ds2 = make_dataset(f->s), job = 0, other = 0, a = 0, b = 0, c = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 2, &job, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 2, &other, err, sizeof err), 0);
+    assert_int_equal(store_eval_insert(f->s, job, ds2, "val", "best", 2, &a, err, sizeof err), 0);
+    assert_int_equal(store_eval_insert(f->s, job, ds, "test", "final", 0, &b, err, sizeof err), 0);
+    assert_int_equal(store_eval_insert(f->s, other, ds, "train", "1", 1, &c, err, sizeof err), 0);
+    assert_true(a > 0 && b > a && c > b);
+    /* a split that is not one, refused before SQL */
+    int64_t bad = 0;
+    assert_int_equal(store_eval_insert(f->s, job, ds, "holdout", "final", 0, &bad, err, sizeof err), -1);
+    assert_int_equal(bad, 0);
+
+    store_eval e;
+    assert_int_equal(store_eval_get(f->s, a, &e), 0);
+    assert_int_equal(e.job_id, job);
+    assert_int_equal(e.dataset_id, ds2);
+    assert_string_equal(e.split, "val");
+    assert_string_equal(e.selection, "best");
+    assert_int_equal(e.epoch, 2);
+    assert_string_equal(e.status, "queued");
+    assert_true(e.progress == 0);
+    assert_null(e.result_json);
+    assert_null(e.error);
+    assert_true(is_rfc3339_utc(e.created_at));
+    assert_null(e.started_at);
+    assert_null(e.finished_at);
+    store_eval_clear(&e);
+
+    /* running -> progress -> done with a result */
+    assert_int_equal(store_eval_set_status(f->s, a, "running", NULL), 0);
+    assert_int_equal(store_eval_set_progress(f->s, a, 0.25), 0);
+    assert_int_equal(store_eval_set_progress(f->s, a, 7), 0);          /* clamped to 1 */
+    assert_int_equal(store_eval_get(f->s, a, &e), 0);
+    assert_string_equal(e.status, "running");
+    assert_true(e.progress == 1);
+    assert_true(is_rfc3339_utc(e.started_at));
+    store_eval_clear(&e);
+    assert_int_equal(store_eval_set_progress(f->s, a, 0.5), 0);
+    assert_int_equal(store_eval_finish(f->s, a, "done", NULL, NULL), -1);       /* done needs a result */
+    assert_int_equal(store_eval_finish(f->s, a, "failed", "{}", "x"), -1);      /* failed has none */
+    assert_int_equal(store_eval_finish(f->s, a, "running", NULL, NULL), -1);    /* not a final status */
+    assert_int_equal(store_eval_finish(f->s, a, "done", "{\"loss\":0.5}", NULL), 0);
+    assert_int_equal(store_eval_get(f->s, a, &e), 0);
+    assert_string_equal(e.status, "done");
+    assert_string_equal(e.result_json, "{\"loss\":0.5}");
+    assert_true(e.progress == 1);
+    assert_true(is_rfc3339_utc(e.finished_at));
+    store_eval_clear(&e);
+
+    /* failed with a reason; requeued clears the progress and started_at */
+    assert_int_equal(store_eval_set_status(f->s, b, "running", NULL), 0);
+    assert_int_equal(store_eval_set_progress(f->s, b, 0.5), 0);
+    assert_int_equal(store_eval_set_status(f->s, b, "queued", NULL), 0);
+    assert_int_equal(store_eval_get(f->s, b, &e), 0);
+    assert_true(e.progress == 0);
+    assert_null(e.started_at);
+    store_eval_clear(&e);
+    assert_int_equal(store_eval_finish(f->s, b, "failed", NULL, "worker killed by signal 9"), 0);
+    assert_int_equal(store_eval_get(f->s, b, &e), 0);
+    assert_string_equal(e.status, "failed");
+    assert_string_equal(e.error, "worker killed by signal 9");
+    assert_null(e.result_json);
+    store_eval_clear(&e);
+    assert_int_equal(store_eval_set_status(f->s, b, "bogus", NULL), -1);
+    assert_int_equal(store_eval_set_status(f->s, 9999, "running", NULL), STORE_NOT_FOUND);
+    assert_int_equal(store_eval_get(f->s, 9999, &e), STORE_NOT_FOUND);
+
+    /* list by job: newest first, only that job's */
+    store_eval *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_eval_list_by_job(f->s, job, &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, b);
+    assert_int_equal(list[1].id, a);
+    assert_string_equal(list[1].result_json, "{\"loss\":0.5}");
+    store_eval_list_free(list, n);
+
+    int64_t *ids = NULL;
+    assert_int_equal(store_eval_ids_with_status(f->s, "queued", &ids, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], c);
+    free(ids);
+    assert_int_equal(store_eval_count_by_dataset(f->s, ds, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(store_eval_count_by_dataset(f->s, ds2, &n), 0);
+    assert_int_equal(n, 1);
+
+    /* a dataset an evaluation uses cannot be deleted */
+    assert_int_equal(store_dataset_delete(f->s, ds2), -1);
+
+    /* deleting one; deleting a job deletes its evaluations, not others' */
+    assert_int_equal(store_eval_delete(f->s, b), 0);
+    assert_int_equal(store_eval_delete(f->s, b), STORE_NOT_FOUND);
+    assert_int_equal(store_job_delete(f->s, job), 0);
+    assert_int_equal(store_eval_get(f->s, a, &e), STORE_NOT_FOUND);
+    assert_int_equal(store_eval_list_by_job(f->s, job, &list, &n), 0);
+    assert_int_equal(n, 0);
+    free(list);
+    assert_int_equal(store_eval_get(f->s, c, &e), 0);
+    store_eval_clear(&e);
+    assert_int_equal(store_dataset_delete(f->s, ds2), 0);     /* no evaluation uses it now */
+}
+
+/* The queue holds jobs and evaluations together, oldest first. */
+static void queue_orders_both_kinds(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), j1 = 0, j2 = 0, e1 = 0, e2 = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 1, &j1, err, sizeof err), 0);
+    assert_int_equal(store_eval_insert(f->s, j1, ds, "val", "final", 0, &e1, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 1, &j2, err, sizeof err), 0);
+    assert_int_equal(store_eval_insert(f->s, j1, ds, "val", "final", 0, &e2, err, sizeof err), 0);
+    /* Creation times set by hand: e1 oldest, then j2, then j1 and e2 in the same second. */
+    char sql[256], out[16];
+    snprintf(sql, sizeof sql, "UPDATE evaluations SET created_at = '2026-01-01T00:00:01Z' WHERE id = %lld",
+             (long long)e1);
+    raw_exec_text(f->path, sql, out, sizeof out);
+    snprintf(sql, sizeof sql, "UPDATE jobs SET created_at = '2026-01-01T00:00:02Z' WHERE id = %lld",
+             (long long)j2);
+    raw_exec_text(f->path, sql, out, sizeof out);
+    snprintf(sql, sizeof sql, "UPDATE jobs SET created_at = '2026-01-01T00:00:03Z' WHERE id = %lld",
+             (long long)j1);
+    raw_exec_text(f->path, sql, out, sizeof out);
+    snprintf(sql, sizeof sql, "UPDATE evaluations SET created_at = '2026-01-01T00:00:03Z' WHERE id = %lld",
+             (long long)e2);
+    raw_exec_text(f->path, sql, out, sizeof out);
+
+    store_queued *q = NULL;
+    size_t n = 0;
+    assert_int_equal(store_queue_list(f->s, &q, &n), 0);
+    assert_int_equal(n, 4);
+    assert_true(q[0].kind == STORE_WORK_EVAL && q[0].id == e1);
+    assert_true(q[1].kind == STORE_WORK_JOB && q[1].id == j2);
+    assert_true(q[2].kind == STORE_WORK_JOB && q[2].id == j1);
+    assert_true(q[3].kind == STORE_WORK_EVAL && q[3].id == e2);
+    free(q);
+
+    /* Only queued ones. */
+    assert_int_equal(store_job_set_status(f->s, j2, "running", NULL), 0);
+    assert_int_equal(store_eval_set_status(f->s, e1, "running", NULL), 0);
+    assert_int_equal(store_queue_list(f->s, &q, &n), 0);
+    assert_int_equal(n, 2);
+    assert_true(q[0].kind == STORE_WORK_JOB && q[0].id == j1);
+    assert_true(q[1].kind == STORE_WORK_EVAL && q[1].id == e2);
+    free(q);
+}
+
+/* A database from before evaluations is migrated forward with its rows kept. */
+static void version2_database_migrates(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), job = 0;
+    char err[256], out[16];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 1, &job, err, sizeof err), 0);
+    store_close(f->s);
+    f->s = NULL;
+    int before = 0;                  /* the schema version before the evaluations' migration */
+    for (size_t i = 0; i < store_migration_count; i++)
+        if (!strcmp(store_migrations[i].what, "evaluations"))
+            before = store_migrations[i].version - 1;
+    assert_true(before >= 2);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", before);
+    raw_exec_text(f->path, "DROP TABLE evaluations", out, sizeof out);
+    raw_exec_text(f->path, sql, out, sizeof out);
+
+    f->s = store_open(f->path, err, sizeof err);
+    assert_non_null(f->s);
+    assert_int_equal(store_schema_version(f->s), latest_migration());
+    int64_t e = 0;
+    assert_int_equal(store_eval_insert(f->s, job, ds, "val", "final", 0, &e, err, sizeof err), 0);
+    store_job j;
+    assert_int_equal(store_job_get(f->s, job, &j), 0);
+    store_job_clear(&j);
 }
 
 static void reopen_keeps_data(void **state)
@@ -487,6 +681,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(not_a_database_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(threads_share_a_handle, setup, teardown),
+        cmocka_unit_test_setup_teardown(evaluations_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(queue_orders_both_kinds, setup, teardown),
+        cmocka_unit_test_setup_teardown(version2_database_migrates, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
