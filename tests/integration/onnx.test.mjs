@@ -303,9 +303,17 @@ test('GET .../model?format=onnx, model.onnx in the tarball, and its errors', { t
     assert.ok(readFileSync(exported).equals(onnx), 'kiln export gives the bytes the API serves');
     const tar = await fetch(`${base}/api/v1/jobs/${id}/model?format=tar`);
     assert.equal(tar.status, 200);
-    const member = parseTar(Buffer.from(await tar.arrayBuffer())).find((e) => e.name === 'model.onnx');
+    const tarBytes = Buffer.from(await tar.arrayBuffer());
+    const member = parseTar(tarBytes).find((e) => e.name === 'model.onnx');
     assert.ok(member, 'the tarball holds model.onnx');
     assert.ok(Buffer.from(member.data).equals(onnx), 'the tarball\'s model.onnx is the served file');
+    // and `kiln export MODEL.tar` makes it again from the tarball's own parts
+    const tarFile = path.join(tmp.dir, 'model.tar');
+    writeFileSync(tarFile, tarBytes);
+    const fromTar = path.join(tmp.dir, 'from-tar.onnx');
+    const tx = await runKiln(['export', tarFile, '-o', fromTar]);
+    assert.equal(tx.code, 0, tx.stderr);
+    assert.ok(readFileSync(fromTar).equals(onnx), 'kiln export of the tarball gives the same file');
 
     // a snapshot: its own weights, named by its epoch, and it runs
     const e1 = await fetch(`${base}/api/v1/jobs/${id}/model?format=onnx&epoch=1`);
@@ -323,6 +331,27 @@ test('GET .../model?format=onnx, model.onnx in the tarball, and its errors', { t
     for (let i = 0; i < kp.length; i++) maxDiff = Math.max(maxDiff, Math.abs(kp[i] - op[i]));
     t.diagnostic(`epoch 1 snapshot: max |kiln - onnxruntime| = ${maxDiff.toExponential(2)}`);
     assert.ok(maxDiff <= ATOL, `epoch 1: ${maxDiff}`);
+
+    // epoch=best: the best snapshot's file, the same bytes as `kiln export --epoch best`
+    const snaps = await api(base, 'GET', `/api/v1/jobs/${id}/snapshots`);
+    assert.equal(snaps.status, 200);
+    const best = snaps.body.best;
+    assert.ok(best >= 1, `a best epoch: ${JSON.stringify(snaps.body)}`);
+    const b = await fetch(`${base}/api/v1/jobs/${id}/model?format=onnx&epoch=best`);
+    assert.equal(b.status, 200);
+    assert.match(b.headers.get('content-disposition'), new RegExp(`kiln-job-${id}-epoch-${best}\\.onnx`));
+    const bestFile = path.join(tmp.dir, 'best-cli.onnx');
+    const bx = await runKiln(['export', path.join(dataDir, 'jobs', String(id)), '--epoch', 'best', '-o', bestFile]);
+    assert.equal(bx.code, 0, bx.stderr);
+    assert.match(bx.stdout, new RegExp(`epoch ${best}`));
+    assert.ok(readFileSync(bestFile).equals(Buffer.from(await b.arrayBuffer())), 'epoch=best: API and CLI agree');
+
+    // the command line's errors: exit 1 naming the missing snapshot, 2 for usage
+    const nx = await runKiln(['export', path.join(dataDir, 'jobs', String(id)), '--epoch', '9', '-o', bestFile]);
+    assert.equal(nx.code, 1);
+    assert.match(nx.stderr, /snapshot_not_found/);
+    assert.equal((await runKiln(['export'])).code, 2);
+    assert.equal((await runKiln(['export', bestFile, '--epoch', 'soon'])).code, 2);
 
     // errors
     const bad = await api(base, 'GET', `/api/v1/jobs/${id}/model?format=pb`);
