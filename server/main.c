@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "jobs/bench.h"        /* bench_main */
+#include "jobs/export_cli.h"   /* export_main */
 #include "jobs/evaluation.h"   /* eval_main */
 #include "jobs/import.h"       /* import_main */
 #include "jobs/infer_cli.h"    /* infer_main */
@@ -48,6 +49,8 @@ static void usage(FILE *f)
             "  bench     measure training or inference throughput on synthetic data\n"
             "            kiln bench NETWORK|SPEC.json [--batch N] [--mode train|infer]\n"
             "                       [--steps N] [--warmup N] [--threads N] [--json]\n"
+            "  export    a trained model as an ONNX file\n"
+            "            kiln export MODEL.tar|JOB_DIR [--epoch N|best] [-o OUT.onnx]\n"
             "\n"
             "  kiln --help            this text\n"
             "  kiln --version         the version\n"
@@ -92,6 +95,8 @@ int main(int argc, char **argv)
         return infer_server_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return bench_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return export_main(argc - 1, argv + 1, KILN_VERSION);
     fprintf(stderr, "kiln: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;

@@ -21,6 +21,7 @@
 
 #include "engine/checkpoint.h" /* ckpt_export_weights */
 #include "jobs/model_bundle.h" /* model_prep_of_job_dir: preprocess.json */
+#include "jobs/model_onnx.h"   /* model_onnx: format=onnx and model.onnx */
 #include "jobs/snapshots.h"   /* snap_select_parse, snap_resolve */
 
 /* An unnamed temporary file in dir. */
@@ -51,9 +52,9 @@ static struct archive_entry *new_entry(const char *name, int64_t size)
     return e;
 }
 
-static int add_text(struct archive *a, const char *name, const char *text, char *err, size_t errlen)
+static int add_bytes(struct archive *a, const char *name, const void *data, size_t n, char *err,
+                     size_t errlen)
 {
-    size_t n = strlen(text);
     struct archive_entry *e = new_entry(name, (int64_t)n);
     int rc = -1;
     if (!e) {
@@ -61,7 +62,7 @@ static int add_text(struct archive *a, const char *name, const char *text, char 
         return -1;
     }
     if (archive_write_header(a, e) != ARCHIVE_OK ||
-        (n && archive_write_data(a, text, n) != (la_ssize_t)n)) {
+        (n && archive_write_data(a, data, n) != (la_ssize_t)n)) {
         snprintf(err, errlen, "writing %s: %s", name, archive_error_string(a));
         goto out;
     }
@@ -69,6 +70,11 @@ static int add_text(struct archive *a, const char *name, const char *text, char 
 out:
     archive_entry_free(e);
     return rc;
+}
+
+static int add_text(struct archive *a, const char *name, const char *text, char *err, size_t errlen)
+{
+    return add_bytes(a, name, text, strlen(text), err, errlen);
 }
 
 static int add_json(struct archive *a, const char *name, const cJSON *obj, char *err, size_t errlen)
@@ -167,6 +173,8 @@ static cJSON *metrics_upto(store *st, int64_t job_id, int epoch)
 typedef struct model_parts {
     jobcfg config;             /* the job's config (owned) */
     cJSON *preprocess, *info;  /* built here (owned) */
+    uint8_t *onnx;             /* model.onnx (owned) */
+    size_t onnx_len;
     char *labels;              /* labels.txt text */
     char weights[PATH_MAX + 64];
     int epoch;                 /* the weights' epoch */
@@ -181,6 +189,7 @@ static void parts_clear(model_parts *p)
     jobcfg_free(&p->config);
     cJSON_Delete(p->preprocess);
     cJSON_Delete(p->info);
+    free(p->onnx);
     free(p->labels);
 }
 
@@ -270,6 +279,20 @@ static int export_snapshot(const char *tmpdir, model_parts *p, char *err, size_t
     return 0;
 }
 
+/* model.onnx: the weights, spec, labels and preprocess.json of the parts as
+ * ONNX (jobs/model_onnx.h). 0 or -1 with err. */
+static int build_onnx(model_parts *p, char *err, size_t errlen)
+{
+    model_prep prep;
+    if (model_prep_from_json(p->preprocess, &prep, err, errlen) != 0)
+        return -1;
+    model_onnx_src src = { .spec = p->config.network, .input = jobcfg_net_input(&p->config),
+                           .nclasses = p->config.nclasses, .labels = p->config.classes,
+                           .prep = &prep, .network = p->config.network_name,
+                           .weights = p->weights };
+    return model_onnx(&src, KILN_VERSION, &p->onnx, &p->onnx_len, err, errlen);
+}
+
 /* Writes the tar to fd. 0 or -1 with err. */
 static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
 {
@@ -289,6 +312,7 @@ static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
         add_file(a, "weights.safetensors", p->weights, err, errlen) != 0 ||
         add_text(a, "labels.txt", p->labels, err, errlen) != 0 ||
         add_json(a, "preprocess.json", p->preprocess, err, errlen) != 0 ||
+        (p->onnx && add_bytes(a, "model.onnx", p->onnx, p->onnx_len, err, errlen) != 0) ||
         add_json(a, "info.json", p->info, err, errlen) != 0)
         goto out;
     if (archive_write_close(a) != ARCHIVE_OK) {
@@ -299,6 +323,26 @@ static int write_tar(int fd, const model_parts *p, char *err, size_t errlen)
 out:
     archive_write_free(a);
     return rc;
+}
+
+/* The ONNX file as the answer (p->onnx passes to the response). */
+static enum MHD_Result send_onnx(request *r, const store_job *j, model_parts *p, int want_epoch)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(p->onnx_len, p->onnx,
+                                                                MHD_RESPMEM_MUST_FREE);
+    if (!resp)
+        return MHD_NO;
+    p->onnx = NULL;
+    char disp[128];
+    if (want_epoch > 0)
+        snprintf(disp, sizeof disp, "attachment; filename=\"kiln-job-%lld-epoch-%d.onnx\"",
+                 (long long)j->id, want_epoch);
+    else
+        snprintf(disp, sizeof disp, "attachment; filename=\"kiln-job-%lld.onnx\"", (long long)j->id);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    return http_queue(r, MHD_HTTP_OK, resp);
 }
 
 /* Picks the weights file of a selection (snap_resolve: model.safetensors,
@@ -336,10 +380,10 @@ int model_handle(request *r)
     if (rc != 0)
         return http_store_error(r, "reading the job");
 
-    if (format && strcmp(format, "tar") != 0) {
+    bool onnx = format && strcmp(format, "onnx") == 0;
+    if (format && strcmp(format, "tar") != 0 && !onnx) {
         ret = http_error(r, MHD_HTTP_BAD_REQUEST, "unsupported_format",
-                         "format \"%.32s\" is not available: use format=tar (ONNX export is not built yet)",
-                         format);
+                         "format \"%.32s\" is not available: use format=tar or format=onnx", format);
         goto out;
     }
     api_error se;
@@ -379,6 +423,20 @@ int model_handle(request *r)
     layout_subdir(tmpdir, sizeof tmpdir, srv->data_dir, LAYOUT_UPLOADS);
     if (!p.final && export_snapshot(tmpdir, &p, err, sizeof err) != 0) {
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "%s", err);
+        goto out;
+    }
+    /* The tarball goes without model.onnx (and says why in info.json) when
+     * the export fails, rather than not at all: its weights are still good. */
+    if (build_onnx(&p, err, sizeof err) != 0) {
+        if (onnx || !cJSON_AddStringToObject(p.info, "onnx_error", err)) {
+            ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                             "exporting the model to ONNX: %s", err);
+            goto out;
+        }
+        err[0] = '\0';
+    }
+    if (onnx) {
+        ret = send_onnx(r, &j, &p, sel.kind != SNAP_FINAL ? p.epoch : 0);
         goto out;
     }
     int fd = temp_fd(tmpdir);

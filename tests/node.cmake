@@ -34,5 +34,8 @@ kiln_node_test(integration_datasets tests/integration/datasets.test.mjs integrat
 kiln_node_test(integration_infer  tests/integration/infer.test.mjs  integration 900)
 kiln_node_test(integration_snapshots tests/integration/snapshots.test.mjs integration 900)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
+# ONNX export against ONNX Runtime; kiln's side is tests/tools/kiln_predict.
+kiln_node_test(integration_onnx   tests/integration/onnx.test.mjs   integration 2400)
+set_property(TEST integration_onnx APPEND PROPERTY ENVIRONMENT "KILN_PREDICT=$<TARGET_FILE:kiln_predict>")
 kiln_node_test(integration_evaluations tests/integration/evaluations.test.mjs integration 1800)
 kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200)
