@@ -231,6 +231,20 @@ async function inferItems(files, fields = {}) {
   return r.body;
 }
 
+/* Every image of a dataset's split (count of them, up to 256 a class: the
+ * explorer's samples give their labels) as [[name, PNG bytes]] in split
+ * order, fetched as image.png, and their true class indexes. */
+async function splitImages(dsId, split, count) {
+  const s = await api(base, 'GET', `/api/v1/datasets/${dsId}/samples?split=${split}&n=256`);
+  assert.equal(s.status, 200, s.text);
+  assert.equal(s.body.count, count);
+  assert.equal(s.body.items.length, count, `every image listed: ${JSON.stringify(s.body.class_counts)}`);
+  const samples = [...s.body.items].sort((a, b) => a.index - b.index);
+  samples.forEach((x, i) => assert.equal(x.index, i));
+  const pngs = await fetchAll(samples.map((x) => `/api/v1/datasets/${dsId}/image.png?split=${split}&index=${x.index}`));
+  return { files: samples.map((x, i) => [`${split}-${x.index}.png`, pngs[i]]), truth: samples.map((x) => x.label) };
+}
+
 /* classes x classes counts of (true, top-1) pairs. */
 function countPairs(trueIdx, items, n) {
   const m = Array.from({ length: n }, () => Array(n).fill(0));
@@ -258,17 +272,7 @@ test('the confusion matrix is the /infer answers on the same images, counted her
   const res = ev.result;
   const n = res.classes.length;
 
-  // Every image of the split with its true label, from the explorer's samples
-  // (up to 256 a class: the demo val split has at most 229).
-  const s = await api(base, 'GET', `/api/v1/datasets/${datasetId}/samples?split=val&n=256`);
-  assert.equal(s.status, 200, s.text);
-  assert.equal(s.body.count, res.count);
-  assert.equal(s.body.items.length, res.count, `every image listed: ${JSON.stringify(s.body.class_counts)}`);
-  const samples = [...s.body.items].sort((a, b) => a.index - b.index);
-  samples.forEach((x, i) => assert.equal(x.index, i));
-  const pngs = await fetchAll(samples.map((x) => `/api/v1/datasets/${datasetId}/image.png?split=val&index=${x.index}`));
-  const files = samples.map((x, i) => [`val-${x.index}.png`, pngs[i]]);
-  const truth = samples.map((x) => x.label);
+  const { files, truth } = await splitImages(datasetId, 'val', res.count);
 
   // All of them in one request in split order: /infer's batches of 64 are
   // the evaluation's batches (the job's batch size, 64).
@@ -349,13 +353,30 @@ test('a dataset with other classes, or another image size, is refused naming the
 
   // The same classes and size from an upload: accepted, and its test split
   // (test_percent) evaluated.
-  const same = await upload('same-classes', ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'], { test_percent: 50 });
+  const same = await upload('same-classes', ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'], { test_percent: 50, encoding: 'png' });
+  assert.equal(same.encoding, 'png');
   assert.ok(same.counts.test > 0, JSON.stringify(same.counts));
   r = await evaluate({ dataset_id: same.id, split: 'test' });
   assert.equal(r.status, 201, r.text);
   const { ev } = await waitEvaluation(r.body.id);
   assert.equal(ev.status, 'done', JSON.stringify(ev).slice(0, 500));
   assert.equal(ev.result.count, same.counts.test);
+  // Stored as PNG, or as JPEG, and decoded by the loader: image.png gives
+  // the decoded pixels, and /infer on them counts the evaluation's matrix.
+  for (const ds of [same, await upload('same-classes-jpeg', same.classes, { test_percent: 50, encoding: 'jpeg' })]) {
+    let e = ev;
+    if (ds !== same) {
+      const rj = await evaluate({ dataset_id: ds.id, split: 'test' });
+      assert.equal(rj.status, 201, rj.text);
+      e = (await waitEvaluation(rj.body.id)).ev;
+      assert.equal(e.status, 'done', JSON.stringify(e).slice(0, 500));
+    }
+    const { files, truth } = await splitImages(ds.id, 'test', e.result.count);
+    const got = (await inferItems(files)).items;
+    assert.deepEqual(countPairs(truth, got, 10), e.result.confusion_matrix, ds.encoding);
+    for (const x of e.result.misclassified)      // one batch either way: the very same probabilities
+      assert.equal(got[x.index].predictions[0].probability, x.probability, `${ds.encoding} ${x.index}`);
+  }
   assert.ok(ev.result.misclassified.every((x) => x.url.startsWith(`/api/v1/datasets/${same.id}/image.png?split=test&index=`)));
 });
 
