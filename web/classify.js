@@ -33,6 +33,11 @@ function resultRow(file, item) {
   const url = URL.createObjectURL(file);
   const img = h('img', { class: 'classify-thumb', src: url, alt: file.name });
   img.addEventListener('load', () => URL.revokeObjectURL(url), { once: true });
+  // a file the browser cannot show either: a plain placeholder, not the broken-image icon
+  img.addEventListener('error', () => {
+    URL.revokeObjectURL(url);
+    img.replaceWith(h('span', { class: 'classify-thumb classify-nothumb', title: 'the browser cannot show this file' }, '?'));
+  }, { once: true });
   let body;
   if (!item || item.error) {
     const why = item && item.error && (item.error.message || item.error.code);
