@@ -391,9 +391,11 @@ static int list_put(snap_list *l, int epoch, int64_t step, const char *file, con
     if (!m)
         return -1;
     snap_item *have = (snap_item *)snap_list_find(l, epoch);
-    if (have) {
+    if (have) {                /* listed already (from the checkpoint files, without a step) */
         cJSON_Delete(have->metrics);
         have->metrics = m;
+        have->step = step;
+        snprintf(have->file, sizeof have->file, "%s", file);
         return 0;
     }
     snap_item *grown = realloc(l->items, (size_t)(l->n + 1) * sizeof *grown);
