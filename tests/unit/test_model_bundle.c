@@ -104,8 +104,20 @@ static int setup(void **state)
     int status;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return -1;
-    /* The worker wrote snapshots.json; the tests start from the files alone,
-     * as a job from before it (test_list_from_files), and write their own. */
+    /* The worker wrote snapshots.json: each snapshot at the step its epoch
+     * ended (6 steps an epoch: 96 images in batches of 16), with its metrics. */
+    snap_list l;
+    if (snap_list_load(job, &l, err, sizeof err) != 0)
+        return -1;
+    bool ok = l.n == 2 && l.items[0].step == 6 && l.items[1].step == 12 && l.final_epoch == 2 &&
+              cJSON_IsNumber(cJSON_GetObjectItem(l.items[0].metrics, "val/loss"));
+    snap_list_free(&l);
+    if (!ok) {
+        fprintf(stderr, "setup: the worker's snapshots.json is not as expected\n");
+        return -1;
+    }
+    /* The tests start from the files alone, as a job from before
+     * snapshots.json (test_list_from_files), and write their own. */
     snprintf(path, sizeof path, "%s/snapshots.json", job);
     return unlink(path);
 }
