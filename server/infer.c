@@ -34,6 +34,7 @@
 #include "jobs/infer.h"        /* INFER_LIMITS */
 #include "jobs/snapshots.h"    /* snap_select_parse */
 #include "server/infer_proc.h" /* infer_proc_call */
+#include "server/lookup.h"     /* lookup_job */
 
 #define SMALL_FIELD_MAX 32     /* top_k, epoch */
 #define CACHE_HEADER "X-Kiln-Model-Cache"
@@ -639,13 +640,8 @@ int infer_handle(request *r)
     if (!read_fields(r, q, &top_k, &sel, &answered))
         return answered;
 
-    store_job j;
-    int rc = store_job_get(r->srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)r->id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
-    store_job_clear(&j);
+    if (!lookup_job(r, r->id, NULL, &answered))
+        return answered;
     char job_dir[PATH_MAX];
     if (layout_job_dir(job_dir, sizeof job_dir, r->srv->data_dir, r->id) != 0)
         return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "the data directory's path is too long");
