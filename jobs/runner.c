@@ -78,7 +78,6 @@
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
 #define REPORTS_PER_EPOCH 20
-#define JOB_JSON_MAX (64u << 20)
 
 static int64_t stop_after;    /* > 0: act as if SIGTERM came during this step (tests) */
 
