@@ -155,9 +155,14 @@ bool evaluation_before_job_delete(request *r, int64_t job_id, int64_t **ids, siz
             return false;
         }
     *ids = count ? malloc(count * sizeof **ids) : NULL;
-    for (size_t i = 0; *ids && i < count; i++)
+    if (count && !*ids) {             /* their folders would be left behind */
+        store_eval_list_free(list, count);
+        *answered = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < count; i++)
         (*ids)[i] = list[i].id;
-    *n = *ids ? count : 0;
+    *n = count;
     store_eval_list_free(list, count);
     return true;
 }
