@@ -441,11 +441,8 @@ static int h_job_create(request *r)
     memset(&e, 0, sizeof e);
     int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
     cJSON_Delete(doc);
-    if (rc != 0) {
-        unsigned status = e.status >= 400 && e.status < 600 ? (unsigned)e.status : 400;
-        return http_error(r, status, e.code[0] ? e.code : "invalid_request", "%s",
-                          e.message[0] ? e.message : "the job request is not valid");
-    }
+    if (rc != 0)
+        return http_api_error(r, &e, "the job request is not valid");
     sched_wake(r->srv->sched);
     return answer_job(r, MHD_HTTP_CREATED, id);
 }

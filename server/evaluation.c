@@ -45,9 +45,7 @@ int evaluation_create(request *r)
     int rc = eval_create(r->srv->st, r->srv->data_dir, r->id, doc, &id, &e);
     cJSON_Delete(doc);
     if (rc != 0)
-        return http_error(r, e.status >= 400 && e.status < 600 ? (unsigned)e.status : 400,
-                          e.code[0] ? e.code : "invalid_request", "%s",
-                          e.message[0] ? e.message : "the evaluation request is not valid");
+        return http_api_error(r, &e, "the evaluation request is not valid");
     sched_wake(r->srv->sched);
     return answer_eval(r, MHD_HTTP_CREATED, id);
 }

@@ -90,6 +90,12 @@ enum MHD_Result http_error(request *r, unsigned status, const char *code, const 
     return ret;
 }
 
+enum MHD_Result http_api_error(request *r, const api_error *e, const char *otherwise)
+{
+    return http_error(r, e->status >= 400 && e->status < 600 ? (unsigned)e->status : 400,
+                      e->code[0] ? e->code : "invalid_request", "%s", e->message[0] ? e->message : otherwise);
+}
+
 enum MHD_Result http_store_error(request *r, const char *what)
 {
     fprintf(stderr, "kiln: %s %s: store error while %s\n", r->method, r->url, what);

@@ -73,6 +73,10 @@ enum MHD_Result http_json(request *r, unsigned status, cJSON *body);
 /* {"error":{"code":code,"message":...}}. */
 enum MHD_Result http_error(request *r, unsigned status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* e as the answer: its status when it is 4xx or 5xx (else 400), its code
+ * (else "invalid_request"), its message (else `otherwise`). For requests
+ * that a jobs/ function refused with an api_error. */
+enum MHD_Result http_api_error(request *r, const api_error *e, const char *otherwise);
 /* A 500 for a store failure, naming what was being done. */
 enum MHD_Result http_store_error(request *r, const char *what);
 
