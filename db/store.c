@@ -75,6 +75,13 @@ enum stmt_id {
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
 #define EVAL_COLS "id, job_id, dataset_id, split, selection, epoch, status, progress, result_json, " \
                   "error, created_at, started_at, finished_at"
+/* A job's and an evaluation's status change (?2) stamps the same times:
+ * "running" starts, "queued" unstarts, an end finishes, anything else unfinishes. */
+#define STATUS_STAMPS_SQL \
+    "started_at = CASE WHEN ?2 = 'running' THEN " NOW_SQL " " \
+    "                  WHEN ?2 = 'queued' THEN NULL ELSE started_at END, " \
+    "finished_at = CASE WHEN ?2 IN ('done', 'failed', 'cancelled') THEN " NOW_SQL " " \
+    "                   ELSE NULL END "
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_DS_INSERT] = "INSERT INTO datasets (name, status, progress, created_at) "
@@ -90,12 +97,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_JOB_INSERT] = "INSERT INTO jobs (dataset_id, status, network, config_json, epochs, created_at) "
                       "VALUES (?1, 'queued', ?2, ?3, ?4, " NOW_SQL ")",
     [ST_JOB_STATUS] =
-        "UPDATE jobs SET status = ?2, error = ?3, "
-        "started_at = CASE WHEN ?2 = 'running' THEN " NOW_SQL " "
-        "                  WHEN ?2 = 'queued' THEN NULL ELSE started_at END, "
-        "finished_at = CASE WHEN ?2 IN ('done', 'failed', 'cancelled') THEN " NOW_SQL " "
-        "                   ELSE NULL END "
-        "WHERE id = ?1",
+        "UPDATE jobs SET status = ?2, error = ?3, " STATUS_STAMPS_SQL "WHERE id = ?1",
     [ST_JOB_PROGRESS] = "UPDATE jobs SET epoch = ?2, step = ?3, steps = ?4, images_per_sec = ?5, "
                         "eta_seconds = ?6 WHERE id = ?1",
     [ST_JOB_CONFIG] = "UPDATE jobs SET config_json = ?2 WHERE id = ?1",
@@ -116,11 +118,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                        "created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', " NOW_SQL ")",
     [ST_EVAL_STATUS] =
         "UPDATE evaluations SET status = ?2, error = ?3, "
-        "progress = CASE WHEN ?2 = 'queued' THEN 0 ELSE progress END, "
-        "started_at = CASE WHEN ?2 = 'running' THEN " NOW_SQL " "
-        "                  WHEN ?2 = 'queued' THEN NULL ELSE started_at END, "
-        "finished_at = CASE WHEN ?2 IN ('done', 'failed', 'cancelled') THEN " NOW_SQL " "
-        "                   ELSE NULL END "
+        "progress = CASE WHEN ?2 = 'queued' THEN 0 ELSE progress END, " STATUS_STAMPS_SQL
         "WHERE id = ?1",
     [ST_EVAL_PROGRESS] = "UPDATE evaluations SET progress = ?2 WHERE id = ?1",
     [ST_EVAL_FINISH] = "UPDATE evaluations SET status = ?2, result_json = ?3, error = ?4, "
@@ -460,6 +458,107 @@ static int read_id(sqlite3_stmt *q, void *elem)
 
 static const row_kind id_rows = { sizeof(int64_t), read_id, NULL };
 
+/* A statement's one parameter ?1: none, an integer (an id) or a text. */
+typedef struct key {
+    enum { KEY_NONE, KEY_INT, KEY_TEXT } type;
+    int64_t i;
+    const char *t;
+} key;
+
+#define NO_KEY ((key){ .type = KEY_NONE })
+#define KEY_ID(v) ((key){ .type = KEY_INT, .i = (v) })
+#define KEY_TEXT(v) ((key){ .type = KEY_TEXT, .t = (v) })
+
+static int bind_key(sqlite3_stmt *q, key k)
+{
+    if (k.type == KEY_INT)
+        return sqlite3_bind_int64(q, 1, k.i);
+    if (k.type == KEY_TEXT)
+        return sqlite3_bind_text(q, 1, k.t, -1, SQLITE_TRANSIENT);
+    return SQLITE_OK;
+}
+
+/* The first row of statement st with ?1 = k, read into out: read_one's
+ * returns. Takes s->mu. */
+static int get_row(store *s, enum stmt_id st, key k, const row_kind *rk, const char *what, void *out)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, st, NULL, 0);
+    if (q) {
+        if (bind_key(q, k) == SQLITE_OK)
+            ret = read_one(s, q, rk, what, out);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+/* Every row of statement st with ?1 = k, in a new array: 0 with *out and *n
+ * (NULL and 0 for no rows), or -1 with *out NULL and *n 0. Takes s->mu. */
+static int list_rows(store *s, enum stmt_id st, key k, const row_kind *rk, const char *what, void **out,
+                     size_t *n)
+{
+    void *arr = NULL;
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, st, NULL, 0);
+    if (q) {
+        if (bind_key(q, k) == SQLITE_OK)
+            ret = read_all(s, q, rk, what, &arr, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    if (ret == 0)
+        *out = arr;
+    return ret;
+}
+
+/* Runs statement st (a DELETE or UPDATE) with ?1 = id: step_change's returns.
+ * Takes s->mu. */
+static int change_by_id(store *s, enum stmt_id st, int64_t id, const char *what)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, st, NULL, 0);
+    if (q)
+        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), what);
+    unlock(s);
+    return ret;
+}
+
+/* A job's or an evaluation's status change (statement st: ?1 id, ?2 status,
+ * ?3 error or NULL): 0, STORE_NOT_FOUND, or -1 (an invalid status is logged
+ * with the kind's name). Takes s->mu. */
+static int set_status(store *s, enum stmt_id st, const char *kind, int64_t id, const char *status,
+                      const char *error)
+{
+    if (!valid_job_status(status)) {
+        fprintf(stderr, "kiln: store: %s %lld: invalid status \"%s\"\n", kind, (long long)id,
+                status ? status : "(null)");
+        return -1;
+    }
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, st, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 3, error);
+        char what[32];
+        snprintf(what, sizeof what, "%s status", kind);
+        ret = step_change(s, q, b, what);
+    }
+    unlock(s);
+    return ret;
+}
+
 /* ---- datasets ------------------------------------------------------------- */
 
 int store_dataset_insert(store *s, const char *name, int64_t *id, char *err, size_t errlen)
@@ -555,57 +654,25 @@ static const row_kind dataset_rows = { sizeof(store_dataset), read_dataset, clea
 
 int store_dataset_get(store *s, int64_t id, store_dataset *out)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_DS_GET, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
-            ret = read_one(s, q, &dataset_rows, "reading dataset", out);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    return ret;
+    return get_row(s, ST_DS_GET, KEY_ID(id), &dataset_rows, "reading dataset", out);
 }
 
 int store_dataset_find_by_name(store *s, const char *name, store_dataset *out)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_DS_BY_NAME, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT) == SQLITE_OK)
-            ret = read_one(s, q, &dataset_rows, "reading dataset", out);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    return ret;
+    return get_row(s, ST_DS_BY_NAME, KEY_TEXT(name), &dataset_rows, "reading dataset", out);
 }
 
 int store_dataset_list(store *s, store_dataset **out, size_t *n)
 {
-    void *arr = NULL;
-    *out = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_DS_LIST, NULL, 0);
-    if (q && (ret = read_all(s, q, &dataset_rows, "listing datasets", &arr, n)) == 0)
-        *out = arr;
-    unlock(s);
+    void *arr;
+    int ret = list_rows(s, ST_DS_LIST, NO_KEY, &dataset_rows, "listing datasets", &arr, n);
+    *out = arr;
     return ret;
 }
 
 int store_dataset_delete(store *s, int64_t id)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_DS_DELETE, NULL, 0);
-    if (q)
-        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "deleting dataset");
-    unlock(s);
-    return ret;
+    return change_by_id(s, ST_DS_DELETE, id, "deleting dataset");
 }
 
 void store_dataset_clear(store_dataset *d)
@@ -658,24 +725,7 @@ out:
 
 int store_job_set_status(store *s, int64_t id, const char *status, const char *error)
 {
-    if (!valid_job_status(status)) {
-        fprintf(stderr, "kiln: store: job %lld: invalid status \"%s\"\n", (long long)id,
-                status ? status : "(null)");
-        return -1;
-    }
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_JOB_STATUS, NULL, 0);
-    if (q) {
-        int b = sqlite3_bind_int64(q, 1, id);
-        if (b == SQLITE_OK)
-            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
-        if (b == SQLITE_OK)
-            b = bind_text_or_null(q, 3, error);
-        ret = step_change(s, q, b, "job status");
-    }
-    unlock(s);
-    return ret;
+    return set_status(s, ST_JOB_STATUS, "job", id, status, error);
 }
 
 int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
@@ -775,73 +825,33 @@ static const row_kind job_rows = { sizeof(store_job), read_job, clear_job };
 
 int store_job_get(store *s, int64_t id, store_job *out)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_JOB_GET, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
-            ret = read_one(s, q, &job_rows, "reading job", out);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    return ret;
+    return get_row(s, ST_JOB_GET, KEY_ID(id), &job_rows, "reading job", out);
 }
 
 int store_job_list(store *s, store_job **out, size_t *n)
 {
-    void *arr = NULL;
-    *out = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_JOB_LIST, NULL, 0);
-    if (q && (ret = read_all(s, q, &job_rows, "listing jobs", &arr, n)) == 0)
-        *out = arr;
-    unlock(s);
+    void *arr;
+    int ret = list_rows(s, ST_JOB_LIST, NO_KEY, &job_rows, "listing jobs", &arr, n);
+    *out = arr;
     return ret;
 }
 
 int store_job_next_queued(store *s, int64_t *id)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_JOB_NEXT_QUEUED, NULL, 0);
-    if (q)
-        ret = read_one(s, q, &id_rows, "next queued job", id);
-    unlock(s);
-    return ret;
+    return get_row(s, ST_JOB_NEXT_QUEUED, NO_KEY, &id_rows, "next queued job", id);
 }
 
 int store_job_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n)
 {
-    void *arr = NULL;
-    *ids = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_JOB_IDS_STATUS, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_text(q, 1, status, -1, SQLITE_TRANSIENT) == SQLITE_OK)
-            ret = read_all(s, q, &id_rows, "reading ids", &arr, n);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    if (ret == 0)
-        *ids = arr;
+    void *arr;
+    int ret = list_rows(s, ST_JOB_IDS_STATUS, KEY_TEXT(status), &id_rows, "reading ids", &arr, n);
+    *ids = arr;
     return ret;
 }
 
 int store_job_delete(store *s, int64_t id)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_JOB_DELETE, NULL, 0);
-    if (q)
-        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "deleting job");
-    unlock(s);
-    return ret;
+    return change_by_id(s, ST_JOB_DELETE, id, "deleting job");
 }
 
 void store_job_clear(store_job *j)
@@ -954,21 +964,9 @@ int store_metric_delete(store *s, int64_t job_id, int64_t after_step)
 
 int store_metric_latest(store *s, int64_t job_id, store_metric **out, size_t *n)
 {
-    void *arr = NULL;
-    *out = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_METRIC_LATEST, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_int64(q, 1, job_id) == SQLITE_OK)
-            ret = read_all(s, q, &metric_rows, "reading metrics", &arr, n);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    if (ret == 0)
-        *out = arr;
+    void *arr;
+    int ret = list_rows(s, ST_METRIC_LATEST, KEY_ID(job_id), &metric_rows, "reading metrics", &arr, n);
+    *out = arr;
     return ret;
 }
 
@@ -1012,24 +1010,7 @@ out:
 
 int store_eval_set_status(store *s, int64_t id, const char *status, const char *error)
 {
-    if (!valid_job_status(status)) {
-        fprintf(stderr, "kiln: store: evaluation %lld: invalid status \"%s\"\n", (long long)id,
-                status ? status : "(null)");
-        return -1;
-    }
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_EVAL_STATUS, NULL, 0);
-    if (q) {
-        int b = sqlite3_bind_int64(q, 1, id);
-        if (b == SQLITE_OK)
-            b = sqlite3_bind_text(q, 2, status, -1, SQLITE_TRANSIENT);
-        if (b == SQLITE_OK)
-            b = bind_text_or_null(q, 3, error);
-        ret = step_change(s, q, b, "evaluation status");
-    }
-    unlock(s);
-    return ret;
+    return set_status(s, ST_EVAL_STATUS, "evaluation", id, status, error);
 }
 
 int store_eval_set_progress(store *s, int64_t id, double progress)
@@ -1108,56 +1089,23 @@ static const row_kind eval_rows = { sizeof(store_eval), read_eval, clear_eval };
 
 int store_eval_get(store *s, int64_t id, store_eval *out)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_EVAL_GET, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
-            ret = read_one(s, q, &eval_rows, "reading evaluation", out);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    return ret;
+    return get_row(s, ST_EVAL_GET, KEY_ID(id), &eval_rows, "reading evaluation", out);
 }
 
 int store_eval_list_by_job(store *s, int64_t job_id, store_eval **out, size_t *n)
 {
-    void *arr = NULL;
-    *out = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_EVAL_BY_JOB, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_int64(q, 1, job_id) == SQLITE_OK)
-            ret = read_all(s, q, &eval_rows, "listing evaluations", &arr, n);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    if (ret == 0)
-        *out = arr;
+    void *arr;
+    int ret = list_rows(s, ST_EVAL_BY_JOB, KEY_ID(job_id), &eval_rows, "listing evaluations", &arr, n);
+    *out = arr;
     return ret;
 }
 
 int store_eval_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n)
 {
-    void *arr = NULL;
-    *ids = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_EVAL_IDS_STATUS, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_text(q, 1, status, -1, SQLITE_TRANSIENT) == SQLITE_OK)
-            ret = read_all(s, q, &id_rows, "reading evaluation ids", &arr, n);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
-    if (ret == 0)
-        *ids = arr;
+    void *arr;
+    int ret = list_rows(s, ST_EVAL_IDS_STATUS, KEY_TEXT(status), &id_rows, "reading evaluation ids",
+                        &arr, n);
+    *ids = arr;
     return ret;
 }
 
@@ -1165,16 +1113,7 @@ int store_eval_count_by_dataset(store *s, int64_t dataset_id, size_t *n)
 {
     int64_t count = 0;
     *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_EVAL_COUNT_DATASET, NULL, 0);
-    if (q) {
-        if (sqlite3_bind_int64(q, 1, dataset_id) == SQLITE_OK)
-            ret = read_one(s, q, &id_rows, "counting evaluations", &count);
-        else
-            stmt_done(q);
-    }
-    unlock(s);
+    int ret = get_row(s, ST_EVAL_COUNT_DATASET, KEY_ID(dataset_id), &id_rows, "counting evaluations", &count);
     if (ret == 0)
         *n = (size_t)count;
     return ret;
@@ -1182,13 +1121,7 @@ int store_eval_count_by_dataset(store *s, int64_t dataset_id, size_t *n)
 
 int store_eval_delete(store *s, int64_t id)
 {
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_EVAL_DELETE, NULL, 0);
-    if (q)
-        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "deleting evaluation");
-    unlock(s);
-    return ret;
+    return change_by_id(s, ST_EVAL_DELETE, id, "deleting evaluation");
 }
 
 void store_eval_clear(store_eval *e)
@@ -1227,14 +1160,8 @@ static const row_kind queued_rows = { sizeof(store_queued), read_queued, NULL };
 
 int store_queue_list(store *s, store_queued **out, size_t *n)
 {
-    void *arr = NULL;
-    *out = NULL;
-    *n = 0;
-    lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_QUEUE_LIST, NULL, 0);
-    if (q && (ret = read_all(s, q, &queued_rows, "listing the queue", &arr, n)) == 0)
-        *out = arr;
-    unlock(s);
+    void *arr;
+    int ret = list_rows(s, ST_QUEUE_LIST, NO_KEY, &queued_rows, "listing the queue", &arr, n);
+    *out = arr;
     return ret;
 }

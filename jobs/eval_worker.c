@@ -12,16 +12,13 @@
  * (jobs/eval_metrics.h); result.json is written atomically, then
  * {"t":"done"}.
  *
- * Signals: SIGTERM (or SIGINT) stops after the current batch with
+ * Signals (jobs/report.h): SIGTERM (or SIGINT) stops after the current batch with
  * {"t":"status","status":"cancelled"}, exit 0; a second one kills. A write
  * error on stdout (the server is gone) ends the worker.
  */
 #include "jobs/evaluation.h"
 
-#include <errno.h>
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,16 +31,9 @@
 #include "engine/fileio.h"      /* fio_write_atomic */
 #include "engine/net.h"         /* net_create, net_load, net_predict */
 #include "jobs/eval_metrics.h"  /* eval_acc */
+#include "jobs/report.h"        /* report_start, report_emit, report_log, report_stopping */
 
 #define PROGRESS_REPORTS 50      /* progress lines over a whole split, about */
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
 
 static double mono_now(void)
 {
@@ -52,52 +42,12 @@ static double mono_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* One line on stderr (the evaluation's log), with a UTC time stamp. */
-static void logf_(const char *fmt, ...)
-{
-    char stamp[32];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(stderr, "%s ", stamp);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
-}
-
-/* One report line; a failed write means the server is gone. */
-static void emit(const char *line)
-{
-    if (fputs(line, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF) {
-        logf_("cannot write to the server (%s); stopping", strerror(errno));
-        _exit(1);
-    }
-}
-
-static void emit_error(const char *msg)
-{
-    cJSON *o = cJSON_CreateObject();
-    char *text = NULL;
-    if (o && cJSON_AddStringToObject(o, "t", "error") && cJSON_AddStringToObject(o, "message", msg))
-        text = cJSON_PrintUnformatted(o);
-    emit(text ? text : "{\"t\":\"error\",\"message\":\"out of memory\"}");
-    cJSON_free(text);
-    cJSON_Delete(o);
-    logf_("error: %s", msg);
-}
-
 static void progress(int64_t done, int64_t total)
 {
     char line[128];
     snprintf(line, sizeof line, "{\"t\":\"progress\",\"done\":%lld,\"total\":%lld}", (long long)done,
              (long long)total);
-    emit(line);
+    report_emit(line);
 }
 
 /* ---- one evaluation -------------------------------------------------------------- */
@@ -244,7 +194,7 @@ static int run_split(evaluation *v, bool *cancelled)
         done += n;
         if (++b % every == 0 || done == total)
             progress(done, total);
-        if (stop_requested) {
+        if (report_stopping()) {
             *cancelled = done < total;
             if (*cancelled)
                 return 0;
@@ -303,21 +253,6 @@ static void usage(FILE *f)
             "  --help          this text\n");
 }
 
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;     /* a second signal takes the default action */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-}
-
 static int evaluate(const char *dir, const char *gpus)
 {
     evaluation v;
@@ -325,11 +260,11 @@ static int evaluate(const char *dir, const char *gpus)
     int status = 1;
     double t0 = mono_now();
     if (open_evaluation(&v, dir, gpus) != 0) {
-        emit_error(v.err);
+        report_error(v.err);
         goto out;
     }
-    emit("{\"t\":\"status\",\"status\":\"running\"}");
-    logf_("evaluation %lld: job %lld's %s (epoch %d%s, %s) on the %s split of dataset %lld: %zu images "
+    report_emit("{\"t\":\"status\",\"status\":\"running\"}");
+    report_log("evaluation %lld: job %lld's %s (epoch %d%s, %s) on the %s split of dataset %lld: %zu images "
           "of %dx%dx%d, %d classes, batches of %d on %s", (long long)v.spec.id, (long long)v.spec.job_id,
           v.model.network_name[0] ? v.model.network_name : "network", v.model.epoch,
           v.model.final ? ", final" : "", v.spec.selection, eval_split_name(v.spec.split),
@@ -338,26 +273,26 @@ static int evaluate(const char *dir, const char *gpus)
     bool cancelled = false;
     double t1 = mono_now();
     if (run_split(&v, &cancelled) != 0) {
-        emit_error(v.err);
+        report_error(v.err);
         goto out;
     }
     if (cancelled) {
-        logf_("cancelled after %lld images", (long long)v.acc.count);
-        emit("{\"t\":\"status\",\"status\":\"cancelled\"}");
+        report_log("cancelled after %lld images", (long long)v.acc.count);
+        report_emit("{\"t\":\"status\",\"status\":\"cancelled\"}");
         status = 0;
         goto out;
     }
     double secs = mono_now() - t1;
     if (write_result(&v, dir, secs) != 0) {
-        emit_error(v.err);
+        report_error(v.err);
         goto out;
     }
-    logf_("done: %lld images in %.1f s (%.0f images/s; %.1f s in all): top-1 %.4f, top-%d %.4f, loss %.4f",
+    report_log("done: %lld images in %.1f s (%.0f images/s; %.1f s in all): top-1 %.4f, top-%d %.4f, loss %.4f",
           (long long)v.acc.count, secs, secs > 0 ? v.acc.count / secs : 0, mono_now() - t0,
           v.acc.count ? (double)v.acc.top1 / v.acc.count : NAN, v.acc.topk,
           v.acc.count ? (double)v.acc.topk_hits / v.acc.count : NAN,
           v.acc.count ? v.acc.loss_sum / v.acc.count : NAN);
-    emit("{\"t\":\"done\"}");
+    report_emit("{\"t\":\"done\"}");
     status = 0;
 out:
     close_evaluation(&v);
@@ -388,7 +323,6 @@ int eval_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    install_signals();
+    report_start(NULL);
     return evaluate(dir, gpus);
 }

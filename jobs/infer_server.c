@@ -241,7 +241,7 @@ out:
 
 /* ---- the loop -------------------------------------------------------------------- */
 
-static int write_all(int fd, const char *p, size_t n)
+int infer_write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
         ssize_t k = write(fd, p, n);
@@ -272,11 +272,13 @@ static int answer(cJSON *ans)
     if (!env) {
         char head[64];
         snprintf(head, sizeof head, "{\"status\":500,\"bytes\":%zu}\n", sizeof oom_body - 1);
-        rc = write_all(STDOUT_FILENO, head, strlen(head)) || write_all(STDOUT_FILENO, oom_body, sizeof oom_body - 1) ||
-             write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
+        rc = infer_write_all(STDOUT_FILENO, head, strlen(head)) ||
+             infer_write_all(STDOUT_FILENO, oom_body, sizeof oom_body - 1) ||
+             infer_write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
     } else {
-        rc = write_all(STDOUT_FILENO, env, strlen(env)) || write_all(STDOUT_FILENO, "\n", 1) ||
-             write_all(STDOUT_FILENO, text, n) || write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
+        rc = infer_write_all(STDOUT_FILENO, env, strlen(env)) || infer_write_all(STDOUT_FILENO, "\n", 1) ||
+             infer_write_all(STDOUT_FILENO, text, n) || infer_write_all(STDOUT_FILENO, "\n", 1)
+                 ? -1 : 0;
     }
     cJSON_free(env);
     cJSON_free(text);

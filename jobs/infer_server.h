@@ -34,7 +34,14 @@
 #ifndef KILN_JOBS_INFER_SERVER_H
 #define KILN_JOBS_INFER_SERVER_H
 
+#include <stddef.h>
+
 #define INFER_SERVER_COMMAND "infer-server"
+
+/* Writes n bytes of p to the pipe fd, through EINTR and short writes: 0, or
+ * -1 with errno when the other end is gone or the write fails. Both ends of
+ * the protocol write with it (server/infer_proc.c, infer_server.c). */
+int infer_write_all(int fd, const char *p, size_t n);
 
 /* `kiln infer-server [--idle-seconds N]`. Returns a process exit status. */
 int infer_server_main(int argc, char **argv);

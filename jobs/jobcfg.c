@@ -28,7 +28,6 @@
 #include "engine/optim.h"     /* OPTIM_ADAM_*, OPTIM_LARC_ETA: the defaults */
 
 #define DATASET_ID_MAX 9007199254740991.0     /* 2^53 - 1: exact in a JSON number */
-#define JOB_JSON_MAX (64u << 20)
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -814,7 +813,7 @@ int jobcfg_load(const char *dir, jobcfg *out, api_error *e)
     memset(out, 0, sizeof *out);
     if (layout_file(path, sizeof path, dir, LAYOUT_JOB_JSON) != 0)
         return api_fail(e, 500, "internal", "the path of %s's job.json is too long", dir);
-    char *text = fio_read_file(path, JOB_JSON_MAX, &len, err, sizeof err);
+    char *text = fio_read_file(path, JOBCFG_JSON_MAX, &len, err, sizeof err);
     if (!text)
         return api_fail(e, 500, "unreadable", "%s", err);
     cJSON *j = cJSON_ParseWithLength(text, len);

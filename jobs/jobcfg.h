@@ -35,6 +35,7 @@
 
 #define JOBCFG_NAME_MAX 200            /* bytes of a job's name */
 #define JOBCFG_NETWORK_NAME_MAX 63
+#define JOBCFG_JSON_MAX (64u << 20)    /* bytes of a job folder's job.json, read back */
 
 /* The devices a job asks for. The CPU, or GPUs: `count` of them, the ones in
  * ids when listed, else any free ones (the scheduler picks; the worker is

@@ -33,11 +33,12 @@
  * For tests, the environment variable KILN_STOP_AFTER_STEP=S acts as a
  * SIGTERM that arrives during step S (deterministic cancel and resume).
  *
- * Signals: SIGTERM (or SIGINT) sets a flag; the worker stops after the current
- * step (or validation batch), writes checkpoints/step-<S>.safetensors, reports
- * {"t":"status","status":"cancelled"} and exits 0. The handler is reset after
- * the first signal, so a second one kills at once. SIGPIPE keeps its default
- * action: when the server is gone, the next report kills the worker.
+ * Signals (jobs/report.h): SIGTERM (or SIGINT) sets a flag; the worker stops
+ * after the current step (or validation batch), writes
+ * checkpoints/step-<S>.safetensors, reports {"t":"status","status":"cancelled"}
+ * and exits 0. The handler is reset after the first signal, so a second one
+ * kills at once. SIGPIPE keeps its default action: when the server is gone,
+ * the next report kills the worker.
  *
  * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
  * bad command line.
@@ -48,7 +49,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,20 +74,12 @@
 #include "jobs/snap_keep.h"   /* epochs.json, snap_keep_plan, es_update */
 #include "jobs/snapshots.h"   /* snap_list_load, snap_list_save */
 #include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
+#include "jobs/report.h"      /* report_start, report_emit, report_log, report_stopping */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
 
 #define REPORTS_PER_EPOCH 20
-#define JOB_JSON_MAX (64u << 20)
 
-static volatile sig_atomic_t stop_requested;
-static bool human;            /* kiln train: progress for a person, no JSON lines */
 static int64_t stop_after;    /* > 0: act as if SIGTERM came during this step (tests) */
-
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -109,51 +101,6 @@ static double mono_now(void)
 /* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1); count 0: none given. */
 static net_devices worker_gpus;
 
-static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* One line on stderr (the job's log), with a UTC time stamp. */
-static void logf_(const char *fmt, ...)
-{
-    char stamp[32];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    FILE *f = human ? stdout : stderr;
-    fprintf(f, "%s ", stamp);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fputc('\n', f);
-    fflush(f);
-}
-
-/* Writes one report line; a failed write means the server is gone. */
-static void emit(const char *line)
-{
-    if (human)
-        return;
-    if (fputs(line, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF) {
-        logf_("cannot write to the server (%s); stopping", strerror(errno));
-        _exit(1);
-    }
-}
-
-static void emit_error(const char *msg)
-{
-    cJSON *o = cJSON_CreateObject();
-    char *text = NULL;
-    if (o && cJSON_AddStringToObject(o, "t", "error") && cJSON_AddStringToObject(o, "message", msg))
-        text = cJSON_PrintUnformatted(o);
-    emit(text ? text : "{\"t\":\"error\",\"message\":\"out of memory\"}");
-    cJSON_free(text);
-    cJSON_Delete(o);
-    if (human)
-        fprintf(stderr, "kiln train: error: %s\n", msg);
-    else
-        logf_("error: %s", msg);
-}
 
 /* A double for JSON: finite values as %.9g, others as null. */
 static void fmt_num(char *buf, size_t n, double v)
@@ -206,7 +153,7 @@ static int metric(run *r, const char *tag, double value, int64_t step, double ep
     snprintf(line, sizeof line,
              "{\"t\":\"metric\",\"step\":%lld,\"epoch\":%s,\"tag\":\"%s\",\"value\":%s,\"wall_time\":%s}",
              (long long)step, e, tag, v, w);
-    emit(line);
+    report_emit(line);
     if (!strcmp(tag, "train/loss"))
         r->last_loss = value;
     else if (!strcmp(tag, "train/accuracy"))
@@ -242,8 +189,8 @@ static void progress(run *r, int epochs_done, double ips, double eta)
              "{\"t\":\"progress\",\"epoch\":%d,\"epochs\":%d,\"step\":%lld,\"steps\":%lld,"
              "\"images_per_sec\":%s,\"eta\":%s}",
              epochs_done, r->cfg.epochs, (long long)r->step, (long long)r->total_steps, a, b);
-    emit(line);
-    if (human && epochs_done == r->epoch)
+    report_emit(line);
+    if (report_human() && epochs_done == r->epoch)
         printf("epoch %d/%d  step %lld/%lld  loss %.4f  accuracy %.4f  lr %.6g  %.0f images/s"
                "  eta %.0f s\n", r->epoch + 1, r->cfg.epochs, (long long)r->step,
                (long long)r->total_steps, r->last_loss, r->last_acc, r->last_lr, ips,
@@ -274,13 +221,13 @@ static int stop_cancelled(run *r)
         char name[64];
         snprintf(name, sizeof name, "checkpoints/step-%lld.safetensors", (long long)r->step);
         if (save_checkpoint(r, name, false) == 0)
-            logf_("cancelled at step %lld; saved %s", (long long)r->step, name);
+            report_log("cancelled at step %lld; saved %s", (long long)r->step, name);
         else
-            logf_("cancelled at step %lld; %s", (long long)r->step, r->err);
+            report_log("cancelled at step %lld; %s", (long long)r->step, r->err);
     } else {
-        logf_("cancelled before training started");
+        report_log("cancelled before training started");
     }
-    emit("{\"t\":\"status\",\"status\":\"cancelled\"}");
+    report_emit("{\"t\":\"status\",\"status\":\"cancelled\"}");
     return 0;
 }
 
@@ -312,7 +259,7 @@ static int resume(run *r, const char *ckdir, char *err, size_t errlen)
     r->step = ci.step;
     r->start_epoch = r->epoch = ci.epoch;
     r->skip = r->epoch_step = ci.epoch_step;
-    logf_("resuming from %s: step %lld, epoch %d%s", path, (long long)ci.step, ci.epoch + 1,
+    report_log("resuming from %s: step %lld, epoch %d%s", path, (long long)ci.step, ci.epoch + 1,
           ci.epoch_step ? " (part-way)" : "");
     return 0;
 }
@@ -434,7 +381,7 @@ static void drop_old_step_checkpoints(run *r, int64_t step)
             s < step) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             if (unlink(path) == 0)
-                logf_("removed %s/%s: a later snapshot replaces it (keep_checkpoints)",
+                report_log("removed %s/%s: a later snapshot replaces it (keep_checkpoints)",
                       LAYOUT_CHECKPOINTS, de->d_name);
         }
     }
@@ -490,10 +437,10 @@ static int update_snapshots(run *r, int epoch, int64_t step, const char *file)
         char path[PATH_MAX + 128];
         snprintf(path, sizeof path, "%s/%s", r->dir, removed[i].file);
         if (unlink(path) == 0 || errno == ENOENT)
-            logf_("removed %s (keep_checkpoints %d: the last %d and the best, epoch %d)",
+            report_log("removed %s (keep_checkpoints %d: the last %d and the best, epoch %d)",
                   removed[i].file, r->cfg.keep_checkpoints, r->cfg.keep_checkpoints, l.best);
         else
-            logf_("could not remove %s: %s", removed[i].file, strerror(errno));
+            report_log("could not remove %s: %s", removed[i].file, strerror(errno));
         cJSON_Delete(removed[i].metrics);
     }
     free(removed);
@@ -737,7 +684,7 @@ static int validate(run *r, eval_result *out)
         loss_sum += st.loss * st.count;
         correct += st.correct;
         count += st.count;
-        if (stop_requested) {
+        if (report_stopping()) {
             out->interrupted = true;
             return 0;
         }
@@ -796,7 +743,7 @@ static int train(run *r, bool *cancelled)
             i++;
             r->epoch_step = i;
             if (stop_after > 0 && r->step == stop_after)
-                stop_requested = 1;
+                report_request_stop();
             int_steps++;
             /* A step skipped for overflow (mixed precision's loss scaler) may
              * have a non-finite loss; it does not count in the means. */
@@ -834,7 +781,7 @@ static int train(run *r, bool *cancelled)
                 int_steps = 0;
                 t_int = now;
             }
-            if (stop_requested) {
+            if (report_stopping()) {
                 *cancelled = true;
                 return stop_cancelled(r);
             }
@@ -869,13 +816,13 @@ static int train(run *r, bool *cancelled)
                 return -1;
             r->epoch = epoch;
             snprintf(line, sizeof line, "{\"t\":\"snapshot\",\"epoch\":%d,\"path\":\"%s\"}", epoch + 1, name);
-            emit(line);
+            report_emit(line);
             if (update_snapshots(r, epoch + 1, r->step, name) != 0)
                 return -1;
         }
         double epoch_ips = train_secs > 0 ? ep_count / train_secs : 0;
         progress(r, epoch + 1, epoch_ips, eta_of(r, secs_per_step, epoch, true, epoch_ips));
-        logf_("epoch %d/%d: train loss %.4f accuracy %.4f | val loss %.4f accuracy %.4f | %.1f s "
+        report_log("epoch %d/%d: train loss %.4f accuracy %.4f | val loss %.4f accuracy %.4f | %.1f s "
               "(train %.1f s at %.0f images/s, validation %.1f s)",
               epoch + 1, c->epochs, ep_count ? ep_loss / ep_count : NAN,
               ep_count ? (double)ep_correct / ep_count : NAN, v.loss, v.accuracy,
@@ -885,7 +832,7 @@ static int train(run *r, bool *cancelled)
             r->epoch = epoch + 1;
             return 0;
         }
-        if (stop_requested) {
+        if (report_stopping()) {
             *cancelled = true;
             return stop_cancelled(r);
         }
@@ -913,12 +860,12 @@ static void log_data(const run *r)
     if (a->mirror && k < sizeof aug)
         snprintf(aug + k, sizeof aug - k, "%straining images mirrored at random", k ? "; " : "");
     size_t n = ds_split_count(r->train), used = (size_t)r->steps_per_epoch * (size_t)r->cfg.batch_size;
-    logf_("data: %d loader thread%s; %s; an epoch is %lld step%s of %d images%s",
+    report_log("data: %d loader thread%s; %s; an epoch is %lld step%s of %d images%s",
           loader_threads(r->train_ld), loader_threads(r->train_ld) == 1 ? "" : "s", aug,
           (long long)r->steps_per_epoch, r->steps_per_epoch == 1 ? "" : "s", r->cfg.batch_size,
           n < used ? " (one short batch: the training split is smaller than a batch)" : "");
     if (n > used)
-        logf_("data: the last %zu of the %zu training images in each epoch's order are left out (no "
+        report_log("data: the last %zu of the %zu training images in each epoch's order are left out (no "
               "short batch); the order, and so which ones, changes every epoch", n - used, n);
 }
 
@@ -977,7 +924,7 @@ static void emit_stopped_early(const run *r)
         cJSON_AddStringToObject(o, "message", r->stop_msg))
         text = cJSON_PrintUnformatted(o);
     if (text)
-        emit(text);
+        report_emit(text);
     cJSON_free(text);
     cJSON_Delete(o);
 }
@@ -999,23 +946,6 @@ static void usage(FILE *f)
             "  --gpus N,...    the GPUs to train on, given by the scheduler (default: the\n"
             "                  ones job.json names, else the first ones)\n"
             "  --help          this text\n");
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    /* A second signal takes the default action; a report being written when the
-     * signal comes is finished, not failed with EINTR. */
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
 int runner_main(int argc, char **argv)
@@ -1053,11 +983,9 @@ int runner_main(int argc, char **argv)
 
 int runner_run(const char *dir, bool human_output)
 {
-    human = human_output;
+    report_start(human_output ? "kiln train" : NULL);
     const char *sa = getenv("KILN_STOP_AFTER_STEP");
     stop_after = sa ? strtoll(sa, NULL, 10) : 0;
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    install_signals();
 
     run r;
     memset(&r, 0, sizeof r);
@@ -1067,19 +995,19 @@ int runner_run(const char *dir, bool human_output)
 
     api_error e;
     if (jobcfg_load(dir, &r.cfg, &e) != 0) {
-        emit_error(e.message);
+        report_error(e.message);
         goto out;
     }
     if (apply_worker_gpus(&r.cfg, err, sizeof err) != 0) {
-        emit_error(err);
+        report_error(err);
         goto out;
     }
     double t0 = mono_now();
     if (open_run(&r, err, sizeof err) != 0) {
-        emit_error(err);
+        report_error(err);
         goto out;
     }
-    emit("{\"t\":\"status\",\"status\":\"running\"}");
+    report_emit("{\"t\":\"status\",\"status\":\"running\"}");
     char sdesc[256];
     solver_desc(&r.cfg.solver, &r.lr, sdesc, sizeof sdesc);
     char where[KILN_MAX_DEVICES * 6 + 16];
@@ -1088,7 +1016,7 @@ int runner_run(const char *dir, bool human_output)
         snprintf(where, sizeof where, "cpu");
     else
         net_devices_format(&devices, where, sizeof where);
-    logf_("job %lld: %s (%zu parameters) on %s, %s: %zu train / %zu val images of %dx%dx%d, "
+    report_log("job %lld: %s (%zu parameters) on %s, %s: %zu train / %zu val images of %dx%dx%d, "
           "%d classes; %d epoch%s x %lld steps, batch %d, %s, seed %llu; ready in %.1f s",
           (long long)r.cfg.id, r.cfg.network_name, net_param_count(r.net), where,
           precision_name(r.cfg.precision), ds_split_count(r.train), ds_split_count(r.val), r.info.c, r.info.h, r.info.w,
@@ -1097,27 +1025,27 @@ int runner_run(const char *dir, bool human_output)
     log_data(&r);
     int ndev = net_device_count(r.net);
     if (ndev > 1)
-        logf_("data parallel on %d devices: up to %d images of each batch on each, gradients "
+        report_log("data parallel on %d devices: up to %d images of each batch on each, gradients "
               "summed across them, every replica making the same update", ndev,
               (r.cfg.batch_size + ndev - 1) / ndev);
     if (r.cfg.precision == PREC_AMP_FP16 && r.cfg.devices.kind == BACKEND_CPU)
-        logf_("amp-fp16 on the CPU: this CPU has no FP16 arithmetic, so FP16 storage is emulated "
+        report_log("amp-fp16 on the CPU: this CPU has no FP16 arithmetic, so FP16 storage is emulated "
               "(every 16-bit tensor rounded through FP16, the arithmetic in FP32): FP16's numerics "
               "and loss scaling, not its speed");
     else if (r.cfg.precision == PREC_AMP_BF16 && r.cfg.devices.kind == BACKEND_CPU)
-        logf_("amp-bf16 on the CPU: convolutions and dense layers run oneDNN's bfloat16 kernels "
+        report_log("amp-bf16 on the CPU: convolutions and dense layers run oneDNN's bfloat16 kernels "
               "with FP32 accumulation; weights and optimizer state stay FP32");
     if (r.cfg.precision != PREC_FP32) {
         net_amp_state a;
         net_amp_get(r.net, &a);
         if (a.dynamic)
-            logf_("dynamic loss scaling: scale %g, halved on overflow (the step skipped), doubled "
+            report_log("dynamic loss scaling: scale %g, halved on overflow (the step skipped), doubled "
                   "after %d clean steps", a.scale, AMP_GROWTH_INTERVAL);
         else
-            logf_("no loss scaling (bfloat16 has FP32's range; ask for \"loss_scaling\": "
+            report_log("no loss scaling (bfloat16 has FP32's range; ask for \"loss_scaling\": "
                   "\"dynamic\" to add it)");
     }
-    if (stop_requested) {
+    if (report_stopping()) {
         stop_cancelled(&r);
         status = 0;
         goto out;
@@ -1125,7 +1053,7 @@ int runner_run(const char *dir, bool human_output)
 
     bool cancelled = false;
     if (train(&r, &cancelled) != 0) {
-        emit_error(r.err);
+        report_error(r.err);
         goto out;
     }
     if (cancelled) {
@@ -1133,21 +1061,21 @@ int runner_run(const char *dir, bool human_output)
         goto out;
     }
     if (save_checkpoint(&r, LAYOUT_MODEL, true) != 0) {
-        emit_error(r.err);
+        report_error(r.err);
         goto out;
     }
     int trained = r.stopped_early ? r.es.last_epoch : r.cfg.epochs;
     if (mark_final(&r, trained) != 0) {
-        emit_error(r.err);
+        report_error(r.err);
         goto out;
     }
     if (r.stopped_early) {
-        logf_("%s", r.stop_msg);
+        report_log("%s", r.stop_msg);
         emit_stopped_early(&r);
     }
-    logf_("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
+    report_log("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
           mono_now() - t0);
-    emit("{\"t\":\"done\"}");
+    report_emit("{\"t\":\"done\"}");
     status = 0;
 out:
     close_run(&r);

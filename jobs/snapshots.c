@@ -11,9 +11,9 @@
 
 #include "base/layout.h"      /* LAYOUT_CHECKPOINTS, LAYOUT_MODEL, LAYOUT_JOB_JSON */
 #include "engine/fileio.h"    /* fio_read_file, fio_write_atomic */
+#include "jobs/jobcfg.h"      /* JOBCFG_JSON_MAX */
 
 #define SNAPSHOTS_JSON_MAX (16u << 20)
-#define JOB_JSON_MAX (64u << 20)
 
 static const struct {
     const char *name;
@@ -327,7 +327,7 @@ static int job_epochs(const char *job_dir)
         return 0;
     size_t len = 0;
     char e[128];
-    char *text = fio_read_file(path, JOB_JSON_MAX, &len, e, sizeof e);
+    char *text = fio_read_file(path, JOBCFG_JSON_MAX, &len, e, sizeof e);
     cJSON *j = text ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
     const cJSON *ep = cJSON_GetObjectItemCaseSensitive(j, "epochs");

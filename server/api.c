@@ -25,6 +25,7 @@
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
 #include "server/infer.h"          /* infer_handle, infer_upload */
+#include "server/lookup.h"         /* lookup_job, lookup_dataset, lookup_not_found */
 #include "server/model.h"          /* model_handle */
 #include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
@@ -33,35 +34,6 @@
 #include "server/upload.h"         /* upload_finish */
 
 #define MAX_DEVICES 64
-
-static enum MHD_Result not_found(request *r, const char *what, int64_t id)
-{
-    return http_error(r, MHD_HTTP_NOT_FOUND, !strcmp(what, "job") ? "job_not_found" : "dataset_not_found",
-                      "there is no %s %lld", what, (long long)id);
-}
-
-/* Reads dataset id into *d: true, and the caller clears *d; or false when the
- * request has been answered (404 dataset_not_found, or 500 when the store
- * fails), with *answered what the handler returns. */
-static bool find_dataset(request *r, int64_t id, store_dataset *d, enum MHD_Result *answered)
-{
-    int rc = store_dataset_get(r->srv->st, id, d);
-    if (rc == 0)
-        return true;
-    *answered = rc == STORE_NOT_FOUND ? not_found(r, "dataset", id)
-                                      : http_store_error(r, "reading the dataset");
-    return false;
-}
-
-/* find_dataset for a job (404 job_not_found). */
-static bool find_job(request *r, int64_t id, store_job *j, enum MHD_Result *answered)
-{
-    int rc = store_job_get(r->srv->st, id, j);
-    if (rc == 0)
-        return true;
-    *answered = rc == STORE_NOT_FOUND ? not_found(r, "job", id) : http_store_error(r, "reading the job");
-    return false;
-}
 
 /* Appends item to the array items and returns items; when item is NULL or
  * cannot be added, deletes both and returns NULL (then http_json answers 500).
@@ -349,7 +321,7 @@ static int h_dataset_get(request *r)
 {
     store_dataset d;
     enum MHD_Result answered;
-    if (!find_dataset(r, r->id, &d, &answered))
+    if (!lookup_dataset(r, r->id, &d, &answered))
         return answered;
     cJSON *o = render_dataset(&d);
     store_dataset_clear(&d);
@@ -383,7 +355,7 @@ static bool cancel_import(request *r, enum MHD_Result *answered)
         *answered = http_json(r, MHD_HTTP_ACCEPTED, o);
         return true;
     }
-    if (!find_dataset(r, r->id, &d, answered))
+    if (!lookup_dataset(r, r->id, &d, answered))
         return true;
     bool importing = !strcmp(d.status, "importing");
     store_dataset_clear(&d);
@@ -399,7 +371,7 @@ static int h_dataset_delete(request *r)
     server *srv = r->srv;
     store_dataset d;
     enum MHD_Result answered;
-    if (!find_dataset(r, r->id, &d, &answered))
+    if (!lookup_dataset(r, r->id, &d, &answered))
         return answered;
     bool importing = !strcmp(d.status, "importing");
     store_dataset_clear(&d);
@@ -421,7 +393,7 @@ static int h_dataset_delete(request *r)
                           (long long)r->id, users, evals);
     int rc = store_dataset_delete(srv->st, r->id);
     if (rc == STORE_NOT_FOUND)
-        return not_found(r, "dataset", r->id);
+        return lookup_not_found(r, "dataset", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the dataset");
     char dir[PATH_MAX + 64];
@@ -438,7 +410,7 @@ static int answer_job(request *r, unsigned status, int64_t id)
 {
     store_job j;
     enum MHD_Result answered;
-    if (!find_job(r, id, &j, &answered))
+    if (!lookup_job(r, id, &j, &answered))
         return answered;
     cJSON *o = render_job(r->srv->st, &j);
     store_job_clear(&j);
@@ -469,11 +441,8 @@ static int h_job_create(request *r)
     memset(&e, 0, sizeof e);
     int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
     cJSON_Delete(doc);
-    if (rc != 0) {
-        unsigned status = e.status >= 400 && e.status < 600 ? (unsigned)e.status : 400;
-        return http_error(r, status, e.code[0] ? e.code : "invalid_request", "%s",
-                          e.message[0] ? e.message : "the job request is not valid");
-    }
+    if (rc != 0)
+        return http_api_error(r, &e, "the job request is not valid");
     sched_wake(r->srv->sched);
     return answer_job(r, MHD_HTTP_CREATED, id);
 }
@@ -488,7 +457,7 @@ static int h_job_delete(request *r)
     server *srv = r->srv;
     store_job j;
     enum MHD_Result answered;
-    if (!find_job(r, r->id, &j, &answered))
+    if (!lookup_job(r, r->id, &j, &answered))
         return answered;
     bool active = !strcmp(j.status, "queued") || !strcmp(j.status, "running");
     char status[16];
@@ -507,7 +476,7 @@ static int h_job_delete(request *r)
         evaluation_remove_dirs(srv, evals, nevals);
     free(evals);
     if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job", r->id);
+        return lookup_not_found(r, "job", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the job");
     char dir[PATH_MAX];
@@ -521,14 +490,14 @@ static int h_job_cancel(request *r)
 {
     store_job j;
     enum MHD_Result answered;
-    if (!find_job(r, r->id, &j, &answered))
+    if (!lookup_job(r, r->id, &j, &answered))
         return answered;
     store_job_clear(&j);
     int rc = sched_cancel(r->srv->sched, r->id);
     if (rc == STORE_NOT_FOUND)
-        return not_found(r, "job", r->id);                  /* deleted meanwhile */
+        return lookup_not_found(r, "job", r->id);                  /* deleted meanwhile */
     if (rc == SCHED_ALREADY_ENDED) {
-        if (!find_job(r, r->id, &j, &answered))
+        if (!lookup_job(r, r->id, &j, &answered))
             return answered;
         char status[16];
         snprintf(status, sizeof status, "%s", j.status);
@@ -550,7 +519,7 @@ static int h_job_metrics(request *r)
                           "since must be a step number (an integer >= -1), not \"%.32s\"", s);
     store_job j;
     enum MHD_Result answered;
-    if (!find_job(r, r->id, &j, &answered))
+    if (!lookup_job(r, r->id, &j, &answered))
         return answered;
     store_job_clear(&j);
     store_metric *ms = NULL;
@@ -568,7 +537,7 @@ static int h_job_log(request *r)
 {
     store_job j;
     enum MHD_Result answered;
-    if (!find_job(r, r->id, &j, &answered))
+    if (!lookup_job(r, r->id, &j, &answered))
         return answered;
     store_job_clear(&j);
     char path[PATH_MAX + 8];

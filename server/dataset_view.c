@@ -20,6 +20,7 @@
 #include "engine/dataset.h"        /* ds_split_open, ds_split_read, ds_info_load */
 #include "engine/fileio.h"         /* fio_read_file, fio_write_atomic */
 #include "engine/image.h"          /* img_encode_png, img_decoder_new */
+#include "server/lookup.h"          /* lookup_dataset */
 
 #define MEAN_PNG_MAX ((size_t)64 << 20)      /* a mean.png read back: far past any real one */
 #define CACHE_FOREVER "public, max-age=31536000, immutable"
@@ -97,14 +98,8 @@ static bool open_dataset(request *r, view *v, enum MHD_Result *answered)
     memset(v, 0, sizeof *v);
     v->id = r->id;
     store_dataset d;
-    int rc = store_dataset_get(r->srv->st, r->id, &d);
-    if (rc != 0) {
-        *answered = rc == STORE_NOT_FOUND
-                        ? http_error(r, MHD_HTTP_NOT_FOUND, "dataset_not_found", "there is no dataset %lld",
-                                     (long long)r->id)
-                        : http_store_error(r, "reading the dataset");
+    if (!lookup_dataset(r, r->id, &d, answered))
         return false;
-    }
     bool ready = d.status && !strcmp(d.status, "ready");
     bool importing = d.status && !strcmp(d.status, "importing");
     instance_token(d.id, d.created_at, v->token);

@@ -14,6 +14,7 @@
 #include "engine/fileio.h"      /* fio_rm_rf */
 #include "jobs/evaluation.h"    /* eval_create */
 #include "jobs/scheduler.h"     /* sched_wake, sched_cancel_eval */
+#include "server/lookup.h"      /* lookup_job, lookup_eval, lookup_not_found */
 #include "server/render.h"      /* render_evaluation, render_list */
 
 static bool active(const char *status)
@@ -21,25 +22,11 @@ static bool active(const char *status)
     return !strcmp(status, "queued") || !strcmp(status, "running");
 }
 
-/* Reads evaluation id into *e: true (the caller clears *e), or false with
- * 404 evaluation_not_found or 500 answered. */
-static bool find_eval(request *r, int64_t id, store_eval *e, enum MHD_Result *answered)
-{
-    int rc = store_eval_get(r->srv->st, id, e);
-    if (rc == 0)
-        return true;
-    *answered = rc == STORE_NOT_FOUND
-                    ? http_error(r, MHD_HTTP_NOT_FOUND, "evaluation_not_found", "there is no evaluation %lld",
-                                 (long long)id)
-                    : http_store_error(r, "reading the evaluation");
-    return false;
-}
-
 static int answer_eval(request *r, unsigned status, int64_t id)
 {
     store_eval e;
     enum MHD_Result answered;
-    if (!find_eval(r, id, &e, &answered))
+    if (!lookup_eval(r, id, &e, &answered))
         return answered;
     cJSON *o = render_evaluation(&e, true);
     store_eval_clear(&e);
@@ -58,22 +45,16 @@ int evaluation_create(request *r)
     int rc = eval_create(r->srv->st, r->srv->data_dir, r->id, doc, &id, &e);
     cJSON_Delete(doc);
     if (rc != 0)
-        return http_error(r, e.status >= 400 && e.status < 600 ? (unsigned)e.status : 400,
-                          e.code[0] ? e.code : "invalid_request", "%s",
-                          e.message[0] ? e.message : "the evaluation request is not valid");
+        return http_api_error(r, &e, "the evaluation request is not valid");
     sched_wake(r->srv->sched);
     return answer_eval(r, MHD_HTTP_CREATED, id);
 }
 
 int evaluation_list(request *r)
 {
-    store_job j;
-    int rc = store_job_get(r->srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)r->id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
-    store_job_clear(&j);
+    enum MHD_Result answered;
+    if (!lookup_job(r, r->id, NULL, &answered))
+        return answered;
     store_eval *list = NULL;
     size_t n = 0;
     if (store_eval_list_by_job(r->srv->st, r->id, &list, &n) != 0)
@@ -100,15 +81,14 @@ int evaluation_cancel(request *r)
 {
     store_eval e;
     enum MHD_Result answered;
-    if (!find_eval(r, r->id, &e, &answered))
+    if (!lookup_eval(r, r->id, &e, &answered))
         return answered;
     store_eval_clear(&e);
     int rc = sched_cancel_eval(r->srv->sched, r->id);
     if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "evaluation_not_found", "there is no evaluation %lld",
-                          (long long)r->id);
+        return lookup_not_found(r, "evaluation", r->id);
     if (rc == SCHED_ALREADY_ENDED) {
-        if (!find_eval(r, r->id, &e, &answered))
+        if (!lookup_eval(r, r->id, &e, &answered))
             return answered;
         answered = http_error(r, MHD_HTTP_CONFLICT, "evaluation_finished",
                               "evaluation %lld has already ended (%s)", (long long)r->id, e.status);
@@ -132,7 +112,7 @@ int evaluation_delete(request *r)
 {
     store_eval e;
     enum MHD_Result answered;
-    if (!find_eval(r, r->id, &e, &answered))
+    if (!lookup_eval(r, r->id, &e, &answered))
         return answered;
     if (active(e.status)) {
         answered = http_error(r, MHD_HTTP_CONFLICT, "evaluation_active",
@@ -144,8 +124,7 @@ int evaluation_delete(request *r)
     store_eval_clear(&e);
     int rc = store_eval_delete(r->srv->st, r->id);
     if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "evaluation_not_found", "there is no evaluation %lld",
-                          (long long)r->id);
+        return lookup_not_found(r, "evaluation", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the evaluation");
     remove_dir(r->srv, r->id);
@@ -174,9 +153,14 @@ bool evaluation_before_job_delete(request *r, int64_t job_id, int64_t **ids, siz
             return false;
         }
     *ids = count ? malloc(count * sizeof **ids) : NULL;
-    for (size_t i = 0; *ids && i < count; i++)
+    if (count && !*ids) {             /* their folders would be left behind */
+        store_eval_list_free(list, count);
+        *answered = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < count; i++)
         (*ids)[i] = list[i].id;
-    *n = *ids ? count : 0;
+    *n = count;
     store_eval_list_free(list, count);
     return true;
 }

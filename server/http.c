@@ -90,6 +90,12 @@ enum MHD_Result http_error(request *r, unsigned status, const char *code, const 
     return ret;
 }
 
+enum MHD_Result http_api_error(request *r, const api_error *e, const char *otherwise)
+{
+    return http_error(r, e->status >= 400 && e->status < 600 ? (unsigned)e->status : 400,
+                      e->code[0] ? e->code : "invalid_request", "%s", e->message[0] ? e->message : otherwise);
+}
+
 enum MHD_Result http_store_error(request *r, const char *what)
 {
     fprintf(stderr, "kiln: %s %s: store error while %s\n", r->method, r->url, what);
@@ -157,6 +163,56 @@ bad:
     if (bad_at)
         *bad_at = i;
     return false;
+}
+
+enum MHD_Result http_form_start(request *r, http_form *f, uint64_t max, MHD_PostDataIterator on_field)
+{
+    f->max = max;
+    f->pp = MHD_create_post_processor(r->conn, 64 * 1024, on_field, r);
+    if (!f->pp)
+        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
+                          "the multipart/form-data body has no usable boundary");
+    return MHD_YES;
+}
+
+void http_form_data(http_form *f, const char *data, size_t size)
+{
+    f->total += size;
+    if (f->too_large || f->parse_failed)
+        return;                              /* dropped; answered at the end */
+    if (f->total > f->max) {
+        f->too_large = true;
+        return;
+    }
+    if (MHD_post_process(f->pp, data, size) != MHD_YES)
+        f->parse_failed = true;
+}
+
+bool http_form_failed(request *r, const http_form *f, const char *what, const char *hint,
+                      enum MHD_Result *answered)
+{
+    if (f->too_large)
+        *answered = http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                               "%s is over the limit of %llu bytes%s", what, (unsigned long long)f->max, hint);
+    else if (f->bad.status)
+        *answered = http_error(r, (unsigned)f->bad.status, f->bad.code, "%s", f->bad.message);
+    else if (f->parse_failed)
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
+                               "the multipart/form-data body could not be parsed");
+    else if (f->write_errno)
+        *answered = http_error(r, f->write_errno == ENOSPC || f->write_errno == EDQUOT
+                                      ? MHD_HTTP_INSUFFICIENT_STORAGE : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                               "storage_error", "could not store the upload: %s", strerror(f->write_errno));
+    else
+        return false;
+    return true;
+}
+
+void http_form_free(http_form *f)
+{
+    if (f->pp)
+        MHD_destroy_post_processor(f->pp);
+    f->pp = NULL;
 }
 
 cJSON *http_body_json(request *r, enum MHD_Result *answered)

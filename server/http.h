@@ -73,6 +73,10 @@ enum MHD_Result http_json(request *r, unsigned status, cJSON *body);
 /* {"error":{"code":code,"message":...}}. */
 enum MHD_Result http_error(request *r, unsigned status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* e as the answer: its status when it is 4xx or 5xx (else 400), its code
+ * (else "invalid_request"), its message (else `otherwise`). For requests
+ * that a jobs/ function refused with an api_error. */
+enum MHD_Result http_api_error(request *r, const api_error *e, const char *otherwise);
 /* A 500 for a store failure, naming what was being done. */
 enum MHD_Result http_store_error(request *r, const char *what);
 
@@ -84,6 +88,44 @@ const char *http_header(request *r, const char *key);
 /* Parses the JSON body (BODY_JSON routes). Returns a cJSON owned by the caller,
  * or NULL after queueing a 400 (the caller returns *answered's result). */
 cJSON *http_body_json(request *r, enum MHD_Result *answered);
+
+/* ---- multipart/form-data bodies (dataset uploads, classification) --------- */
+
+/* A form body fed to libmicrohttpd's post processor under a cap. What goes
+ * wrong while receiving is recorded, the rest of the body dropped, and
+ * answered once the body is complete (http_form_failed). */
+typedef struct http_form {
+    struct MHD_PostProcessor *pp;
+    uint64_t total, max;          /* body bytes seen; the cap */
+    bool too_large;               /* past max */
+    bool parse_failed;            /* MHD_post_process said no */
+    int write_errno;              /* storing a part failed (0: it did not) */
+    api_error bad;                /* the first problem found in a field (status 0: none) */
+} http_form;
+
+/* Records the first problem found while receiving (later ones are dropped). */
+#define HTTP_FORM_BAD(f, http_status, ...)                           \
+    do {                                                             \
+        if (!(f)->bad.status)                                        \
+            api_fail(&(f)->bad, (http_status), __VA_ARGS__);         \
+    } while (0)
+
+/* Starts f for r's body with cap max; on_field gets r as its closure.
+ * MHD_YES, or what answering 400 invalid_multipart returned (no usable
+ * boundary). f was zeroed by the caller; free with http_form_free. */
+enum MHD_Result http_form_start(request *r, http_form *f, uint64_t max, MHD_PostDataIterator on_field);
+
+/* Feeds body bytes: counted always, dropped once the form went wrong. */
+void http_form_data(http_form *f, const char *data, size_t size);
+
+/* What went wrong while receiving, answered (413 body_too_large as "<what>
+ * is over the limit of N bytes<hint>", the first field problem, 400
+ * invalid_multipart, 507/500 storage_error); false when nothing did. */
+bool http_form_failed(request *r, const http_form *f, const char *what, const char *hint,
+                      enum MHD_Result *answered);
+
+/* Frees the post processor; f may be zeroed. */
+void http_form_free(http_form *f);
 
 /* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code
  * points past U+10FFFF); else *bad_at (may be NULL) is the offending offset. */

@@ -34,6 +34,7 @@
 #include "jobs/infer.h"        /* INFER_LIMITS */
 #include "jobs/snapshots.h"    /* snap_select_parse */
 #include "server/infer_proc.h" /* infer_proc_call */
+#include "server/lookup.h"     /* lookup_job */
 
 #define SMALL_FIELD_MAX 32     /* top_k, epoch */
 #define CACHE_HEADER "X-Kiln-Model-Cache"
@@ -58,11 +59,7 @@ typedef struct tfile {
 
 typedef struct infer_req {
     server *srv;
-    struct MHD_PostProcessor *pp;
-    uint64_t total;                /* body bytes seen */
-    bool too_large, parse_failed;
-    int write_errno;
-    api_error bad;                 /* the first problem found while receiving */
+    http_form body;                /* the body and what went wrong receiving it */
 
     ifile *files;
     int nfiles, cap;
@@ -99,30 +96,24 @@ typedef struct infer_service {
     infer_req *current;            /* taken from the queue, not yet answered */
 } infer_service;
 
-#define SET_BAD(q, http_status, ...)                                 \
-    do {                                                             \
-        if (!(q)->bad.status)                                        \
-            api_fail(&(q)->bad, (http_status), __VA_ARGS__);         \
-    } while (0)
-
 /* ---- receiving ------------------------------------------------------------------ */
 
 /* Appends to t, making it under <data>/uploads on the first byte. */
 static void write_bytes(infer_req *q, tfile *t, const char *data, size_t size)
 {
-    if (q->write_errno || size == 0)
+    if (q->body.write_errno || size == 0)
         return;
     if (t->fd < 0) {
         char dir[PATH_MAX];
         if (layout_subdir(dir, sizeof dir, q->srv->data_dir, LAYOUT_UPLOADS) != 0 ||
             layout_file(t->path, sizeof t->path, dir, "infer-XXXXXX") != 0) {
             t->path[0] = '\0';
-            q->write_errno = ENAMETOOLONG;
+            q->body.write_errno = ENAMETOOLONG;
             return;
         }
         if ((t->fd = mkostemp(t->path, O_CLOEXEC)) < 0) {
             t->path[0] = '\0';
-            q->write_errno = errno ? errno : EIO;
+            q->body.write_errno = errno ? errno : EIO;
             return;
         }
     }
@@ -131,7 +122,7 @@ static void write_bytes(infer_req *q, tfile *t, const char *data, size_t size)
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
-            q->write_errno = errno;
+            q->body.write_errno = errno;
             return;
         }
         data += k;
@@ -159,7 +150,7 @@ static void tfile_remove(tfile *t)
 static ifile *new_file(infer_req *q, const char *filename)
 {
     if (q->nfiles >= INFER_LIMITS.max_items) {
-        SET_BAD(q, MHD_HTTP_CONTENT_TOO_LARGE, "too_many_images",
+        HTTP_FORM_BAD(&q->body, MHD_HTTP_CONTENT_TOO_LARGE, "too_many_images",
                 "the form has more than %d images (the limit); send them in several requests",
                 INFER_LIMITS.max_items);
         return NULL;
@@ -168,7 +159,7 @@ static ifile *new_file(infer_req *q, const char *filename)
         int cap = q->cap ? q->cap * 2 : 8;
         ifile *nf = realloc(q->files, (size_t)cap * sizeof *nf);
         if (!nf) {
-            SET_BAD(q, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+            HTTP_FORM_BAD(&q->body, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
             return NULL;
         }
         q->files = nf;
@@ -177,7 +168,7 @@ static ifile *new_file(infer_req *q, const char *filename)
     ifile *f = &q->files[q->nfiles];
     memset(f, 0, sizeof *f);
     if (!(f->name = strdup(filename))) {
-        SET_BAD(q, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
+        HTTP_FORM_BAD(&q->body, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
         return NULL;
     }
     q->nfiles++;
@@ -207,7 +198,7 @@ static void on_archive(infer_req *q, const char *data, uint64_t off, size_t size
 {
     if (off == 0 && q->part != PART_ARCHIVE) {
         if (q->have_archive) {
-            SET_BAD(q, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive; put "
+            HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive; put "
                     "the images in one");
             return;
         }
@@ -227,11 +218,11 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
     (void)transfer_encoding;
     request *r = cls;
     infer_req *q = r->form;
-    if (!key || q->bad.status)
+    if (!key || q->body.bad.status)
         return MHD_YES;
     bool image = !strcmp(key, "image"), archive = !strcmp(key, "archive");
     if ((image || archive) && !filename) {
-        SET_BAD(q, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" must be a file (curl -F %s=@FILE)", key,
+        HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" must be a file (curl -F %s=@FILE)", key,
                 key);
         return MHD_YES;
     }
@@ -249,7 +240,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         q->part = PART_SMALL;
         q->have_small[f] = true;
         if (q->small_len[f] + size > SMALL_FIELD_MAX) {
-            SET_BAD(q, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
+            HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
             return MHD_YES;
         }
         memcpy(q->small[f] + q->small_len[f], data, size);
@@ -257,7 +248,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         q->small[f][q->small_len[f]] = '\0';
         return MHD_YES;
     }
-    SET_BAD(q, MHD_HTTP_BAD_REQUEST, "unknown_field",
+    HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "unknown_field",
             "unknown form field \"%.64s\": classifying takes image (files), archive, top_k and epoch", key);
     return MHD_YES;
 }
@@ -290,25 +281,13 @@ static int infer_begin(request *r, bool has_body, uint64_t declared)
     if (pthread_mutex_init(&q->mu, NULL) != 0)
         return MHD_NO;
     q->mu_init = true;
-    q->pp = MHD_create_post_processor(r->conn, 64 * 1024, on_field, r);
-    if (!q->pp)
-        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
-                          "the multipart/form-data body has no usable boundary");
-    return MHD_YES;
+    return http_form_start(r, &q->body, INFER_LIMITS.max_total_bytes, on_field);
 }
 
 static int infer_data(request *r, const char *data, size_t size)
 {
     infer_req *q = r->form;
-    q->total += size;
-    if (q->too_large || q->parse_failed)
-        return MHD_YES;                      /* dropped; answered at the end */
-    if (q->total > INFER_LIMITS.max_total_bytes) {
-        q->too_large = true;
-        return MHD_YES;
-    }
-    if (MHD_post_process(q->pp, data, size) != MHD_YES)
-        q->parse_failed = true;
+    http_form_data(&q->body, data, size);
     return MHD_YES;
 }
 
@@ -317,8 +296,7 @@ static void infer_release(request *r)
     infer_req *q = r->form;
     if (!q)
         return;
-    if (q->pp)
-        MHD_destroy_post_processor(q->pp);
+    http_form_free(&q->body);
     tfile_remove(&q->spool);
     tfile_remove(&q->archive);
     for (int i = 0; i < q->nfiles; i++)
@@ -546,20 +524,9 @@ static enum MHD_Result answer_stored(request *r, infer_req *q)
 /* What went wrong while receiving, answered; false when nothing did. */
 static bool receive_failed(request *r, infer_req *q, enum MHD_Result *answered)
 {
-    if (q->too_large)
-        *answered = http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                               "the request is over the limit of %llu bytes; send the images in several requests",
-                               (unsigned long long)INFER_LIMITS.max_total_bytes);
-    else if (q->bad.status)
-        *answered = http_error(r, (unsigned)q->bad.status, q->bad.code, "%s", q->bad.message);
-    else if (q->parse_failed)
-        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
-                               "the multipart/form-data body could not be parsed");
-    else if (q->write_errno)
-        *answered = http_error(r, q->write_errno == ENOSPC || q->write_errno == EDQUOT
-                                      ? MHD_HTTP_INSUFFICIENT_STORAGE : MHD_HTTP_INTERNAL_SERVER_ERROR,
-                               "storage_error", "could not store the upload: %s", strerror(q->write_errno));
-    else if (q->nfiles == 0 && !q->have_archive)
+    if (http_form_failed(r, &q->body, "the request", "; send the images in several requests", answered))
+        return true;
+    if (q->nfiles == 0 && !q->have_archive)
         *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
                                "the form needs image files (curl -F image=@digit.png) or an archive of images "
                                "(-F archive=@images.tar.gz)");
@@ -639,13 +606,8 @@ int infer_handle(request *r)
     if (!read_fields(r, q, &top_k, &sel, &answered))
         return answered;
 
-    store_job j;
-    int rc = store_job_get(r->srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)r->id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
-    store_job_clear(&j);
+    if (!lookup_job(r, r->id, NULL, &answered))
+        return answered;
     char job_dir[PATH_MAX];
     if (layout_job_dir(job_dir, sizeof job_dir, r->srv->data_dir, r->id) != 0)
         return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "the data directory's path is too long");

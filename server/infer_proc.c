@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "jobs/infer_server.h"   /* INFER_SERVER_COMMAND */
+#include "jobs/infer_server.h"   /* INFER_SERVER_COMMAND, infer_write_all */
 
 extern char **environ;
 
@@ -147,20 +147,6 @@ static int start(infer_proc *p, api_error *e)
     return 0;
 }
 
-static int write_all(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        s += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Reads one line from the child into p->buf. Returns its length (the newline
  * replaced by NUL), or -1 at EOF or on an error. */
 static ssize_t read_line(infer_proc *p)
@@ -257,7 +243,7 @@ static int read_reply(infer_proc *p, infer_reply *out)
  * before it read the request (idle exit: start another), -1 with e. */
 static int exchange(infer_proc *p, const char *line, size_t n, infer_reply *out, api_error *e)
 {
-    if (write_all(p->to_fd, line, n) == 0 && read_reply(p, out) == 0)
+    if (infer_write_all(p->to_fd, line, n) == 0 && read_reply(p, out) == 0)
         return 1;
     int st = 0;
     reap(p, &st);

@@ -23,6 +23,7 @@
 #include "jobs/model_bundle.h" /* model_prep_of_job_dir: preprocess.json */
 #include "jobs/model_onnx.h"   /* model_onnx: format=onnx and model.onnx */
 #include "jobs/snapshots.h"   /* snap_select_parse, snap_resolve */
+#include "server/lookup.h"     /* lookup_job */
 
 /* An unnamed temporary file in dir. */
 static int temp_fd(const char *dir)
@@ -374,11 +375,8 @@ int model_handle(request *r)
     model_parts p;
     memset(&p, 0, sizeof p);
     store_job j;
-    int rc = store_job_get(srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)r->id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    if (!lookup_job(r, r->id, &j, &ret))
+        return ret;
 
     bool onnx = format && strcmp(format, "onnx") == 0;
     if (format && strcmp(format, "tar") != 0 && !onnx) {

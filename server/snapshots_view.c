@@ -10,6 +10,7 @@
 #include "base/layout.h"      /* layout_job_dir */
 #include "jobs/jobcfg.h"      /* jobcfg_from_json: the job's checkpoint_metric */
 #include "jobs/snapshots.h"   /* snap_list_load, snap_list_pick_best */
+#include "server/lookup.h"    /* lookup_job */
 
 /* The job's checkpoint_metric from its stored config; the default when the
  * config does not read. */
@@ -81,14 +82,11 @@ int snapshots_handle(request *r)
 {
     server *srv = r->srv;
     store_job j;
-    int rc = store_job_get(srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld", (long long)r->id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
+    enum MHD_Result ret;
+    if (!lookup_job(r, r->id, &j, &ret))
+        return ret;
     char dir[PATH_MAX], err[512];
     snap_list l;
-    enum MHD_Result ret;
     if (layout_job_dir(dir, sizeof dir, srv->data_dir, j.id) != 0) {
         ret = http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
                          "the data directory's path is too long");

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/lookup.h"     /* lookup_job */
 #include "server/render.h"     /* render_metric, render_status */
 
 #define SSE_BLOCK 4096           /* the response buffer MHD allocates per stream */
@@ -368,14 +369,9 @@ static void sse_release(void *cls)
 int sse_handle(request *r)
 {
     server *srv = r->srv;
-    store_job j;
-    int rc = store_job_get(srv->st, r->id, &j);
-    if (rc == STORE_NOT_FOUND)
-        return http_error(r, MHD_HTTP_NOT_FOUND, "job_not_found", "there is no job %lld",
-                          (long long)r->id);
-    if (rc != 0)
-        return http_store_error(r, "reading the job");
-    store_job_clear(&j);
+    enum MHD_Result answered;
+    if (!lookup_job(r, r->id, NULL, &answered))
+        return answered;
 
     uint64_t last = 0;
     const char *lei = http_header(r, MHD_HTTP_HEADER_LAST_EVENT_ID);

@@ -35,10 +35,8 @@
 typedef enum up_state { UP_RECEIVING, UP_CHECKING, UP_DONE } up_state;
 
 typedef struct upload {
-    struct MHD_PostProcessor *pp;
     int fd;                          /* the archive's upload file, -1 when none */
     char path[PATH_MAX];             /* "" once the import thread owns it */
-    uint64_t total;                  /* body bytes seen */
     uint64_t archive_bytes;
     bool have_archive, have_name;
     char name[DATASET_NAME_MAX + 1];
@@ -46,12 +44,8 @@ typedef struct upload {
     bool have[IMPORT_OPTION_COUNT];
     char small[IMPORT_OPTION_COUNT][SMALL_FIELD_MAX + 1];
     size_t small_len[IMPORT_OPTION_COUNT];
-    bool too_large;
-    bool parse_failed;               /* MHD_post_process said no */
-    int write_errno;
-
-    /* The first problem found while receiving: answered at the end. */
-    api_error bad;                   /* status 0: none */
+    /* The body and what went wrong while receiving: answered at the end. */
+    http_form body;
 
     /* The handoff from the import's thread. */
     pthread_mutex_t mu;
@@ -67,13 +61,6 @@ typedef struct upload_waiter {
     upload *up;                      /* until the connection is resumed */
     struct MHD_Connection *conn;
 } upload_waiter;
-
-/* Records the first problem found while receiving (later ones are dropped). */
-#define SET_BAD(u, http_status, ...)                                 \
-    do {                                                             \
-        if (!(u)->bad.status)                                        \
-            api_fail(&(u)->bad, (http_status), __VA_ARGS__);         \
-    } while (0)
 
 /* ---- receiving -------------------------------------------------------------- */
 
@@ -96,10 +83,10 @@ static int open_upload_file(server *srv, upload *up)
 
 static void write_archive(server *srv, upload *up, const char *data, size_t size)
 {
-    if (up->write_errno || up->bad.status)
+    if (up->body.write_errno || up->body.bad.status)
         return;
     if (up->fd < 0 && open_upload_file(srv, up) != 0) {
-        up->write_errno = errno ? errno : EIO;
+        up->body.write_errno = errno ? errno : EIO;
         return;
     }
     while (size > 0) {
@@ -107,7 +94,7 @@ static void write_archive(server *srv, upload *up, const char *data, size_t size
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            up->write_errno = errno;
+            up->body.write_errno = errno;
             return;
         }
         data += k;
@@ -130,12 +117,12 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         return MHD_YES;
     if (!strcmp(key, "archive")) {
         if (!filename) {
-            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
+            HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "invalid_field",
                     "field \"archive\" must be a file (curl -F archive=@FILE)");
             return MHD_YES;
         }
         if (off == 0 && up->have_archive && up->archive_bytes > 0) {
-            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive");
+            HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive");
             return MHD_YES;
         }
         up->have_archive = true;
@@ -146,7 +133,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
     if (!strcmp(key, "name")) {
         up->have_name = true;
         if (up->name_len + size > DATASET_NAME_MAX) {
-            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field",
+            HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "invalid_field",
                     "field \"name\" is longer than %d bytes", DATASET_NAME_MAX);
             return MHD_YES;
         }
@@ -160,7 +147,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
             continue;
         up->have[f] = true;
         if (up->small_len[f] + size > SMALL_FIELD_MAX) {
-            SET_BAD(up, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
+            HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
             return MHD_YES;
         }
         memcpy(up->small[f] + up->small_len[f], data, size);
@@ -173,7 +160,7 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         size_t o = strlen(fields);
         snprintf(fields + o, sizeof fields - o, ", %s", import_option_name(f));
     }
-    SET_BAD(up, MHD_HTTP_BAD_REQUEST, "unknown_field",
+    HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "unknown_field",
             "unknown form field \"%.64s\": the upload takes %s", key, fields);
     return MHD_YES;
 }
@@ -221,25 +208,12 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
     if (pthread_mutex_init(&up->mu, NULL) != 0)
         return MHD_NO;
     up->mu_init = true;
-    up->pp = MHD_create_post_processor(r->conn, 64 * 1024, on_field, r);
-    if (!up->pp)
-        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
-                          "the multipart/form-data body has no usable boundary");
-    return MHD_YES;
+    return http_form_start(r, &up->body, HTTP_UPLOAD_MAX, on_field);
 }
 
 enum MHD_Result upload_data(request *r, const char *data, size_t size)
 {
-    upload *up = r->up;
-    up->total += size;
-    if (up->too_large || up->parse_failed)
-        return MHD_YES;                      /* dropped; answered at the end */
-    if (up->total > HTTP_UPLOAD_MAX) {
-        up->too_large = true;
-        return MHD_YES;
-    }
-    if (MHD_post_process(up->pp, data, size) != MHD_YES)
-        up->parse_failed = true;
+    http_form_data(&r->up->body, data, size);
     return MHD_YES;
 }
 
@@ -248,8 +222,7 @@ void upload_free(request *r)
     upload *up = r->up;
     if (!up)
         return;
-    if (up->pp)
-        MHD_destroy_post_processor(up->pp);
+    http_form_free(&up->body);
     if (up->fd >= 0)
         close(up->fd);
     if (up->path[0])
@@ -411,21 +384,8 @@ int upload_finish(request *r)
     if (up->state == UP_CHECKING)
         return MHD_YES;                      /* not reached: suspended until done */
 
-    if (up->too_large)
-        return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                          "the upload is over the limit of %llu bytes",
-                          (unsigned long long)HTTP_UPLOAD_MAX);
-    if (up->bad.status)
-        return http_error(r, (unsigned)up->bad.status, up->bad.code, "%s", up->bad.message);
-    if (up->parse_failed)
-        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_multipart",
-                          "the multipart/form-data body could not be parsed");
-    if (up->write_errno) {
-        unsigned st = up->write_errno == ENOSPC || up->write_errno == EDQUOT
-                          ? MHD_HTTP_INSUFFICIENT_STORAGE : MHD_HTTP_INTERNAL_SERVER_ERROR;
-        return http_error(r, st, "storage_error", "could not store the upload: %s",
-                          strerror(up->write_errno));
-    }
+    if (http_form_failed(r, &up->body, "the upload", "", &answered))
+        return answered;
     if (!up->have_name || !dataset_name_ok(up->name))
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
                           "the form needs a text field \"name\": non-empty UTF-8 without control "

@@ -1,0 +1,47 @@
+/* jobs/report.h: how a worker process reports to kiln serve's scheduler
+ * (`kiln worker`, jobs/runner.c; `kiln evaluate`, jobs/eval_worker.c).
+ *
+ * Reports are JSON lines on stdout, one a line ({"t":"status"|"progress"|
+ * "metric"|"error"|"done",...}: the scheduler's protocol, jobs/scheduler.c);
+ * human-readable lines go to stderr, each with a UTC time stamp (the log).
+ * A failed write of a report means the server is gone: the process ends at
+ * once (_exit(1)), as a worker whose parent died must.
+ *
+ * Stop signals: SIGTERM or SIGINT sets a flag the worker polls between steps
+ * (report_stopping); the handler is reset after the first signal, so a
+ * second one kills at once. SIGPIPE keeps its default action.
+ *
+ * Human mode (`kiln train`, runner_run with human output): no JSON lines; the
+ * log lines go to stdout, errors to stderr as "<name>: error: <message>".
+ */
+#ifndef KILN_JOBS_REPORT_H
+#define KILN_JOBS_REPORT_H
+
+#include <stdbool.h>
+
+/* Starts reporting: human NULL for JSON lines to the scheduler, else the
+ * command's name for a person ("kiln train"). Line-buffers stdout, installs
+ * the stop signals' handler and unblocks every signal. Call once, first. */
+void report_start(const char *human);
+
+/* Whether report_start was given a human name. */
+bool report_human(void);
+
+/* Whether a stop was asked for (a signal, or report_request_stop). */
+bool report_stopping(void);
+
+/* Asks for a stop as a SIGTERM would (e.g. a test's KILN_STOP_AFTER_STEP). */
+void report_request_stop(void);
+
+/* One log line with a UTC time stamp (stderr; stdout in human mode). */
+void report_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Writes one report line (line without its newline); nothing in human mode.
+ * A failed write ends the process (_exit(1)) after a log line. */
+void report_emit(const char *line);
+
+/* Reports {"t":"error","message":msg} and logs it (human mode: msg on
+ * stderr after the name). */
+void report_error(const char *msg);
+
+#endif

@@ -1,0 +1,33 @@
+/* server/lookup.h: finding the job, dataset or evaluation a request names,
+ * answering 404 when there is none.
+ *
+ * Every handler that reads one of them by id goes through here, so that a
+ * missing one is always {"error":{"code":"<kind>_not_found","message":
+ * "there is no <kind> <id>"}} and a store failure always a 500 store_error.
+ */
+#ifndef KILN_SERVER_LOOKUP_H
+#define KILN_SERVER_LOOKUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "db/store.h"        /* store_job, store_dataset, store_eval */
+#include "server/http.h"     /* request, http_error */
+
+/* The 404 for a missing kind ("job", "dataset", "evaluation") id: code
+ * "<kind>_not_found". Returns what http_error returns. */
+enum MHD_Result lookup_not_found(request *r, const char *kind, int64_t id);
+
+/* Reads job id into *j: true, and the caller clears *j (j NULL: only checks
+ * that the job exists); or false when the request has been answered (404
+ * job_not_found, or 500 when the store fails), with *answered what the
+ * handler returns. */
+bool lookup_job(request *r, int64_t id, store_job *j, enum MHD_Result *answered);
+
+/* lookup_job for a dataset (404 dataset_not_found); d is not optional. */
+bool lookup_dataset(request *r, int64_t id, store_dataset *d, enum MHD_Result *answered);
+
+/* lookup_job for an evaluation (404 evaluation_not_found); e is not optional. */
+bool lookup_eval(request *r, int64_t id, store_eval *e, enum MHD_Result *answered);
+
+#endif
