@@ -141,8 +141,8 @@ static int spec_from_json(const cJSON *o, eval_spec *s, api_error *e)
     char split[8], kind[8];
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "weights");
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "devices");
-    if (spec_int(o, "id", 1, 9e15, &s->id, e) || spec_int(o, "job_id", 1, 9e15, &s->job_id, e) ||
-        spec_int(o, "dataset_id", 1, 9e15, &s->dataset_id, e) ||
+    if (spec_int(o, "id", 1, JOBCFG_ID_MAX, &s->id, e) || spec_int(o, "job_id", 1, JOBCFG_ID_MAX, &s->job_id, e) ||
+        spec_int(o, "dataset_id", 1, JOBCFG_ID_MAX, &s->dataset_id, e) ||
         spec_str(o, "job_dir", s->job_dir, sizeof s->job_dir, e) ||
         spec_str(o, "dataset_dir", s->dataset_dir, sizeof s->dataset_dir, e) ||
         spec_str(o, "split", split, sizeof split, e) ||
@@ -217,7 +217,7 @@ static int parse_request(const cJSON *body, eval_request *q, api_error *e)
     memset(q, 0, sizeof *q);
     f = cJSON_GetObjectItemCaseSensitive(body, "dataset_id");
     if (f && !cJSON_IsNull(f)) {
-        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > 9e15 ||
+        if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble > JOBCFG_ID_MAX ||
             f->valuedouble != (double)(int64_t)f->valuedouble)
             return api_fail(e, 400, "invalid_field", "dataset_id must be a dataset's id (a positive integer)");
         q->dataset_id = (int64_t)f->valuedouble;

@@ -27,7 +27,6 @@
 #include "engine/lr.h"        /* lr_from_json */
 #include "engine/optim.h"     /* OPTIM_ADAM_*, OPTIM_LARC_ETA: the defaults */
 
-#define DATASET_ID_MAX 9007199254740991.0     /* 2^53 - 1: exact in a JSON number */
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -663,9 +662,9 @@ static int read_resolved_data(const cJSON *j, jobcfg *c, api_error *e)
     const cJSON *id = opt_field(j, "id"), *dir = opt_field(j, "dataset_dir");
     const cJSON *nn = opt_field(j, "network_name"), *in = opt_field(j, "input");
     const cJSON *classes = opt_field(j, "classes");
-    if (!id || !is_integer(id) || id->valuedouble < 0 || id->valuedouble > DATASET_ID_MAX)
+    if (!id || !is_integer(id) || id->valuedouble < 0 || id->valuedouble > JOBCFG_ID_MAX)
         return api_fail(e, 400, "invalid_field", "id must be an integer from 0 to %.0f",
-                        DATASET_ID_MAX);
+                        JOBCFG_ID_MAX);
     c->id = (int64_t)id->valuedouble;
     if (!dir || !cJSON_IsString(dir) || !dir->valuestring[0] ||
         strlen(dir->valuestring) >= sizeof c->dataset_dir)
@@ -731,9 +730,9 @@ static int read_dataset_id(const cJSON *body, jobcfg_form form, jobcfg *c, api_e
     if (!ds)
         return 0;
     double lo = form == JOBCFG_RESOLVED ? 0 : 1;     /* kiln train's job.json has 0 */
-    if (!is_integer(ds) || ds->valuedouble < lo || ds->valuedouble > DATASET_ID_MAX)
+    if (!is_integer(ds) || ds->valuedouble < lo || ds->valuedouble > JOBCFG_ID_MAX)
         return api_fail(e, 400, "invalid_field", "dataset_id must be an integer from %.0f to %.0f",
-                        lo, DATASET_ID_MAX);
+                        lo, JOBCFG_ID_MAX);
     c->dataset_id = (int64_t)ds->valuedouble;
     return 0;
 }

@@ -33,6 +33,9 @@
 #include "engine/net.h"       /* net_shape, net_solver, net_devices */
 #include "jobs/snapshots.h"   /* snap_metric */
 
+/* The largest id of a dataset, job or evaluation a request may name: 2^53 - 1,
+ * exact in a JSON number. */
+#define JOBCFG_ID_MAX 9007199254740991.0
 #define JOBCFG_NAME_MAX 200            /* bytes of a job's name */
 #define JOBCFG_NETWORK_NAME_MAX 63
 #define JOBCFG_JSON_MAX (64u << 20)    /* bytes of a job folder's job.json, read back */

@@ -16,11 +16,11 @@
 #include "base/layout.h"      /* LAYOUT_JOB_JSON, layout_file */
 #include "engine/dataset.h"   /* ds_info_load */
 #include "engine/fileio.h"    /* fio_read_file, fio_rm_rf */
+#include "jobs/readers.h"     /* READERS_MAX_CLASSES: the most classes a dataset has */
 
 #define PREP_JSON_MAX (1u << 20)
 #define TAR_TEXT_MAX ((size_t)64 << 20)               /* network.json, labels.txt, ... */
 #define TAR_WEIGHTS_MAX ((int64_t)16 << 30)           /* weights.safetensors */
-#define LABELS_MAX 100000
 
 /* ---- preprocessing ---------------------------------------------------------- */
 
@@ -255,8 +255,8 @@ static int parse_labels(char *text, model_bundle *b, api_error *e)
         n += *p == '\n';
     if (text[0] && text[strlen(text) - 1] != '\n')
         n++;
-    if (n < 2 || n > LABELS_MAX)
-        return api_fail(e, 400, "bad_model", "the model's labels.txt lists %d classes (2..%d)", n, LABELS_MAX);
+    if (n < 2 || n > READERS_MAX_CLASSES)
+        return api_fail(e, 400, "bad_model", "the model's labels.txt lists %d classes (2..%d)", n, READERS_MAX_CLASSES);
     if (!(b->labels = calloc((size_t)n, sizeof *b->labels)))
         return api_fail(e, 500, "internal_error", "out of memory");
     char *line = text;
