@@ -99,6 +99,15 @@ typedef struct be_conv_desc {
     be_dtype wdtype;                /* w as passed to fwd and bwd_data, and the precision the
                                      * products are computed in (FP32 accumulation always);
                                      * b, dw and db are FP32 */
+    /* Inference plans (engine/net_fuse.c): infer makes a plan for conv_infer
+     * only (passes must be BE_FWD), which may apply, in the same pass and in
+     * this order, the addition of a tensor of y's shape, layout and type
+     * (post_add: a residual connection) and a ReLU (post_relu: max(v, 0), or
+     * v < 0 -> post_alpha v, leaky). The post_* fields need infer. */
+    bool infer;
+    bool post_add;
+    bool post_relu;
+    float post_alpha;
 } be_conv_desc;
 
 typedef enum be_pool_alg {
@@ -254,6 +263,17 @@ typedef struct backend {
     /* dw, db = dL/dw, dL/db (overwritten, not accumulated); db NULL without bias. */
     int (*conv_bwd_weights)(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy,
                             be_buf *dw, be_buf *db, char *err, size_t errlen);
+    /* The forward pass of an infer plan: y = relu(conv(x, w) + b + addend)
+     * with the plan's post-ops (addend NULL exactly without post_add; it may
+     * not be y). w_stamp says which values w holds: a plan may keep w in its
+     * own layout between calls and reuse it while the same w comes with the
+     * same non-zero stamp, so the caller changes the stamp whenever w's
+     * values change (engine/net_fuse.c passes the net's parameter
+     * generation); 0 means "do not reuse". NULL in a backend without
+     * inference plans: the net then runs its layers one by one. */
+    int (*conv_infer)(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w,
+                      uint64_t w_stamp, const be_buf *b, const be_buf *addend, be_buf *y,
+                      char *err, size_t errlen);
 
     /* ---- pooling ---- */
     int (*pool_plan)(be_ctx *ctx, const be_pool_desc *d, unsigned passes,
@@ -306,6 +326,14 @@ typedef struct backend {
     int (*bn_running)(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_buf *mean,
                       const be_buf *var, int c, float momentum, int64_t m,
                       char *err, size_t errlen);
+    /* Inference batch norm folded into the convolution or dense layer before
+     * it (ew_bn_fold): for each of k output channels, with s = scale /
+     * sqrt(var + eps), wout = w s over the channel's per_k FP32 weights and
+     * bout = (b - mean) s + shift (b NULL: no bias, 0). All FP32, c = k
+     * floats of scale, shift, mean, var and bout. NULL where conv_infer is. */
+    int (*bn_fold)(be_ctx *ctx, const be_buf *w, const be_buf *b, const be_buf *scale,
+                   const be_buf *shift, const be_buf *mean, const be_buf *var, float eps,
+                   int k, size_t per_k, be_buf *wout, be_buf *bout, char *err, size_t errlen);
 
     /* ---- add and concat ---- */
     int (*add_plan)(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen);

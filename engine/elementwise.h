@@ -213,6 +213,20 @@ static inline KILN_HD void ew_bn_running(float *run_mean, float *run_var, float 
     *run_var = momentum * *run_var + (1.0f - momentum) * unbiased;
 }
 
+/* Batch norm in inference, y = scale (x - mean) / sqrt(var + eps) + shift,
+ * folded into the layer x = w . in + b before it: y = (w s) . in + bout with
+ * s = scale / sqrt(var + eps) and bout = (b - mean) s + shift. The factor of
+ * one output channel, then its bias; each weight of the channel is w * s. */
+static inline KILN_HD float ew_bn_fold_factor(float scale, float var, float eps)
+{
+    return scale / sqrtf(var + eps);
+}
+
+static inline KILN_HD float ew_bn_fold_bias(float b, float mean, float shift, float s)
+{
+    return (b - mean) * s + shift;
+}
+
 /* ---- loss ------------------------------------------------------------------ */
 
 /* Softmax cross-entropy of one row of `classes` logits z, numerically stable

@@ -76,11 +76,26 @@ typedef struct net_stats {
 int net_train_step(net *n, const float *x, const int32_t *labels, int count,
                    float lr, net_stats *out, char *err, size_t errlen);
 
-/* Forward only (inference mode: no dropout), loss and accuracy on n images. */
+/* Forward only (inference mode: no dropout), loss and accuracy on n images.
+ *
+ * Inference (net_eval and net_predict alike) runs each convolution with the
+ * layers after it that only it feeds in one pass where the backend can (the
+ * CPU's): its batch norm folded into the weights and bias (w' = w s, b' =
+ * (b - mean) s + shift, s = scale / sqrt(var + eps)), then an add's other
+ * input and a ReLU as post-ops (engine/net_fuse.c). The results are the
+ * layer-by-layer ones up to rounding (tests/unit/test_engine_fuse.c has the
+ * bound). The folded weights are made again whenever the parameters or
+ * statistics changed (a training step, net_load, net_params_changed), so a
+ * net that trains and validates between steps validates its current
+ * weights, and a validation during training and an evaluation of the same
+ * weights later give the same bits (same batch sizes and threads).
+ * Training steps never fuse. KILN_INFER_FUSE=0 in the environment when a
+ * net is created turns the fusion off for that net (comparisons). */
 int net_eval(net *n, const float *x, const int32_t *labels, int count,
              net_stats *out, char *err, size_t errlen);
 
-/* Forward only; writes count*classes softmax probabilities into probs. */
+/* Forward only, as net_eval; writes count*classes softmax probabilities into
+ * probs. */
 int net_predict(net *n, const float *x, int count, float *probs, char *err, size_t errlen);
 
 /* Writes all parameters as a safetensors file (F32, names like
@@ -141,9 +156,11 @@ typedef struct net_amp_state {
 void net_amp_get(const net *n, net_amp_state *out);
 int net_amp_set(net *n, const net_amp_state *s, char *err, size_t errlen);
 
-/* After a parameter's value buffer was written from outside (a checkpoint
- * restored, a test's edit): refreshes the 16-bit copies AMP computes with.
- * net_load and ckpt_load call it. Returns 0, or -1 with err set. */
+/* After a parameter's or statistic's value buffer was written from outside
+ * (a checkpoint restored, a test's edit): refreshes the 16-bit copies AMP
+ * computes with and marks the folded inference weights stale (net_eval).
+ * net_load and ckpt_load call it; so must anyone else who writes them.
+ * Returns 0, or -1 with err set. */
 int net_params_changed(net *n, char *err, size_t errlen);
 
 /* ---- backends and devices ------------------------------------------------- */

@@ -180,9 +180,11 @@ static int make_copies(net *n, char *err, size_t errlen)
     return 0;
 }
 
-/* The copies made from the FP32 weights again (after every update). */
+/* The copies made from the FP32 weights again (after every update), and a
+ * new generation for the folded inference weights (engine/net_fuse.c). */
 int net_refresh_copies(net *n, char *err, size_t errlen)
 {
+    n->gen++;
     for (int i = 0; i < n->nparams; i++) {
         param *p = &n->params[i];
         if (p->h && n->be->cast(n->ctx, p->w, BE_F32, p->h, n->half, p->count, err, errlen) < 0)
@@ -343,8 +345,7 @@ static int plan_dtypes(net *n, char *err, size_t errlen)
     return rc;
 }
 
-/* How many layer inputs read activation a. */
-static int consumers(const net *n, int a)
+int net_consumers(const net *n, int a)
 {
     int c = 0;
     for (int i = 0; i < n->nlayers; i++)
@@ -408,7 +409,7 @@ static int make_buffers(net *n, char *err, size_t errlen)
                 return -1;
             n->grad_own[a] = true;
         }
-        if (l->s->kind == LAYER_FLATTEN && l->dx[0] && consumers(n, l->s->inputs[0]) == 1) {
+        if (l->s->kind == LAYER_FLATTEN && l->dx[0] && net_consumers(n, l->s->inputs[0]) == 1) {
             n->grad[l->s->inputs[0]] = n->grad[a];
             l->grad_alias = true;
         }
@@ -531,6 +532,7 @@ net *net_build(const cJSON *spec, net_shape in, int classes, int max_batch,
         make_copies(n, err, errlen) < 0 ||
         net_refresh_copies(n, err, errlen) < 0 ||
         make_buffers(n, err, errlen) < 0 ||
+        net_fuse_build(n, err, errlen) < 0 ||
         !net_plans_for(n, max_batch, err, errlen) ||
         !(n->opt = make_optim(n, err, errlen)))
         goto out;
@@ -549,6 +551,7 @@ void net_build_free(net *n)
     free(n->zeros);
     if (be) {
         net_plans_free(n);
+        net_fuse_free(n);
         for (int i = 0; i < n->nparams; i++) {
             be->buf_free(n->ctx, n->params[i].w);
             be->buf_free(n->ctx, n->params[i].g);

@@ -9,6 +9,8 @@
  *   net_dp.c       data parallelism: replicas, their threads, the batch
  *                  split, allreduce, broadcast
  *   net_io.c       net_save, net_load
+ *   net_fuse.c     inference: convolutions with the batch norm, residual add
+ *                  and ReLU after them folded in (fuse groups, below)
  *   net_builtin.c  the built-in specs and net_validate
  *
  * A net is a DAG of layers (engine/spec.h; each layer's inputs are earlier
@@ -78,8 +80,37 @@ _Static_assert(SPEC_MAX_INPUTS == BE_MAX_INPUTS, "the spec's inputs fit the back
 typedef struct plan_set {
     int n;                          /* batch size; 0: slot unused */
     be_plan **plans;                /* nlayers + 1: one per layer (NULL for flatten), loss */
+    be_plan **infer;                /* ngroups: each fuse group's inference plan, made at the
+                                     * first inference pass of this size; NULL before */
     unsigned long used;
 } plan_set;
+
+/* Inference (net_eval, net_predict; engine/net_fuse.c): every convolution
+ * heads a fuse group, one backend conv_infer pass that also does the work of
+ * the layers after it that only it feeds: a batch norm (folded into its
+ * weights and bias, w' = w s, b' = (b - mean) s + shift with s = scale /
+ * sqrt(var + eps)), then an add of two inputs (the other input, `addend`,
+ * added by the pass), then a ReLU or leaky ReLU. The group runs at its last
+ * layer's turn (every input is ready by then), writes that layer's output,
+ * and the layers inside it are skipped: their activations are not written
+ * in inference. Training never uses groups.
+ *
+ * The folded weights follow the parameters through a generation count:
+ * net->gen changes with every change of the parameters or the batch norm
+ * statistics (net_refresh_copies, which every such change calls: an applied
+ * update, net_load, a checkpoint's restore, a broadcast to replicas), and a
+ * group folds again when its gen differs. So validation between training
+ * steps, an evaluation of a snapshot and inference all run the same folded
+ * arithmetic on the same weights. */
+typedef struct fuse_group {
+    int conv, bn, add, act;         /* layer indices; bn, add, act -1 where absent */
+    int addend;                     /* add: the activation of its other input */
+    int tail;                       /* the last layer of the group: it runs at its turn */
+    int out;                        /* the activation it writes (tail + 1) */
+    be_buf *w32, *wh, *b;           /* bn: the folded FP32 weights, their 16-bit copy under
+                                     * AMP (else NULL) and the folded bias */
+    uint64_t gen;                   /* net->gen they were folded at (0: never) */
+} fuse_group;
 
 struct rep_pool;                    /* net_dp.c: the replicas' threads */
 
@@ -111,6 +142,11 @@ struct net {
     be_buf *probs;                  /* float x max_batch x classes */
     plan_set sets[NET_PLAN_SETS];
     unsigned long clock;
+    int ngroups;                    /* fuse groups (above); 0 where the backend has no
+                                     * conv_infer or KILN_INFER_FUSE=0 */
+    fuse_group *groups;
+    int *group_of;                  /* nlayers: the group a layer belongs to, or -1 */
+    uint64_t gen;                   /* the parameters' generation (fuse_group), from 1 */
     int last_batch;                 /* images of the latest training step (batch norm's m) */
     /* Data parallelism (engine/net.h, net_create): a net on several devices
      * is this net, rank 0 (the primary), and nrep - 1 replicas, nets of
@@ -154,8 +190,13 @@ void net_build_free(net *n);
 int net_layer_fail(const layer *l, char *err, size_t errlen);
 /* Floats one image of activation a (and of its gradient) takes in its layout. */
 size_t net_act_elems(const net *n, int a);
-/* AMP: the 16-bit weight copies made again from the FP32 weights. */
+/* The parameters or statistics changed: the 16-bit weight copies of AMP
+ * made again from the FP32 weights, and the generation that the folded
+ * inference weights follow (fuse_group) moved on. Everything that writes
+ * parameters or statistics calls it. */
 int net_refresh_copies(net *n, char *err, size_t errlen);
+/* How many layer inputs read activation a. */
+int net_consumers(const net *n, int a);
 
 /* ---- net_plans.c ---------------------------------------------------------- */
 
@@ -164,6 +205,9 @@ int net_refresh_copies(net *n, char *err, size_t errlen);
 plan_set *net_plans_for(net *n, int bn, char *err, size_t errlen);
 /* Frees every plan set. */
 void net_plans_free(net *n);
+/* The descriptor of convolution layer i at batch size bn, as its training
+ * plan has it (no post-ops). */
+be_conv_desc net_conv_desc(const net *n, int i, int bn);
 
 /* ---- net_step.c: one replica's halves of a step -------------------------- */
 
@@ -173,6 +217,20 @@ int net_step_update(net *n, float lr, bool loss_finite, double mean_loss, int ac
                     bool *skipped, char *err, size_t errlen);
 int net_eval_chunks(net *n, const float *x, const int32_t *labels, int count, double *total,
                     int *correct, char *err, size_t errlen);
+
+/* ---- net_fuse.c ----------------------------------------------------------- */
+
+/* The fuse groups of a built net (layouts and types known), with their
+ * folded-weight buffers; none where the backend cannot run them. Returns 0,
+ * or -1 with err set. */
+int net_fuse_build(net *n, char *err, size_t errlen);
+/* What net_fuse_build made, and the inference plans of ps. */
+void net_fuse_free(net *n);
+void net_fuse_plans_free(net *n, plan_set *ps);
+/* Inference forward pass at layer i, for ps's batch size: 1 when the groups
+ * took care of the layer (ran its group, or skipped it as part of one), 0
+ * when it runs on its own, -1 with err set (naming the layer) on a failure. */
+int net_fuse_layer(net *n, plan_set *ps, int i, char *err, size_t errlen);
 
 /* ---- net_dp.c ------------------------------------------------------------- */
 

@@ -17,11 +17,28 @@
 
 static void plan_set_clear(net *n, plan_set *ps)
 {
+    net_fuse_plans_free(n, ps);
     if (ps->plans)
         for (int i = 0; i <= n->nlayers; i++)
             n->be->plan_free(n->ctx, ps->plans[i]);
     free(ps->plans);
     memset(ps, 0, sizeof *ps);
+}
+
+be_conv_desc net_conv_desc(const net *n, int i, int bn)
+{
+    const layer_spec *s = n->layers[i].s;
+    const conv_spec *c = &s->u.conv;
+    return (be_conv_desc){
+        .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
+        .k = c->filters, .oh = s->out.h, .ow = s->out.w, .kh = c->kh, .kw = c->kw,
+        .stride_h = c->stride_h, .stride_w = c->stride_w,
+        .pad_t = c->pad_t, .pad_l = c->pad_l, .pad_b = c->pad_b, .pad_r = c->pad_r,
+        .dil_h = c->dil_h, .dil_w = c->dil_w, .groups = c->groups, .bias = c->bias,
+        .src_layout = n->layout[s->inputs[0]], .dst_layout = n->layout[i + 1],
+        .src_dtype = n->dtype[s->inputs[0]], .dst_dtype = n->dtype[i + 1],
+        .wdtype = n->half,
+    };
 }
 
 /* The backend's plans for every layer and the loss at batch size bn. */
@@ -39,17 +56,7 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
         int rc = 0;
         switch (s->kind) {
         case LAYER_CONV2D: {
-            const conv_spec *c = &s->u.conv;
-            be_conv_desc d = {
-                .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
-                .k = c->filters, .oh = s->out.h, .ow = s->out.w, .kh = c->kh, .kw = c->kw,
-                .stride_h = c->stride_h, .stride_w = c->stride_w,
-                .pad_t = c->pad_t, .pad_l = c->pad_l, .pad_b = c->pad_b, .pad_r = c->pad_r,
-                .dil_h = c->dil_h, .dil_w = c->dil_w, .groups = c->groups, .bias = c->bias,
-                .src_layout = n->layout[s->inputs[0]], .dst_layout = n->layout[i + 1],
-                .src_dtype = n->dtype[s->inputs[0]], .dst_dtype = n->dtype[i + 1],
-                .wdtype = n->half,
-            };
+            be_conv_desc d = net_conv_desc(n, i, bn);
             rc = be->conv_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }

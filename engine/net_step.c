@@ -4,7 +4,10 @@
  *
  * Training and inference differ in dropout (a mask in training, the identity
  * otherwise) and batch norm (batch statistics, which also update the running
- * ones, in training; the running statistics otherwise). Dropout masks come
+ * ones, in training; the running statistics otherwise), and inference runs
+ * convolutions with what follows them folded in where it can
+ * (engine/net_fuse.c: the same for net_eval and net_predict, so validation
+ * during training and an evaluation afterwards agree). Dropout masks come
  * from a stream derived from the seed, the layer's name and the step count,
  * so runs repeat and a restored step count (net_set_step) resumes them.
  *
@@ -55,7 +58,11 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
         be_buf *y = n->act[i + 1];
         const be_buf *xs[SPEC_MAX_INPUTS];
         size_t count = (size_t)bn * net_act_elems(n, i + 1);
-        int rc = 0;
+        int rc = training ? 0 : net_fuse_layer(n, ps, i, err, errlen);
+        if (rc < 0)
+            return -1;                  /* (the message names the layer) */
+        if (rc > 0)
+            continue;                   /* run, or skipped, as part of a fuse group */
         switch (s->kind) {
         case LAYER_CONV2D:
             rc = be->conv_fwd(n->ctx, p, x, param_mul(n, l->w), param_w(n, l->b), y, err,

@@ -14,6 +14,7 @@
  * the plan owns a buffer for it, since oneDNN always writes one. */
 #include "engine/cpu/cpu.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "engine/elementwise.h"
@@ -155,5 +156,27 @@ int cpu_bn_running(be_ctx *ctx, be_buf *run_mean, be_buf *run_var, const be_buf 
     const float *bm = mean->p, *bv = var->p;
     for (int i = 0; i < c; i++)
         ew_bn_running(&rm[i], &rv[i], bm[i], bv[i], momentum, (long long)m);
+    return 0;
+}
+
+int cpu_bn_fold(be_ctx *ctx, const be_buf *w, const be_buf *b, const be_buf *scale,
+                const be_buf *shift, const be_buf *mean, const be_buf *var, float eps, int k,
+                size_t per_k, be_buf *wout, be_buf *bout, char *err, size_t errlen)
+{
+    size_t cb = (size_t)k * sizeof(float);
+    if (k < 1 || per_k > SIZE_MAX / cb || per_k * cb > w->bytes || per_k * cb > wout->bytes ||
+        (b && cb > b->bytes) || cb > scale->bytes || cb > shift->bytes || cb > mean->bytes ||
+        cb > var->bytes || cb > bout->bytes)
+        return set_err(err, errlen, "cpu backend: batch norm fold of %d channels of %zu weights "
+                       "overruns its buffers", k, per_k);
+    const float *wi = w->p, *bi = b ? b->p : NULL, *sc = scale->p, *sh = shift->p,
+                *mu = mean->p, *va = var->p;
+    float *wo = wout->p, *bo = bout->p;
+    for (int c = 0; c < k; c++) {
+        float s = ew_bn_fold_factor(sc[c], va[c], eps);
+        for (size_t j = 0; j < per_k; j++)
+            wo[(size_t)c * per_k + j] = wi[(size_t)c * per_k + j] * s;
+        bo[c] = ew_bn_fold_bias(bi ? bi[c] : 0.0f, mu[c], sh[c], s);
+    }
     return 0;
 }

@@ -19,6 +19,7 @@
  * operands cast up, which is also the more exact. */
 #include "engine/cpu/cpu.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -64,8 +65,10 @@ static int conv_mds_init(const be_conv_desc *d, conv_mds *m, char *err, size_t e
     return 0;
 }
 
-/* The reorders of a plan, by pass and operand (be_plan.re[]). */
+/* The reorders of a plan, by pass and operand (be_plan.re[]); an inference
+ * plan has only the forward ones and RE_FADD, its addend's. */
 enum { RE_FX, RE_FW, RE_FY, RE_BDY, RE_BW, RE_BDX, RE_WX, RE_WDY, RE_WDW };
+enum { RE_FADD = RE_BDY };
 
 /* md's dimensions in type dt, with every dimension's layout left to the
  * primitive. */
@@ -89,6 +92,102 @@ static bool is_jit(const_dnnl_primitive_desc_t pd)
     const char *name = NULL;
     return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success &&
            name && strncmp(name, "jit", 3) == 0;
+}
+
+/* The post-ops of an inference plan (be_conv_desc): the addend, read in the
+ * primitive's own output layout (dst), then the ReLU. */
+static int infer_attr(be_ctx *ctx, const be_conv_desc *d, const dnnl_memory_desc_t *dst,
+                      dnnl_primitive_attr_t *attr, char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_post_ops_t po = NULL;
+    *attr = NULL;
+    DNNL_TRY(dnnl_primitive_attr_clone(attr, ctx->attr), "primitive_attr_clone");
+    DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
+    if (d->post_add)
+        DNNL_TRY(dnnl_post_ops_append_binary(po, dnnl_binary_add, dst), "post_ops_append_binary");
+    if (d->post_relu)
+        DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, d->post_alpha, 0.0f),
+                 "post_ops_append_eltwise");
+    DNNL_TRY(dnnl_primitive_attr_set_post_ops(*attr, po), "primitive_attr_set_post_ops");
+    rc = 0;
+out:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (rc < 0 && *attr) {
+        dnnl_primitive_attr_destroy(*attr);
+        *attr = NULL;
+    }
+    return rc;
+}
+
+/* An inference plan (d->infer): one forward_inference primitive with the
+ * post-ops, on the input and output layouts oneDNN picks for the training
+ * plan's forward pass (asked first: left to itself, inference would pick
+ * channels-last layouts that the net's blocked activations must be
+ * reordered to and from, and with an addend only its reference kernel), so
+ * that the addend is read in that layout too (reordered into it through the
+ * weights' staging buffer, which an inference pass does not use, where the
+ * caller's differs). The weights are reordered into a buffer of the plan's
+ * own (be_plan.wcache) when their stamp changes. */
+static int conv_infer_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, be_plan *p,
+                           char *err, size_t errlen)
+{
+    int rc = -1;
+    const dnnl_data_type_t ct = cpu_dt(d->wdtype);
+    dnnl_memory_desc_t asrc, awei, ydst, src, dst;
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    int args[5] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST }, nargs = 3;
+    if (d->bias)
+        args[nargs++] = DNNL_ARG_BIAS;
+    if (d->post_add)
+        args[nargs++] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
+    if (any_md(&m->src, ct, &asrc, err, errlen) < 0 ||
+        any_md(&m->wei, ct, &awei, err, errlen) < 0 ||
+        any_md(&m->dst, cpu_dt(d->dst_dtype), &ydst, err, errlen) < 0)
+        goto out;
+    DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
+             dnnl_convolution_direct, &asrc, &awei, d->bias ? &m->bias : NULL, &ydst,
+             m->strides, m->dil, m->pad_l, m->pad_r), "convolution_forward_desc_init");
+    if (cpu_pd(ctx, &cd, NULL, &pd, err, errlen) < 0)
+        goto out;
+    src = *pd_md(pd, DNNL_ARG_SRC);
+    dst = *pd_md(pd, DNNL_ARG_DST);
+    dnnl_primitive_desc_destroy(pd);
+    pd = NULL;
+    DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+             dnnl_convolution_direct, &src, &awei, d->bias ? &m->bias : NULL, &dst,
+             m->strides, m->dil, m->pad_l, m->pad_r), "convolution_forward_desc_init");
+    if (infer_attr(ctx, d, &dst, &attr, err, errlen) < 0)
+        goto out;
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, ctx->eng, NULL), "primitive_desc_create");
+    p->infer_add = d->post_add;
+    if (cpu_prim_make(ctx, pd, nargs, args, &p->fwd, err, errlen) < 0 ||
+        cpu_reorder_make(ctx, &m->src, pd_md(pd, DNNL_ARG_SRC), CPU_TMP_SRC, &p->re[RE_FX], err,
+                         errlen) < 0 ||
+        cpu_reorder_make(ctx, &m->wei, pd_md(pd, DNNL_ARG_WEIGHTS), CPU_TMP_WEI, &p->re[RE_FW],
+                         err, errlen) < 0 ||
+        cpu_reorder_make(ctx, pd_md(pd, DNNL_ARG_DST), &m->dst, CPU_TMP_DST, &p->re[RE_FY], err,
+                         errlen) < 0 ||
+        (d->post_add && cpu_reorder_make(ctx, &m->dst, pd_md(pd, DNNL_ARG_DST), CPU_TMP_WEI,
+                                         &p->re[RE_FADD], err, errlen) < 0))
+        goto out;
+    if (p->re[RE_FW].prim) {
+        size_t bytes = dnnl_memory_desc_get_size(pd_md(pd, DNNL_ARG_WEIGHTS));
+        if (!(p->wcache = aligned_alloc(64, (bytes + 63) / 64 * 64))) {
+            set_err(err, errlen, "cpu backend: cannot allocate %zu bytes for conv weights", bytes);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return rc;
 }
 
 int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **out,
@@ -116,6 +215,18 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         goto out;
     p->round_y = cpu_round_count(&m.dst, d->dst_dtype);
     p->round_dx = cpu_round_count(&m.src, d->src_dtype);
+    if (d->infer || d->post_add || d->post_relu) {
+        if (!d->infer || passes != BE_FWD) {
+            set_err(err, errlen, "cpu backend: post-ops need an inference plan (forward only)");
+            goto out;
+        }
+        if (conv_infer_plan(ctx, d, &m, p, err, errlen) < 0)
+            goto out;
+        *out = p;
+        p = NULL;
+        rc = 0;
+        goto out;
+    }
 
     /* The forward descriptor is needed as the hint of the backward ones even
      * when the forward pass itself is not asked for. */
@@ -244,4 +355,43 @@ int cpu_conv_bwd_weights(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf 
     if (fail || cpu_prim_run(ctx, &p->bwd_weights, data, err, errlen) < 0)
         return -1;
     return cpu_stage_done(ctx, &p->re[RE_WDW], CPU_TMP_WEI, cpu_ptr(dw), err, errlen);
+}
+
+int cpu_conv_infer(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w, uint64_t w_stamp,
+                   const be_buf *b, const be_buf *addend, be_buf *y, char *err, size_t errlen)
+{
+    int fail = 0;
+    void *wp = cpu_ptr(w);
+    if (!p->fwd.prim || p->infer_add != (addend != NULL))
+        return set_err(err, errlen, "cpu backend: conv_infer on a plan not made for it, or "
+                       "an addend %s", addend ? "it does not take" : "missing");
+    if (p->wcache) {
+        if (w_stamp == 0 || w_stamp != p->wstamp) {
+            void *data[] = { cpu_ptr(w), p->wcache };
+            p->wstamp = 0;
+            if (cpu_prim_run(ctx, &p->re[RE_FW], data, err, errlen) < 0)
+                return -1;
+            p->wstamp = w_stamp;
+        }
+        wp = p->wcache;
+    }
+    /* in the order conv_infer_plan declared them: the bias and the addend
+     * where the plan has them */
+    void *data[5] = { cpu_stage_in(ctx, &p->re[RE_FX], CPU_TMP_SRC, cpu_ptr(x), &fail, err,
+                                   errlen),
+                      wp, cpu_stage_out(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y)) };
+    int k = 3;
+    if (b)
+        data[k++] = cpu_ptr(b);
+    if (addend)
+        data[k++] = cpu_stage_in(ctx, &p->re[RE_FADD], CPU_TMP_WEI, cpu_ptr(addend), &fail, err,
+                                 errlen);
+    if (k != p->fwd.nargs)
+        return set_err(err, errlen, "cpu backend: conv_infer with%s a bias on a plan made "
+                       "with%s one", b ? "" : "out", b ? "out" : "");
+    if (fail || cpu_prim_run(ctx, &p->fwd, data, err, errlen) < 0 ||
+        cpu_stage_done(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y), err, errlen) < 0)
+        return -1;
+    cpu_round_f16(cpu_ptr(y), p->round_y);
+    return 0;
 }

@@ -347,6 +347,7 @@ static void plan_free(be_ctx *ctx, be_plan *p)
     for (int i = 0; i < CPU_RE_MAX; i++)
         cpu_prim_free(&p->re[i]);
     free(p->workspace);
+    free(p->wcache);
     free(p->row_loss);
     free(p->row_hit);
     free(p);
@@ -370,6 +371,7 @@ const backend cpu_backend = {
     .conv_fwd = cpu_conv_fwd,
     .conv_bwd_data = cpu_conv_bwd_data,
     .conv_bwd_weights = cpu_conv_bwd_weights,
+    .conv_infer = cpu_conv_infer,
     .pool_plan = cpu_pool_plan,
     .pool_fwd = cpu_pool_fwd,
     .pool_bwd = cpu_pool_bwd,
@@ -384,6 +386,7 @@ const backend cpu_backend = {
     .bn_fwd = cpu_bn_fwd,
     .bn_bwd = cpu_bn_bwd,
     .bn_running = cpu_bn_running,
+    .bn_fold = cpu_bn_fold,
     .add_plan = cpu_add_plan,
     .add_fwd = cpu_add_fwd,
     .concat_plan = cpu_concat_plan,

@@ -63,6 +63,12 @@ struct be_plan {
     cpu_prim re[CPU_RE_MAX];        /* convolution: reorders to and from plain layouts */
     void *workspace;                /* max pooling: argmax from fwd for bwd_data;
                                      * batch norm: the unwanted dx of its backward pass */
+    /* an inference convolution (be_conv_desc.infer): the weights in the
+     * primitive's layout (NULL: it reads the caller's), the stamp they were
+     * reordered at (0: none yet), and whether it takes an addend */
+    void *wcache;
+    uint64_t wstamp;
+    bool infer_add;
     /* add, concat: inputs; concat: channel offsets coff[0..k] and h*w */
     int k;
     int coff[BE_MAX_INPUTS + 1];
@@ -150,6 +156,8 @@ int cpu_conv_bwd_data(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_bu
                       char *, size_t);
 int cpu_conv_bwd_weights(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,
                          be_buf *, char *, size_t);
+int cpu_conv_infer(be_ctx *, be_plan *, const be_buf *, const be_buf *, uint64_t, const be_buf *,
+                   const be_buf *, be_buf *, char *, size_t);
 int cpu_pool_plan(be_ctx *, const be_pool_desc *, unsigned, be_plan **, char *, size_t);
 int cpu_pool_fwd(be_ctx *, be_plan *, const be_buf *, be_buf *, char *, size_t);
 int cpu_pool_bwd(be_ctx *, be_plan *, const be_buf *, be_buf *, char *, size_t);
@@ -174,6 +182,9 @@ int cpu_bn_bwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf
                char *, size_t);
 int cpu_bn_running(be_ctx *, be_buf *, be_buf *, const be_buf *, const be_buf *, int, float,
                    int64_t, char *, size_t);
+int cpu_bn_fold(be_ctx *, const be_buf *, const be_buf *, const be_buf *, const be_buf *,
+                const be_buf *, const be_buf *, float, int, size_t, be_buf *, be_buf *, char *,
+                size_t);
 int cpu_add_plan(be_ctx *, const be_add_desc *, be_plan **, char *, size_t);
 int cpu_add_fwd(be_ctx *, be_plan *, const be_buf *const *, be_buf *, char *, size_t);
 int cpu_concat_plan(be_ctx *, const be_concat_desc *, be_plan **, char *, size_t);

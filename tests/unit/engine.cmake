@@ -8,5 +8,7 @@ kiln_unit_test(test_engine_safetensors SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/
   LIBS kiln_engine)
 kiln_unit_test(test_engine_net SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_net.c
   LIBS kiln_engine m)
+kiln_unit_test(test_engine_fuse SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_fuse.c
+  LIBS kiln_engine m)
 kiln_unit_test(test_engine_dp SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_engine_dp.c
   LIBS kiln_engine m)
