@@ -183,7 +183,7 @@ int model_bundle_from_job(const char *job_dir, snap_select sel, model_bundle *ou
         api_fail(e, 500, "internal_error", "the job's preprocessing: %s", err);
         goto out;
     }
-    if (snap_resolve(job_dir, sel, 0, out->weights, sizeof out->weights, &out->epoch, &out->final, e) != 0)
+    if (snap_resolve(job_dir, sel, cfg.epochs, out->weights, sizeof out->weights, &out->epoch, &out->final, e) != 0)
         goto out;
     out->spec = cJSON_Duplicate(cfg.network, true);
     out->labels = calloc((size_t)cfg.nclasses, sizeof *out->labels);

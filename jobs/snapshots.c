@@ -319,7 +319,8 @@ static void kept_epochs(const snap_list *l, char *buf, size_t n)
         k += (size_t)snprintf(buf + k, n - k, "%s%d", i ? ", " : "", l->items[i].epoch);
 }
 
-/* The epochs job.json asks for, or 0 when it cannot be read. */
+/* The epochs job.json asks for, or 0 when it cannot be read: for a caller
+ * that does not know them. */
 static int job_epochs(const char *job_dir)
 {
     char path[PATH_MAX];
@@ -343,7 +344,7 @@ static int item_path(const char *job_dir, const snap_item *it, char *path, size_
     return 0;
 }
 
-int snap_resolve(const char *job_dir, snap_select sel, int final_epoch, char *path, size_t pathlen,
+int snap_resolve(const char *job_dir, snap_select sel, int epochs, char *path, size_t pathlen,
                  int *epoch, bool *final, api_error *e)
 {
     snap_list l;
@@ -388,7 +389,7 @@ int snap_resolve(const char *job_dir, snap_select sel, int final_epoch, char *pa
                 goto out;
             }
             *final = true;
-            *epoch = final_epoch > 0 ? final_epoch : l.final_epoch > 0 ? l.final_epoch : job_epochs(job_dir);
+            *epoch = l.final_epoch > 0 ? l.final_epoch : epochs > 0 ? epochs : job_epochs(job_dir);
             rc = 0;
             goto out;
         }

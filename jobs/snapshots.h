@@ -104,13 +104,15 @@ int snap_list_save(const char *job_dir, const snap_list *l, char *err, size_t er
 
 /* The weights file a selection means in job_dir: writes its path into path
  * and the epoch it holds into *epoch (for SNAP_FINAL with model.safetensors:
- * final_epoch when > 0, else the list's final_epoch, else job.json's
- * "epochs"), and *final (true for model.safetensors). Errors, as api_error:
+ * the list's final_epoch, which the worker records, else the caller's
+ * epochs (what the job completed or asked for, when the caller has read it
+ * already), else job.json's "epochs"), and *final (true for
+ * model.safetensors). Errors, as api_error:
  *   404 snapshot_not_found  no snapshot of that epoch (the message lists those kept)
  *   409 no_best_snapshot    "best" asked of a job whose snapshots have no metric
  *   409 no_weights          nothing saved yet
  * Returns 0 or -1 with e. */
-int snap_resolve(const char *job_dir, snap_select sel, int final_epoch, char *path, size_t pathlen,
+int snap_resolve(const char *job_dir, snap_select sel, int epochs, char *path, size_t pathlen,
                  int *epoch, bool *final, api_error *e);
 
 #endif

@@ -147,43 +147,8 @@ static int start(infer_proc *p, api_error *e)
     return 0;
 }
 
-/* Reads one line from the child into p->buf. Returns its length (the newline
- * replaced by NUL), or -1 at EOF or on an error. */
-static ssize_t read_line(infer_proc *p)
-{
-    for (;;) {
-        char *nl = p->len ? memchr(p->buf, '\n', p->len) : NULL;
-        if (nl) {
-            *nl = '\0';
-            return nl - p->buf;
-        }
-        if (p->cap - p->len < 65536) {
-            size_t cap = p->cap ? p->cap * 2 : 1 << 16;
-            char *nb = realloc(p->buf, cap);
-            if (!nb)
-                return -1;
-            p->buf = nb;
-            p->cap = cap;
-        }
-        ssize_t k = read(p->from_fd, p->buf + p->len, p->cap - p->len - 1);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p->len += (size_t)k;
-    }
-}
-
-static void describe_exit(int st, char *out, size_t n)
-{
-    if (WIFSIGNALED(st))
-        snprintf(out, n, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
-    else
-        snprintf(out, n, "exited with status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-}
-
-/* Makes sure n bytes follow p->buf's first `at` bytes. 0, or -1 at EOF or
- * on an error. */
+/* Makes sure n bytes follow p->buf's first `at` bytes (room for a NUL
+ * after them too). 0, or -1 at EOF or on an error. */
 static int read_more(infer_proc *p, size_t at, size_t n)
 {
     while (p->len < at + n) {
@@ -205,6 +170,31 @@ static int read_more(infer_proc *p, size_t at, size_t n)
         p->len += (size_t)k;
     }
     return 0;
+}
+
+/* Reads one line from the child into p->buf. Returns its length (the newline
+ * replaced by NUL), or -1 at EOF or on an error. */
+static ssize_t read_line(infer_proc *p)
+{
+    size_t seen = 0;                     /* bytes already searched for the newline */
+    for (;;) {
+        char *nl = p->len > seen ? memchr(p->buf + seen, '\n', p->len - seen) : NULL;
+        if (nl) {
+            *nl = '\0';
+            return nl - p->buf;
+        }
+        seen = p->len;
+        if (read_more(p, 0, p->len + 1) != 0)      /* at least one byte more */
+            return -1;
+    }
+}
+
+static void describe_exit(int st, char *out, size_t n)
+{
+    if (WIFSIGNALED(st))
+        snprintf(out, n, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(out, n, "exited with status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* Reads an answer: its envelope line, then the body's bytes and newline.

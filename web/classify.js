@@ -61,7 +61,7 @@ export function classifyCard(jobId, epochOptions) {
   const input = h('input', { type: 'file', id: 'classify-input', accept: 'image/png,image/jpeg', multiple: true, class: 'visually-hidden' });
   const drop = h('label', { class: 'dropzone', for: 'classify-input', id: 'classify-drop', tabindex: '0' },
     h('strong', {}, 'Drop images here'), ' or click to pick PNG or JPEG files');
-  const topK = h('input', { type: 'number', id: 'classify-topk', min: '1', max: '100', placeholder: '5', class: 'input-narrow',
+  const topK = h('input', { type: 'number', id: 'classify-topk', min: '1', placeholder: '5', class: 'input-narrow',
     title: 'how many of the likeliest classes to show (default 5, or every class when there are fewer)' });
   const epoch = h('select', { id: 'classify-epoch' }, h('option', { value: '' }, 'final model'));
   const status = h('p', { class: 'muted', id: 'classify-status', 'aria-live': 'polite' });
