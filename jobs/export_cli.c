@@ -1,4 +1,4 @@
-/* jobs/export_cli.c: `kiln export MODEL.tar|JOB_DIR [--epoch N|best] [-o OUT]`.
+/* jobs/export_cli.c: `kiln export MODEL.tar|JOB_DIR [--epoch N|best|final] [-o OUT]`.
  *
  * Opens the model as `kiln infer` and the download do (jobs/model_bundle.h:
  * the same weights for the same --epoch), writes its ONNX form

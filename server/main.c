@@ -50,7 +50,7 @@ static void usage(FILE *f)
             "            kiln bench NETWORK|SPEC.json [--batch N] [--mode train|infer]\n"
             "                       [--steps N] [--warmup N] [--threads N] [--json]\n"
             "  export    a trained model as an ONNX file\n"
-            "            kiln export MODEL.tar|JOB_DIR [--epoch N|best] [-o OUT.onnx]\n"
+            "            kiln export MODEL.tar|JOB_DIR [--epoch N|best|final] [-o OUT.onnx]\n"
             "\n"
             "  kiln --help            this text\n"
             "  kiln --version         the version\n"
