@@ -1,25 +1,34 @@
 /* jobs/infer.c: images to the network's input, and classifying a request's
  * images (contract and the preprocessing's steps in infer.h).
  *
- * infer_run works a batch at a time: the batch's images are decoded and
- * prepared in parallel (an OpenMP loop, one infer_worker per thread, each
- * image written into its own row of the batch), the rows of the usable ones
- * are packed to the front, and net_predict (whose oneDNN primitives use the
- * same OpenMP threads) classifies them. The batch buffer is sized once for
- * infer_batch_size images, so a request of any size costs that much memory
- * plus its encoded images.
+ * infer_run works a batch at a time in one or more lanes: a lane is a net
+ * and the buffers of one batch (sized once for infer_batch_size images, so a
+ * request of any size costs that much memory a lane plus its encoded
+ * images). A batch's images are decoded and prepared by an OpenMP loop (one
+ * infer_worker per thread, each image written into its own row), the rows
+ * of the usable ones packed to the front, and net_predict classifies them.
+ * With one lane the loop and the net's oneDNN primitives use every thread.
+ * With several, each lane runs on a thread of its own in one parallel
+ * region and takes the next batch number from a shared counter; the loop
+ * and the primitives, nested in that region, run on the lane's thread alone
+ * (OpenMP runs a nested region with a team of one, and oneDNN then runs
+ * sequentially). A batch holds the same images whichever lane takes it.
  */
 #include "jobs/infer.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/summary.h"  /* summary_build: infer_replicas */
 #include "jobs/import.h"      /* import_archive_files */
 
 const infer_limits INFER_LIMITS = {
@@ -30,6 +39,7 @@ const infer_limits INFER_LIMITS = {
     .max_name_bytes = 255,
     .batch_max = 64,
     .batch_floats = (uint64_t)1 << 21,
+    .replica_bytes = (uint64_t)256 << 20,
     .cached_models = 2,
     .idle_seconds = 300,
 };
@@ -331,135 +341,314 @@ static void top_k(const float *probs, int n, int k, infer_pred *out)
     }
 }
 
-typedef struct run_state {
-    infer_worker *workers;      /* one per OpenMP thread */
+/* ---- the model ---------------------------------------------------------------------- */
+
+int infer_replicas(const model_bundle *b, int threads)
+{
+    if (threads <= 1)
+        return 1;
+    summary sum;
+    char err[256];
+    if (summary_build(b->spec, b->input, b->nclasses, 1, SOLVER_SGD, false, PREC_FP32, &sum, err, sizeof err) != 0)
+        return 1;
+    /* weights, and a batch's input and layer outputs (FP32) */
+    int64_t in_bytes = (int64_t)4 * b->input.c * b->input.h * b->input.w;
+    int64_t one = sum.weight_bytes + (int64_t)infer_batch_size(b->input) * (in_bytes + sum.act_bytes);
+    summary_free(&sum);
+    int64_t k = one > 0 ? (int64_t)INFER_LIMITS.replica_bytes / one : threads;
+    return k < 1 ? 1 : k > threads ? threads : (int)k;
+}
+
+int infer_model_open(infer_model *m, const model_bundle *b, int nets, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    if (nets < 1)
+        nets = 1;
+    if (!(m->nets = calloc((size_t)nets, sizeof *m->nets)))
+        return set_err(err, errlen, "out of memory");
+    for (; m->count < nets; m->count++) {
+        if (!(m->nets[m->count] = model_bundle_net(b, infer_batch_size(b->input), err, errlen))) {
+            infer_model_free(m);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void infer_model_free(infer_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->count; i++)
+        net_free(m->nets[i]);
+    free(m->nets);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- classifying ------------------------------------------------------------------ */
+
+typedef struct lane {
+    net *n;
+    infer_worker *workers;      /* one per thread of its prepare loop */
     int nworkers;
     float *x;                   /* batch rows of in_size floats */
     float *probs;               /* batch x classes */
     int *row_item;              /* the item of each packed row */
     char (*why)[256];           /* a batch of reasons */
     int *rc;
-} run_state;
+    char err[256];              /* what failed (rc -1) */
+} lane;
 
-static void run_state_free(run_state *r)
+/* What every lane shares: the batches (runs of `live`, the items still to
+ * do) and the next one to take. */
+typedef struct run_plan {
+    const model_prep *p;
+    infer_set *s;
+    const int *live;
+    int nlive, batch, classes, top_k, nbatches;
+    size_t in_size;
+    atomic_int next;            /* the next batch to take */
+    atomic_bool failed;         /* a lane failed: the others stop */
+} run_plan;
+
+static void lane_free(lane *l)
 {
-    for (int i = 0; r->workers && i < r->nworkers; i++)
-        infer_worker_free(&r->workers[i]);
-    free(r->workers);
-    free(r->x);
-    free(r->probs);
-    free(r->row_item);
-    free(r->why);
-    free(r->rc);
+    for (int i = 0; l->workers && i < l->nworkers; i++)
+        infer_worker_free(&l->workers[i]);
+    free(l->workers);
+    free(l->x);
+    free(l->probs);
+    free(l->row_item);
+    free(l->why);
+    free(l->rc);
 }
 
-/* Items first..first+k-1 (the ones still to do) prepared into their rows in
- * parallel; the usable rows then packed to the front. Returns the rows. */
-static int prepare_batch(run_state *r, const model_prep *p, infer_set *s, const int *todo, int k, size_t in_size)
+static int lane_init(lane *l, net *n, int nworkers, const run_plan *rp)
 {
+    memset(l, 0, sizeof *l);
+    l->n = n;
+    l->nworkers = nworkers;
+    l->workers = calloc((size_t)nworkers, sizeof *l->workers);
+    l->x = malloc((size_t)rp->batch * rp->in_size * sizeof(float));
+    l->probs = malloc((size_t)rp->batch * (size_t)rp->classes * sizeof(float));
+    l->row_item = malloc((size_t)rp->batch * sizeof *l->row_item);
+    l->why = malloc((size_t)rp->batch * sizeof *l->why);
+    l->rc = malloc((size_t)rp->batch * sizeof *l->rc);
+    return l->workers && l->x && l->probs && l->row_item && l->why && l->rc ? 0 : -1;
+}
+
+/* The k items of todo prepared into their rows (in parallel when not nested
+ * in a lane's region); the usable rows then packed to the front. Returns the
+ * rows. */
+static int prepare_batch(lane *l, const run_plan *rp, const int *todo, int k)
+{
+    const size_t in_size = rp->in_size;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < k; i++) {
-        infer_item *it = &s->items[todo[i]];
-        infer_worker *w = &r->workers[omp_get_thread_num() % r->nworkers];
-        r->rc[i] = infer_prepare(w, p, it->data, it->len, r->x + (size_t)i * in_size, r->why[i], sizeof r->why[i]);
+        infer_item *it = &rp->s->items[todo[i]];
+        infer_worker *w = &l->workers[omp_get_thread_num() % l->nworkers];
+        l->rc[i] = infer_prepare(w, rp->p, it->data, it->len, l->x + (size_t)i * in_size, l->why[i], sizeof l->why[i]);
     }
     int rows = 0;
     for (int i = 0; i < k; i++) {
-        infer_item *it = &s->items[todo[i]];
-        if (r->rc[i] != 0) {
-            item_fail(it, r->rc[i] < 0 ? "internal_error" : "invalid_image", r->why[i]);
+        infer_item *it = &rp->s->items[todo[i]];
+        if (l->rc[i] != 0) {
+            item_fail(it, l->rc[i] < 0 ? "internal_error" : "invalid_image", l->why[i]);
             continue;
         }
         if (rows != i)
-            memmove(r->x + (size_t)rows * in_size, r->x + (size_t)i * in_size, in_size * sizeof(float));
-        r->row_item[rows++] = todo[i];
+            memmove(l->x + (size_t)rows * in_size, l->x + (size_t)i * in_size, in_size * sizeof(float));
+        l->row_item[rows++] = todo[i];
     }
     return rows;
 }
 
-int infer_run(net *n, const model_bundle *b, infer_set *s, int top_k_n, char *err, size_t errlen)
+/* Takes batches until none is left (or a lane failed). 0, or -1 with l->err. */
+static int lane_run(lane *l, run_plan *rp)
 {
-    const model_prep *p = &b->prep;
-    const int batch = infer_batch_size(b->input), classes = b->nclasses;
-    const size_t in_size = (size_t)p->c * (size_t)p->crop_h * (size_t)p->crop_w;
-    run_state r;
-    memset(&r, 0, sizeof r);
-    int *todo = malloc((size_t)batch * sizeof *todo);
-    r.nworkers = omp_get_max_threads();
-    r.workers = calloc((size_t)r.nworkers, sizeof *r.workers);
-    r.x = malloc((size_t)batch * in_size * sizeof(float));
-    r.probs = malloc((size_t)batch * (size_t)classes * sizeof(float));
-    r.row_item = malloc((size_t)batch * sizeof *r.row_item);
-    r.why = malloc((size_t)batch * sizeof *r.why);
-    r.rc = malloc((size_t)batch * sizeof *r.rc);
-    int rc = -1;
-    if (!todo || !r.workers || !r.x || !r.probs || !r.row_item || !r.why || !r.rc) {
-        set_err(err, errlen, "out of memory");
-        goto out;
-    }
-    for (int next = 0; next < s->n;) {
-        int k = 0;
-        for (; next < s->n && k < batch; next++)
-            if (s->items[next].data)
-                todo[k++] = next;
-        if (k == 0)
-            continue;
-        int rows = prepare_batch(&r, p, s, todo, k, in_size);
+    for (;;) {
+        if (atomic_load(&rp->failed))
+            return 0;
+        int bi = atomic_fetch_add(&rp->next, 1);
+        if (bi >= rp->nbatches)
+            return 0;
+        const int *todo = rp->live + (size_t)bi * (size_t)rp->batch;
+        int k = rp->nlive - bi * rp->batch;
+        if (k > rp->batch)
+            k = rp->batch;
+        int rows = prepare_batch(l, rp, todo, k);
         if (rows == 0)
             continue;
-        if (net_predict(n, r.x, rows, r.probs, err, errlen) != 0)
-            goto out;
+        if (net_predict(l->n, l->x, rows, l->probs, l->err, sizeof l->err) != 0)
+            goto fail;
         for (int i = 0; i < rows; i++) {
-            infer_item *it = &s->items[r.row_item[i]];
-            if (!(it->pred = malloc((size_t)top_k_n * sizeof *it->pred))) {
-                set_err(err, errlen, "out of memory");
-                goto out;
+            infer_item *it = &rp->s->items[l->row_item[i]];
+            if (!(it->pred = malloc((size_t)rp->top_k * sizeof *it->pred))) {
+                set_err(l->err, sizeof l->err, "out of memory");
+                goto fail;
             }
-            top_k(r.probs + (size_t)i * (size_t)classes, classes, top_k_n, it->pred);
-            it->npred = top_k_n;
+            top_k(l->probs + (size_t)i * (size_t)rp->classes, rp->classes, rp->top_k, it->pred);
+            it->npred = rp->top_k;
             free(it->data);
             it->data = NULL;
         }
     }
-    rc = 0;
+fail:
+    atomic_store(&rp->failed, true);
+    return -1;
+}
+
+int infer_run(const infer_model *m, const model_bundle *b, infer_set *s, int top_k_n, char *err, size_t errlen)
+{
+    const model_prep *p = &b->prep;
+    run_plan rp = {
+        .p = p, .s = s, .batch = infer_batch_size(b->input), .classes = b->nclasses, .top_k = top_k_n,
+        .in_size = (size_t)p->c * (size_t)p->crop_h * (size_t)p->crop_w,
+    };
+    atomic_init(&rp.next, 0);
+    atomic_init(&rp.failed, false);
+    int *live = malloc((size_t)(s->n ? s->n : 1) * sizeof *live);
+    if (!live)
+        return set_err(err, errlen, "out of memory");
+    for (int i = 0; i < s->n; i++)
+        if (s->items[i].data)
+            live[rp.nlive++] = i;
+    rp.live = live;
+    rp.nbatches = (rp.nlive + rp.batch - 1) / rp.batch;
+    int nlanes = m->count < rp.nbatches ? m->count : rp.nbatches;
+    if (nlanes < 1)
+        nlanes = 1;
+    lane *lanes = calloc((size_t)nlanes, sizeof *lanes);
+    int rc = -1;
+    if (!lanes) {
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nlanes; i++) {
+        if (lane_init(&lanes[i], m->nets[i], nlanes == 1 ? omp_get_max_threads() : 1, &rp) != 0) {
+            set_err(err, errlen, "out of memory");
+            nlanes = i + 1;
+            goto out;
+        }
+    }
+    if (nlanes == 1) {
+        rc = lane_run(&lanes[0], &rp);
+    } else {
+        int failed = 0;
+#pragma omp parallel num_threads(nlanes) reduction(|:failed)
+        failed |= lane_run(&lanes[omp_get_thread_num()], &rp) != 0;
+        rc = failed ? -1 : 0;
+    }
+    for (int i = 0; rc != 0 && i < nlanes; i++) {
+        if (lanes[i].err[0]) {
+            set_err(err, errlen, "%s", lanes[i].err);
+            break;
+        }
+    }
 out:
-    free(todo);
-    run_state_free(&r);
+    for (int i = 0; lanes && i < nlanes; i++)
+        lane_free(&lanes[i]);
+    free(lanes);
+    free(live);
     return rc;
 }
 
 /* ---- the answer --------------------------------------------------------------------- */
 
-static cJSON *item_json(const model_bundle *b, const infer_item *it)
+/* The answer's text, built in one growing buffer: a request of thousands of
+ * items answers in a few milliseconds (a cJSON tree of it, printed, took
+ * ten times as long, most of it printing each probability twice to find
+ * the digits that read back as the same double). Strings go through cJSON's
+ * own escaping (cJSON_PrintPreallocated of a string that it only refers
+ * to); a probability, a float, is written with the 9 significant digits
+ * that read back as the same float. */
+typedef struct text {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} text;
+
+static char *text_room(text *t, size_t n)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (!o || !cJSON_AddStringToObject(o, "name", it->name))
-        goto fail;
-    if (it->err_code[0]) {
-        cJSON *e = cJSON_AddObjectToObject(o, "error");
-        if (!e || !cJSON_AddStringToObject(e, "code", it->err_code) ||
-            !cJSON_AddStringToObject(e, "message", it->err))
-            goto fail;
-        return o;
-    }
-    cJSON *preds = cJSON_AddArrayToObject(o, "predictions");
-    if (!preds)
-        goto fail;
-    for (int k = 0; k < it->npred; k++) {
-        cJSON *pj = cJSON_CreateObject();
-        if (!pj || !cJSON_AddItemToArray(preds, pj)) {
-            cJSON_Delete(pj);
-            goto fail;
+    if (t->oom)
+        return NULL;
+    if (t->cap - t->len < n + 1) {
+        size_t cap = t->cap ? t->cap : 4096;
+        while (cap - t->len < n + 1)
+            cap *= 2;
+        char *np = realloc(t->p, cap);
+        if (!np) {
+            t->oom = true;
+            return NULL;
         }
-        int idx = it->pred[k].index;
-        if (!cJSON_AddStringToObject(pj, "label", b->labels[idx]) || !cJSON_AddNumberToObject(pj, "index", idx) ||
-            !cJSON_AddNumberToObject(pj, "probability", (double)it->pred[k].probability))
-            goto fail;
+        t->p = np;
+        t->cap = cap;
     }
-    return o;
-fail:
-    cJSON_Delete(o);
-    return NULL;
+    return t->p + t->len;
+}
+
+static void text_put(text *t, const char *s, size_t n)
+{
+    char *d = text_room(t, n);
+    if (!d)
+        return;
+    memcpy(d, s, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+#define TEXT_LIT(t, lit) text_put((t), "" lit, sizeof("" lit) - 1)    /* lit: a string literal */
+
+static void text_printf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(text *t, const char *fmt, ...)
+{
+    char buf[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < sizeof buf)
+        text_put(t, buf, (size_t)n);
+    else
+        t->oom = true;                       /* only short numbers are printed */
+}
+
+/* s as a JSON string, quoted and escaped. */
+static void text_string(text *t, const char *s)
+{
+    cJSON item = { .type = cJSON_String | cJSON_IsReference, .valuestring = (char *)s };
+    size_t n = strlen(s);
+    int room = (int)(6 * n + 8);             /* every byte as \uXXXX, the quotes, cJSON's slack */
+    char *d = n < (size_t)INT_MAX / 8 ? text_room(t, (size_t)room) : NULL;
+    if (!d || !cJSON_PrintPreallocated(&item, d, room, false)) {
+        t->oom = true;
+        return;
+    }
+    t->len += strlen(d);
+}
+
+static void item_text(text *t, const model_bundle *b, const infer_item *it)
+{
+    TEXT_LIT(t, "{\"name\":");
+    text_string(t, it->name);
+    if (it->err_code[0]) {
+        TEXT_LIT(t, ",\"error\":{\"code\":");
+        text_string(t, it->err_code);
+        TEXT_LIT(t, ",\"message\":");
+        text_string(t, it->err);
+        TEXT_LIT(t, "}}");
+        return;
+    }
+    TEXT_LIT(t, ",\"predictions\":[");
+    for (int k = 0; k < it->npred; k++) {
+        int idx = it->pred[k].index;
+        if (k)
+            TEXT_LIT(t, ",");
+        TEXT_LIT(t, "{\"label\":");
+        text_string(t, b->labels[idx]);
+        text_printf(t, ",\"index\":%d,\"probability\":%.9g}", idx, (double)it->pred[k].probability);
+    }
+    TEXT_LIT(t, "]}");
 }
 
 /* "no image could be classified: a.png: not a PNG or JPEG image; b.jpg: ..." */
@@ -476,38 +665,33 @@ static void no_valid_message(const infer_set *s, char *msg, size_t len)
         memcpy(msg + len - 4, "...", 4);
 }
 
-cJSON *infer_answer(const model_bundle *b, const infer_set *s, int *status)
+char *infer_answer(const model_bundle *b, const infer_set *s, int *status, size_t *len)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *items = root ? cJSON_CreateArray() : NULL;
+    text t = { 0 };
     int good = 0;
-    if (!items)
-        goto fail;
-    if (!cJSON_AddNumberToObject(root, "epoch", b->epoch))
-        goto fail;
-    for (int i = 0; i < s->n; i++) {
-        cJSON *ij = item_json(b, &s->items[i]);
-        if (!ij || !cJSON_AddItemToArray(items, ij)) {
-            cJSON_Delete(ij);
-            goto fail;
-        }
+    for (int i = 0; i < s->n; i++)
         good += s->items[i].err_code[0] == '\0';
-    }
     *status = good > 0 ? 200 : 422;
+    text_printf(&t, "{\"epoch\":%d,", b->epoch);
     if (!good) {
         char msg[1024];
         no_valid_message(s, msg, sizeof msg);
-        cJSON *e = cJSON_AddObjectToObject(root, "error");
-        if (!e || !cJSON_AddStringToObject(e, "code", "no_valid_images") || !cJSON_AddStringToObject(e, "message", msg))
-            goto fail;
+        TEXT_LIT(&t, "\"error\":{\"code\":\"no_valid_images\",\"message\":");
+        text_string(&t, msg);
+        TEXT_LIT(&t, "},");
     }
-    if (!cJSON_AddItemToObject(root, "items", items)) {
-        items = NULL;
-        goto fail;
+    TEXT_LIT(&t, "\"items\":[");
+    for (int i = 0; i < s->n; i++) {
+        if (i)
+            TEXT_LIT(&t, ",");
+        item_text(&t, b, &s->items[i]);
     }
-    return root;
-fail:
-    cJSON_Delete(items);
-    cJSON_Delete(root);
-    return NULL;
+    TEXT_LIT(&t, "]}");
+    if (t.oom) {
+        free(t.p);
+        return NULL;
+    }
+    if (len)
+        *len = t.len;
+    return t.p;
 }

@@ -47,6 +47,7 @@ typedef struct infer_limits {
     int max_name_bytes;         /* an item's name (a file name, an archive entry's path) */
     int batch_max;              /* images through the network at once (infer_batch_size) */
     uint64_t batch_floats;      /* ... and at most this many input floats a batch */
+    uint64_t replica_bytes;     /* memory the per-thread copies of one model may take (infer_model_open) */
     int cached_models;          /* models the inference process keeps loaded */
     int idle_seconds;           /* the inference process exits after this long without a request */
 } infer_limits;
@@ -125,13 +126,40 @@ int infer_set_add_archive(infer_set *s, const char *path, api_error *e);
 /* Checks top_k against the model: 1..nclasses. 0, or -1 with e (400 invalid_field). */
 int infer_check_top_k(int top_k, int nclasses, api_error *e);
 
-/* Classifies every item not yet failed with n (built for b's input and
- * infer_batch_size images by model_bundle_net): decodes and prepares the
- * images on all cores (OpenMP, a worker per thread), a batch at a time, runs
- * each batch through net_predict and keeps each image's top_k predictions
- * (ties to the lower index). Images that are no usable image become failed
- * items. Returns 0, or -1 with err set (the network failed, out of memory). */
-int infer_run(net *n, const model_bundle *b, infer_set *s, int top_k, char *err, size_t errlen);
+/* ---- a model ready to classify --------------------------------------------------- */
+
+/* A model loaded for classifying: one net, or one per thread. A request of
+ * many small images runs fastest with each thread taking whole batches
+ * through a net of its own (no barrier between one layer and the next, and
+ * a thread whose core another process holds only delays its own batch); a
+ * large network runs a batch on all threads together. */
+typedef struct infer_model {
+    net **nets;                 /* count nets of b's network and weights, for infer_batch_size images */
+    int count;
+} infer_model;
+
+/* How many nets infer_model_open builds for b with `threads` threads: as
+ * many as the threads when that many copies (weights, and the activations
+ * of a batch: engine/summary.h's arithmetic) fit in INFER_LIMITS.replica_bytes,
+ * fewer when they do not, at least 1. */
+int infer_replicas(const model_bundle *b, int threads);
+
+/* Builds `nets` nets (>= 1) and loads b's weights into each: the callers
+ * pass infer_replicas(b, omp_get_max_threads()). 0, or -1 with err set (and
+ * *m empty). */
+int infer_model_open(infer_model *m, const model_bundle *b, int nets, char *err, size_t errlen);
+void infer_model_free(infer_model *m);     /* NULL-safe; leaves *m empty */
+
+/* Classifies every item not yet failed with m: decodes and prepares the
+ * images, a batch at a time, runs each batch through net_predict and keeps
+ * each image's top_k predictions (ties to the lower index). With one net, or
+ * one batch, the batch's images are prepared in parallel (OpenMP, a worker
+ * per thread) and the net uses every thread; with several nets and batches,
+ * each thread takes the next batch, prepares it and runs it through its own
+ * net. Either way a batch holds the same images. Images that are no usable
+ * image become failed items. Returns 0, or -1 with err set (the network
+ * failed, out of memory). */
+int infer_run(const infer_model *m, const model_bundle *b, infer_set *s, int top_k, char *err, size_t errlen);
 
 /* The answer for a classified set, as the API gives it and `kiln infer
  * --json` prints it:
@@ -139,7 +167,8 @@ int infer_run(net *n, const model_bundle *b, infer_set *s, int top_k, char *err,
  *                          or {"name", "error": {"code", "message"}}]}
  * with *status 200 when some item was classified; else 422 and the object
  * also holds "error": {"code": "no_valid_images", "message" naming each
- * item's problem}. Owned by the caller; NULL when out of memory. */
-cJSON *infer_answer(const model_bundle *b, const infer_set *s, int *status);
+ * item's problem}. Returns the JSON text (malloc'ed, NUL-terminated, *len
+ * its length when len is not NULL), or NULL when out of memory. */
+char *infer_answer(const model_bundle *b, const infer_set *s, int *status, size_t *len);
 
 #endif

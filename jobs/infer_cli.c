@@ -7,6 +7,7 @@
  */
 #include "jobs/infer_cli.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,8 @@
 #include <cjson/cJSON.h>
 
 #include "jobs/cli_args.h"      /* cli_int */
-#include "jobs/infer.h"         /* infer_set, infer_run, infer_answer, INFER_LIMITS */
-#include "jobs/model_bundle.h"  /* model_bundle_open, model_bundle_net */
+#include "jobs/infer.h"         /* infer_set, infer_model, infer_run, infer_answer, INFER_LIMITS */
+#include "jobs/model_bundle.h"  /* model_bundle_open */
 
 static void usage(FILE *f)
 {
@@ -135,7 +136,7 @@ static int run(const infer_opts *o)
         top_k = b.nclasses;
     infer_set s;
     infer_set_init(&s);
-    net *n = NULL;
+    infer_model m = { 0 };
     char err[512];
     cJSON *ans = NULL;
     if (infer_check_top_k(top_k, b.nclasses, &e) != 0) {
@@ -148,28 +149,27 @@ static int run(const infer_opts *o)
             fprintf(stderr, "kiln infer: %s\n", e.message);
             goto out;
         }
-    if (!(n = model_bundle_net(&b, infer_batch_size(b.input), err, sizeof err)) ||
-        infer_run(n, &b, &s, top_k, err, sizeof err) != 0) {
+    if (infer_model_open(&m, &b, infer_replicas(&b, omp_get_max_threads()), err, sizeof err) != 0 ||
+        infer_run(&m, &b, &s, top_k, err, sizeof err) != 0) {
         fprintf(stderr, "kiln infer: %s\n", err);
         goto out;
     }
     int http = 0;
-    if (!(ans = infer_answer(&b, &s, &http))) {
+    char *text = infer_answer(&b, &s, &http, NULL);
+    if (!text || (!o->json && !(ans = cJSON_Parse(text)))) {
+        free(text);
         fprintf(stderr, "kiln infer: out of memory\n");
         goto out;
     }
-    if (o->json) {
-        char *text = cJSON_PrintUnformatted(ans);
-        if (text)
-            printf("%s\n", text);
-        cJSON_free(text);
-    } else {
+    if (o->json)
+        printf("%s\n", text);
+    else
         print_table(ans);
-    }
+    free(text);
     status = http == 200 ? 0 : 1;
 out:
     cJSON_Delete(ans);
-    net_free(n);
+    infer_model_free(&m);
     infer_set_free(&s);
     model_bundle_free(&b);
     return status;

@@ -10,6 +10,7 @@
 #include "jobs/infer_server.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -24,8 +25,8 @@
 #include <cjson/cJSON.h>
 
 #include "jobs/cli_args.h"      /* cli_int */
-#include "jobs/infer.h"         /* infer_set, infer_run, infer_answer, INFER_LIMITS */
-#include "jobs/model_bundle.h"  /* model_bundle_from_job, model_bundle_net */
+#include "jobs/infer.h"         /* infer_set, infer_model, infer_run, infer_answer, INFER_LIMITS */
+#include "jobs/model_bundle.h"  /* model_bundle_from_job */
 
 #define LINE_MAX_BYTES ((size_t)64 << 20)    /* one request: 10,000 items of long paths fit */
 
@@ -33,7 +34,7 @@ typedef struct cached_net {
     char weights[PATH_MAX];
     struct timespec mtime;
     off_t size;
-    net *n;                       /* NULL: a free slot */
+    infer_model m;                /* m.count 0: a free slot */
     uint64_t used;                /* the request that last used it */
 } cached_net;
 
@@ -54,10 +55,10 @@ static double now_ms(void)
 
 /* ---- the cache ----------------------------------------------------------------- */
 
-/* The loaded net for b's weights: from the cache (*hit true), or built and
+/* The loaded model for b's weights: from the cache (*hit true), or built and
  * loaded into the least recently used slot. NULL with e (500) when it cannot
  * be built. */
-static net *cache_get(server_state *st, const model_bundle *b, bool *hit, api_error *e)
+static const infer_model *cache_get(server_state *st, const model_bundle *b, bool *hit, api_error *e)
 {
     struct stat sb;
     if (stat(b->weights, &sb) != 0) {
@@ -67,33 +68,31 @@ static net *cache_get(server_state *st, const model_bundle *b, bool *hit, api_er
     cached_net *victim = &st->cache[0];
     for (int i = 0; i < st->ncache; i++) {
         cached_net *c = &st->cache[i];
-        if (c->n && !strcmp(c->weights, b->weights) && c->size == sb.st_size &&
+        if (c->m.count && !strcmp(c->weights, b->weights) && c->size == sb.st_size &&
             c->mtime.tv_sec == sb.st_mtim.tv_sec && c->mtime.tv_nsec == sb.st_mtim.tv_nsec) {
             c->used = st->requests;
             *hit = true;
-            return c->n;
+            return &c->m;
         }
-        if (!c->n || (victim->n && c->used < victim->used))
+        if (!c->m.count || (victim->m.count && c->used < victim->used))
             victim = c;
     }
     *hit = false;
-    net_free(victim->n);
-    victim->n = NULL;
+    infer_model_free(&victim->m);
     double t0 = now_ms();
     char err[512];
-    net *n = model_bundle_net(b, infer_batch_size(b->input), err, sizeof err);
-    if (!n) {
+    if (infer_model_open(&victim->m, b, infer_replicas(b, omp_get_max_threads()), err, sizeof err) != 0) {
         api_fail(e, 500, "model_load_failed", "the model could not be loaded: %s", err);
         return NULL;
     }
     snprintf(victim->weights, sizeof victim->weights, "%s", b->weights);
     victim->mtime = sb.st_mtim;
     victim->size = sb.st_size;
-    victim->n = n;
     victim->used = st->requests;
-    fprintf(stderr, "kiln infer-server: loaded %s (%s, epoch %d, %d classes) in %.0f ms\n", b->weights,
-            b->network_name[0] ? b->network_name : "network", b->epoch, b->nclasses, now_ms() - t0);
-    return n;
+    fprintf(stderr, "kiln infer-server: loaded %s (%s, epoch %d, %d classes; %d net%s) in %.0f ms\n", b->weights,
+            b->network_name[0] ? b->network_name : "network", b->epoch, b->nclasses, victim->m.count,
+            victim->m.count == 1 ? "" : "s", now_ms() - t0);
+    return &victim->m;
 }
 
 /* ---- one request ------------------------------------------------------------------ */
@@ -166,28 +165,37 @@ static int read_items(const cJSON *req, infer_set *s, api_error *e)
     return 0;
 }
 
-static cJSON *error_body(const api_error *e)
+/* One request's answer: the status, whether the model was in the cache
+ * ("hit", "miss", "" when none was loaded), and the body's JSON text. */
+typedef struct reply {
+    int status;
+    const char *cache;
+    char *body;                   /* malloc'ed; NULL when out of memory */
+    size_t len;
+} reply;
+
+static void error_reply(reply *r, const api_error *e)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *o = root ? cJSON_AddObjectToObject(root, "error") : NULL;
-    if (!o || !cJSON_AddStringToObject(o, "code", e->code) || !cJSON_AddStringToObject(o, "message", e->message)) {
-        cJSON_Delete(root);
-        return NULL;
-    }
-    return root;
+    r->status = e->status;
+    r->body = o && cJSON_AddStringToObject(o, "code", e->code) && cJSON_AddStringToObject(o, "message", e->message)
+                  ? cJSON_PrintUnformatted(root) : NULL;
+    r->len = r->body ? strlen(r->body) : 0;
+    cJSON_Delete(root);
 }
 
-/* Handles one request; returns the answer (NULL when out of memory). */
-static cJSON *handle(server_state *st, const cJSON *req)
+/* Handles one request into *r. */
+static void handle(server_state *st, const cJSON *req, reply *r)
 {
     api_error e = { 0 };
     model_bundle b;
     memset(&b, 0, sizeof b);
-    bool opened = false, hit = false, loaded = false;
+    memset(r, 0, sizeof *r);
+    r->cache = "";
+    bool opened = false, hit = false;
     infer_set s;
     infer_set_init(&s);
-    cJSON *body = NULL;
-    int status = 500;
 
     const cJSON *dir = cJSON_GetObjectItemCaseSensitive(req, "job_dir");
     const cJSON *topk = cJSON_GetObjectItemCaseSensitive(req, "top_k");
@@ -208,35 +216,25 @@ static cJSON *handle(server_state *st, const cJSON *req)
         k = b.nclasses;             /* the default asks for no more than there are */
     if (infer_check_top_k(k, b.nclasses, &e) != 0 || read_items(req, &s, &e) != 0)
         goto out;
-    net *n = cache_get(st, &b, &hit, &e);
-    if (!n)
+    const infer_model *m = cache_get(st, &b, &hit, &e);
+    if (!m)
         goto out;
-    loaded = true;
+    r->cache = hit ? "hit" : "miss";
     char err[512];
-    if (infer_run(n, &b, &s, k, err, sizeof err) != 0) {
+    if (infer_run(m, &b, &s, k, err, sizeof err) != 0) {
         api_fail(&e, 500, "inference_failed", "classifying failed: %s", err);
         goto out;
     }
-    body = infer_answer(&b, &s, &status);
+    r->body = infer_answer(&b, &s, &r->status, &r->len);
 out:
-    if (!body) {
+    if (!r->body) {
         if (!e.status)
             api_fail(&e, 500, "internal_error", "out of memory");
-        status = e.status;
-        body = error_body(&e);
+        error_reply(r, &e);
     }
     infer_set_free(&s);
     if (opened)
         model_bundle_free(&b);
-    cJSON *ans = cJSON_CreateObject();
-    if (!ans || !body || !cJSON_AddNumberToObject(ans, "status", status) ||
-        (loaded && !cJSON_AddStringToObject(ans, "cache", hit ? "hit" : "miss")) ||
-        !cJSON_AddItemToObject(ans, "body", body)) {
-        cJSON_Delete(body);
-        cJSON_Delete(ans);
-        return NULL;
-    }
-    return ans;
 }
 
 /* ---- the loop -------------------------------------------------------------------- */
@@ -257,32 +255,19 @@ int infer_write_all(int fd, const char *p, size_t n)
 
 /* Writes the answer: its envelope {"status", "cache", "bytes"} as one line,
  * then the body's text (bytes of it) and a newline. */
-static int answer(cJSON *ans)
+static int answer(const reply *r)
 {
     static const char oom_body[] = "{\"error\":{\"code\":\"internal_error\","
                                    "\"message\":\"the inference process ran out of memory\"}}";
-    cJSON *body = ans ? cJSON_DetachItemFromObjectCaseSensitive(ans, "body") : NULL;
-    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
-    cJSON_Delete(body);
-    size_t n = text ? strlen(text) : 0;
-    char *env = NULL;
-    if (text && cJSON_AddNumberToObject(ans, "bytes", (double)n))
-        env = cJSON_PrintUnformatted(ans);
-    int rc;
-    if (!env) {
-        char head[64];
-        snprintf(head, sizeof head, "{\"status\":500,\"bytes\":%zu}\n", sizeof oom_body - 1);
-        rc = infer_write_all(STDOUT_FILENO, head, strlen(head)) ||
-             infer_write_all(STDOUT_FILENO, oom_body, sizeof oom_body - 1) ||
-             infer_write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
-    } else {
-        rc = infer_write_all(STDOUT_FILENO, env, strlen(env)) || infer_write_all(STDOUT_FILENO, "\n", 1) ||
-             infer_write_all(STDOUT_FILENO, text, n) || infer_write_all(STDOUT_FILENO, "\n", 1)
-                 ? -1 : 0;
-    }
-    cJSON_free(env);
-    cJSON_free(text);
-    return rc;
+    const char *body = r->body ? r->body : oom_body;
+    size_t n = r->body ? r->len : sizeof oom_body - 1;
+    char head[128];
+    if (r->body && r->cache[0])
+        snprintf(head, sizeof head, "{\"status\":%d,\"cache\":\"%s\",\"bytes\":%zu}\n", r->status, r->cache, n);
+    else
+        snprintf(head, sizeof head, "{\"status\":%d,\"bytes\":%zu}\n", r->body ? r->status : 500, n);
+    return infer_write_all(STDOUT_FILENO, head, strlen(head)) || infer_write_all(STDOUT_FILENO, body, n) ||
+           infer_write_all(STDOUT_FILENO, "\n", 1) ? -1 : 0;
 }
 
 /* The next line of stdin into st->line (NUL-terminated, without its newline),
@@ -355,39 +340,34 @@ int infer_server_main(int argc, char **argv)
     int status = 0;
     for (;;) {
         size_t n = 0;
-        int r = next_line(&st, &n, idle * 1000);
-        if (r == 0)
+        int got = next_line(&st, &n, idle * 1000);
+        if (got == 0)
             break;
-        if (r < 0) {
+        if (got < 0) {
             fprintf(stderr, "kiln %s: a request line over %zu bytes\n", INFER_SERVER_COMMAND, LINE_MAX_BYTES);
             status = 1;
             break;
         }
         st.requests++;
         cJSON *req = cJSON_ParseWithLength(st.line, n);
-        cJSON *ans;
+        reply r = { .cache = "" };
         if (!cJSON_IsObject(req)) {
             api_error e;
             api_fail(&e, 500, "internal_error", "the inference process got a request that is not JSON");
-            ans = cJSON_CreateObject();
-            cJSON *body = error_body(&e);
-            if (ans && body && cJSON_AddNumberToObject(ans, "status", 500))
-                cJSON_AddItemToObject(ans, "body", body);
-            else
-                cJSON_Delete(body);
+            error_reply(&r, &e);
         } else {
-            ans = handle(&st, req);
+            handle(&st, req, &r);
         }
         cJSON_Delete(req);
-        int wr = answer(ans);
-        cJSON_Delete(ans);
+        int wr = answer(&r);
+        free(r.body);
         memmove(st.line, st.line + n + 1, st.len - n - 1);
         st.len -= n + 1;
         if (wr != 0)
             break;                  /* the server is gone */
     }
     for (int i = 0; i < st.ncache; i++)
-        net_free(st.cache[i].n);
+        infer_model_free(&st.cache[i].m);
     free(st.cache);
     free(st.line);
     return status;

@@ -50,11 +50,16 @@ typedef struct ifile {
     bool over;                     /* past INFER_LIMITS.max_image_bytes: the rest dropped */
 } ifile;
 
-/* A temporary file under <data>/uploads, made on the first byte. */
+/* A temporary file under <data>/uploads, made on the first byte. Bytes are
+ * gathered in buf and written TFILE_BUF at a time: a request of thousands of
+ * small images makes a few writes, not one for each piece of each image. */
+#define TFILE_BUF ((size_t)256 << 10)
 typedef struct tfile {
     int fd;                        /* -1 when not open */
     char path[PATH_MAX];           /* "" until made */
-    uint64_t size;
+    uint64_t size;                 /* bytes taken, written or in buf */
+    char *buf;                     /* TFILE_BUF bytes, malloc'ed on the first byte */
+    size_t buffered;
 } tfile;
 
 typedef struct infer_req {
@@ -98,6 +103,28 @@ typedef struct infer_service {
 
 /* ---- receiving ------------------------------------------------------------------ */
 
+static int write_all(int fd, const char *data, size_t size)
+{
+    while (size > 0) {
+        ssize_t k = write(fd, data, size);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return errno ? errno : EIO;
+        data += k;
+        size -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Writes what t's buffer holds. */
+static void tfile_flush(infer_req *q, tfile *t)
+{
+    if (t->buffered && !q->body.write_errno)
+        q->body.write_errno = write_all(t->fd, t->buf, t->buffered);
+    t->buffered = 0;
+}
+
 /* Appends to t, making it under <data>/uploads on the first byte. */
 static void write_bytes(infer_req *q, tfile *t, const char *data, size_t size)
 {
@@ -117,30 +144,41 @@ static void write_bytes(infer_req *q, tfile *t, const char *data, size_t size)
             return;
         }
     }
-    while (size > 0) {
-        ssize_t k = write(t->fd, data, size);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            q->body.write_errno = errno;
-            return;
-        }
-        data += k;
-        size -= (size_t)k;
-        t->size += (uint64_t)k;
+    if (!t->buf && !(t->buf = malloc(TFILE_BUF))) {
+        q->body.write_errno = ENOMEM;
+        return;
     }
+    t->size += size;
+    if (t->buffered + size > TFILE_BUF)
+        tfile_flush(q, t);
+    if (size >= TFILE_BUF) {
+        if (!q->body.write_errno)
+            q->body.write_errno = write_all(t->fd, data, size);
+        return;
+    }
+    memcpy(t->buf + t->buffered, data, size);
+    t->buffered += size;
 }
 
-static void tfile_close(tfile *t)
+/* The last bytes written, the file closed (it stays until tfile_remove). */
+static void tfile_close(infer_req *q, tfile *t)
 {
+    if (t->fd >= 0)
+        tfile_flush(q, t);
     if (t->fd >= 0)
         close(t->fd);
     t->fd = -1;
+    free(t->buf);
+    t->buf = NULL;
 }
 
 static void tfile_remove(tfile *t)
 {
-    tfile_close(t);
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    free(t->buf);
+    t->buf = NULL;
     if (t->path[0])
         unlink(t->path);
     t->path[0] = '\0';
@@ -597,8 +635,8 @@ int infer_handle(request *r)
         return answer_stored(r, q);
     if (q->state == IR_QUEUED)
         return MHD_YES;                      /* not reached: suspended until done */
-    tfile_close(&q->spool);
-    tfile_close(&q->archive);
+    tfile_close(q, &q->spool);
+    tfile_close(q, &q->archive);
     if (receive_failed(r, q, &answered))
         return answered;
     int top_k;

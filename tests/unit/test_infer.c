@@ -23,6 +23,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,8 +326,9 @@ static void test_classify_items(void **state)
     model_bundle b;
     make_bundle(f, &b);
     char err[512];
-    net *n = model_bundle_net(&b, infer_batch_size(b.input), err, sizeof err);
-    assert_non_null(n);
+    infer_model m;
+    assert_int_equal(infer_model_open(&m, &b, 1, err, sizeof err), 0);
+    net *n = m.nets[0];
 
     infer_set s;
     infer_set_init(&s);
@@ -346,7 +348,7 @@ static void test_classify_items(void **state)
     assert_string_equal(s.items[s.n - 1].name, "caf?-\xc3\xa9?.png");
     s.n--;
     free(s.items[s.n].name);
-    assert_int_equal(infer_run(n, &b, &s, 3, err, sizeof err), 0);
+    assert_int_equal(infer_run(&m, &b, &s, 3, err, sizeof err), 0);
 
     /* every good item: top 3 of net_predict on infer_prepare's tensors, in
      * one batch as infer_run packed them (the good ones first) */
@@ -369,7 +371,7 @@ static void test_classify_items(void **state)
             assert_true(it->pred[k].probability == probs[idx]);
             for (int j = 0; j < 6; j++) {
                 bool listed = false;
-                for (int m = 0; m < 3; m++) listed |= it->pred[m].index == j;
+                for (int q = 0; q < 3; q++) listed |= it->pred[q].index == j;
                 if (!listed) assert_true(probs[j] <= it->pred[k].probability);
             }
             if (k) assert_true(it->pred[k - 1].probability >= it->pred[k].probability);
@@ -384,7 +386,9 @@ static void test_classify_items(void **state)
     assert_string_equal(s.items[NSRC + 2].err_code, "image_too_large");
 
     int status = 0;
-    cJSON *ans = infer_answer(&b, &s, &status);
+    char *text = infer_answer(&b, &s, &status, NULL);
+    cJSON *ans = cJSON_Parse(text);
+    free(text);
     assert_non_null(ans);
     assert_int_equal(status, 200);
     assert_int_equal(cJSON_GetObjectItem(ans, "epoch")->valueint, 3);
@@ -405,8 +409,10 @@ static void test_classify_items(void **state)
     junk = (uint8_t *)strdup("GIF89a");
     assert_int_equal(infer_set_add(&s, "a.gif", junk, 6, &e), 0);
     assert_int_equal(infer_set_add_failed(&s, "b.png", "image_too_large", "over the limit", &e), 0);
-    assert_int_equal(infer_run(n, &b, &s, 1, err, sizeof err), 0);
-    ans = infer_answer(&b, &s, &status);
+    assert_int_equal(infer_run(&m, &b, &s, 1, err, sizeof err), 0);
+    text = infer_answer(&b, &s, &status, NULL);
+    ans = cJSON_Parse(text);
+    free(text);
     assert_int_equal(status, 422);
     cJSON *er = cJSON_GetObjectItem(ans, "error");
     assert_string_equal(cJSON_GetObjectItem(er, "code")->valuestring, "no_valid_images");
@@ -421,7 +427,74 @@ static void test_classify_items(void **state)
     assert_int_equal(infer_check_top_k(7, 6, &e), -1);
     assert_int_equal(e.status, 400);
     assert_int_equal(infer_check_top_k(0, 6, &e), -1);
-    net_free(n);
+    infer_model_free(&m);
+    model_bundle_free(&b);
+}
+
+/* Fills s with count items: the sources in turn, every 37th one no image. */
+static void many_items(fixture *f, infer_set *s, int count)
+{
+    api_error e;
+    infer_set_init(s);
+    for (int i = 0; i < count; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "item-%d", i);
+        if (i % 37 == 5) {
+            uint8_t *junk = (uint8_t *)strdup("not an image");
+            assert_int_equal(infer_set_add(s, name, junk, strlen((char *)junk), &e), 0);
+            continue;
+        }
+        int src = i % NSRC;
+        uint8_t *copy = malloc(f->len[src]);
+        memcpy(copy, f->file[src], f->len[src]);
+        assert_int_equal(infer_set_add(s, name, copy, f->len[src], &e), 0);
+    }
+}
+
+/* A net per thread (each thread takes whole batches) classifies every item
+ * as one net on all threads does: the same batches go through the same
+ * weights, each image once. */
+static void test_lanes(void **state)
+{
+    fixture *f = *state;
+    model_bundle b;
+    make_bundle(f, &b);
+    omp_set_num_threads(2);
+    assert_int_equal(infer_replicas(&b, 2), 2);           /* a tiny net: a copy per thread fits */
+    assert_int_equal(infer_replicas(&b, 1), 1);
+    char err[512];
+    infer_model one, two;
+    assert_int_equal(infer_model_open(&one, &b, 1, err, sizeof err), 0);
+    assert_int_equal(infer_model_open(&two, &b, 2, err, sizeof err), 0);
+    assert_int_equal(two.count, 2);
+    const int count = 5 * infer_batch_size(b.input) + 17;
+    infer_set a, c;
+    many_items(f, &a, count);
+    many_items(f, &c, count);
+    assert_int_equal(infer_run(&one, &b, &a, 4, err, sizeof err), 0);
+    assert_int_equal(infer_run(&two, &b, &c, 4, err, sizeof err), 0);
+    int bad = 0;
+    for (int i = 0; i < count; i++) {
+        const infer_item *x = &a.items[i], *y = &c.items[i];
+        assert_string_equal(x->err_code, y->err_code);
+        if (x->err_code[0]) {
+            bad++;
+            assert_string_equal(x->err_code, "invalid_image");
+            continue;
+        }
+        assert_int_equal(x->npred, 4);
+        assert_int_equal(y->npred, 4);
+        assert_null(y->data);                               /* classified, its bytes freed */
+        for (int k = 0; k < 4; k++) {
+            assert_int_equal(x->pred[k].index, y->pred[k].index);
+            assert_true(x->pred[k].probability == y->pred[k].probability);
+        }
+    }
+    assert_int_equal(bad, (count - 5 + 36) / 37);
+    infer_set_free(&a);
+    infer_set_free(&c);
+    infer_model_free(&one);
+    infer_model_free(&two);
     model_bundle_free(&b);
 }
 
@@ -454,6 +527,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crop_trained_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fill_repeats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_classify_items, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lanes, setup, teardown),
         cmocka_unit_test(test_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
