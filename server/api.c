@@ -99,6 +99,11 @@ static int h_info(request *r)
     return http_json(r, MHD_HTTP_OK, o);
 }
 
+static int h_limits(request *r)
+{
+    return http_json(r, MHD_HTTP_OK, serve_limits_json(&r->srv->limits));
+}
+
 static int h_healthz(request *r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -571,6 +576,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/healthz", .fn = h_healthz },
     { .method = "GET", .pattern = "/api/v1/info", .fn = h_info },
     { .method = "GET", .pattern = "/api/v1/openapi.json", .fn = h_openapi },
+    { .method = "GET", .pattern = "/api/v1/limits", .fn = h_limits },
     { .method = "GET", .pattern = "/api/v1/schema", .fn = h_schema },
     { .method = "GET", .pattern = "/api/v1/networks", .fn = h_networks },
     { .method = "POST", .pattern = "/api/v1/networks/summary", .fn = h_network_summary, .body = BODY_JSON },

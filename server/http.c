@@ -329,10 +329,11 @@ static enum MHD_Result request_begin(request *r)
     if (r->rt && r->rt->body == BODY_UPLOAD)
         return upload_begin(r, body, known ? declared : UINT64_MAX);
 
-    if (body && known && declared > HTTP_JSON_MAX)
+    const uint64_t json_max = r->srv->limits.json_body_bytes;
+    if (body && known && declared > json_max)
         return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                          "the request body (%llu bytes) is over the limit of %zu bytes",
-                          (unsigned long long)declared, HTTP_JSON_MAX);
+                          "the request body (%llu bytes) is over the limit of %llu bytes (json-body-bytes)",
+                          (unsigned long long)declared, (unsigned long long)json_max);
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (body && r->rt && r->rt->body == BODY_JSON && ct &&
         !strncasecmp(ct, "multipart/form-data", 19))
@@ -351,7 +352,7 @@ static enum MHD_Result request_data(request *r, const char *data, size_t size)
         return (enum MHD_Result)r->rt->upload->data(r, data, size);
     if (r->body_too_large || r->pending.status)
         return MHD_YES;                     /* read and dropped; answered at the end */
-    if (size > HTTP_JSON_MAX - r->body_len) {
+    if (size > r->srv->limits.json_body_bytes - r->body_len) {
         r->body_too_large = true;
         free(r->body);
         r->body = NULL;
@@ -383,7 +384,8 @@ static enum MHD_Result request_end(request *r)
         return answer_pending(r);
     if (r->body_too_large)
         return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                          "the request body is over the limit of %zu bytes", HTTP_JSON_MAX);
+                          "the request body is over the limit of %llu bytes (json-body-bytes)",
+                          (unsigned long long)r->srv->limits.json_body_bytes);
     if (!r->rt)
         return static_serve(r);
     return (enum MHD_Result)r->rt->fn(r);

@@ -26,8 +26,6 @@
 #include "server/route.h"
 #include "server/server.h"
 
-#define HTTP_JSON_MAX ((size_t)1 << 20)               /* JSON request bodies: 1 MiB */
-#define HTTP_UPLOAD_MAX ((uint64_t)2 << 30)           /* dataset uploads: 2 GiB */
 
 struct upload;
 
@@ -46,6 +44,11 @@ typedef struct request {
     char *body;                   /* BODY_JSON/BODY_NONE bytes, NUL-terminated */
     size_t body_len, body_cap;
     bool body_too_large;
+
+    /* Who asks: filled before the handler runs (server/auth.c, issue 15);
+     * user_id 0 when the server runs without users (open on loopback). */
+    int64_t user_id;
+    bool admin;
 
     struct upload *up;            /* BODY_UPLOAD state (upload.c) */
     void *form;                   /* BODY_UPLOAD state of a route with its own route_upload */

@@ -16,7 +16,7 @@
 struct request;
 
 /* What a route's body may be: none (any small body is read and ignored), a
- * JSON document (capped at HTTP_JSON_MAX), or a multipart upload (streamed). */
+ * JSON document (capped at the json-body-bytes limit, server/limits.h), or a multipart upload (streamed). */
 typedef enum route_body { BODY_NONE, BODY_JSON, BODY_UPLOAD } route_body;
 
 /* How a BODY_UPLOAD route reads its body (as server/upload.h's upload_begin,

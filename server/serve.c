@@ -53,8 +53,6 @@
 #endif
 
 #define SERVE_THREADS 4
-#define SERVE_CONNECTION_LIMIT 10000
-#define SERVE_CONNECTION_TIMEOUT_S 300
 #define SERVE_IMPORT_GRACE_MS 5000
 
 typedef struct serve_opts {
@@ -65,6 +63,7 @@ typedef struct serve_opts {
     const char *static_dir;
     int max_jobs;
     import_roots *roots;          /* --import-root, resolved as they are read */
+    serve_limits *limits;         /* --limit NAME=VALUE */
 } serve_opts;
 
 void serve_usage(FILE *f)
@@ -72,6 +71,7 @@ void serve_usage(FILE *f)
     fprintf(f,
             "usage: kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
             "                  [--static-dir DIR] [--max-jobs N] [--import-root DIR]...\n"
+            "                  [--limit NAME=VALUE]...\n"
             "\n"
             "Runs the training service: the REST API under /api/v1, the dashboard at /,\n"
             "and the scheduler that runs queued jobs as `kiln worker` processes.\n"
@@ -93,11 +93,16 @@ void serve_usage(FILE *f)
             "                     idx, cifar); repeatable. None by default: every server path\n"
             "                     is refused (403). Paths are compared after links and \"..\"\n"
             "                     are resolved\n"
+            "  --limit NAME=VALUE set one of the limits below (repeatable; byte counts take\n"
+            "                     K, M, G or T, powers of 1024); GET /api/v1/limits lists them\n"
             "  --help             this text\n"
             "\n"
             "After binding it prints `kiln: listening on http://HOST:PORT`. SIGINT or\n"
-            "SIGTERM stops it; running jobs are requeued and run again at the next start.\n",
+            "SIGTERM stops it; running jobs are requeued and run again at the next start.\n"
+            "\n"
+            "Limits (--limit NAME=VALUE):\n",
             KILN_DEFAULT_WEB_DIR, KILN_DEFAULT_STATIC_DIR);
+    serve_limits_usage(f);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -175,6 +180,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         } else if ((v = opt_value(argc, argv, &i, "--max-jobs", &missing))) {
             if (!parse_int(v, 1, 256, &o->max_jobs))
                 return usage_error("--max-jobs must be 1..256, not %s", v);
+        } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
+            char err[768];
+            if (serve_limits_set(o->limits, v, err, sizeof err) != 0)
+                return usage_error("%s", err);
         } else if ((v = opt_value(argc, argv, &i, IMPORT_ROOTS_FLAG, &missing))) {
             char err[PATH_MAX + 64];
             if (import_roots_add(o->roots, v, err, sizeof err) != 0)
@@ -306,8 +315,8 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, srv,
         MHD_OPTION_SOCK_ADDR, res->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_CONNECTION_LIMIT,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_CONNECTION_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->limits.connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->limits.idle_timeout_s,
         MHD_OPTION_END);
     freeaddrinfo(res);
     if (!d) {
@@ -325,7 +334,8 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
 int serve_main(int argc, char **argv)
 {
     static server srv;                     /* outlives threads that may still run at exit */
-    serve_opts o = { .roots = &srv.roots };
+    serve_opts o = { .roots = &srv.roots, .limits = &srv.limits };
+    serve_limits_default(&srv.limits);
     int rc = parse_args(argc, argv, &o);
     if (rc == 1)
         return 0;

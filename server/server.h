@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "db/store.h"          /* store */
+#include "server/limits.h"    /* serve_limits */
 #include "jobs/hub.h"          /* hub */
 #include "jobs/import_roots.h" /* import_roots */
 #include "jobs/scheduler.h"    /* sched */
@@ -32,6 +33,7 @@ typedef struct server {
     char web_dir[PATH_MAX];       /* the dashboard (index.html, *.js, *.css) */
     char static_dir[PATH_MAX];    /* vendored libraries, icons */
     import_roots roots;           /* --import-root: the folders a JSON dataset source may name */
+    serve_limits limits;          /* --limit: every configurable limit (limits.h) */
     store *st;
     hub *hub;
     sched *sched;

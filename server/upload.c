@@ -177,10 +177,10 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (is_json(ct)) {
         /* files on the server (dataset_source.c): http.c reads the body as JSON */
-        if (declared != UINT64_MAX && declared > HTTP_JSON_MAX)
+        if (declared != UINT64_MAX && declared > r->srv->limits.json_body_bytes)
             return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                              "the request body (%llu bytes) is over the limit of %zu bytes",
-                              (unsigned long long)declared, HTTP_JSON_MAX);
+                              "the request body (%llu bytes) is over the limit of %llu bytes (json-body-bytes)",
+                              (unsigned long long)declared, (unsigned long long)r->srv->limits.json_body_bytes);
         return MHD_YES;
     }
     if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0) {
@@ -193,10 +193,10 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
     if (!has_body)
         return http_error(r, MHD_HTTP_BAD_REQUEST, "missing_field",
                           "the form is empty: it needs the fields name and archive");
-    if (declared != UINT64_MAX && declared > HTTP_UPLOAD_MAX)
+    if (declared != UINT64_MAX && declared > r->srv->limits.upload_bytes)
         return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                          "the upload (%llu bytes) is over the limit of %llu bytes",
-                          (unsigned long long)declared, (unsigned long long)HTTP_UPLOAD_MAX);
+                          "the upload (%llu bytes) is over the limit of %llu bytes (upload-bytes)",
+                          (unsigned long long)declared, (unsigned long long)r->srv->limits.upload_bytes);
     if (atomic_load(&r->srv->stopping))
         return http_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down",
                           "the server is shutting down; upload again once it is back");
@@ -208,7 +208,7 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
     if (pthread_mutex_init(&up->mu, NULL) != 0)
         return MHD_NO;
     up->mu_init = true;
-    return http_form_start(r, &up->body, HTTP_UPLOAD_MAX, on_field);
+    return http_form_start(r, &up->body, r->srv->limits.upload_bytes, on_field);
 }
 
 enum MHD_Result upload_data(request *r, const char *data, size_t size)

@@ -7,7 +7,7 @@
  * /api/v1/schema publishes as "dataset"); any other field is 400
  * unknown_field. The archive streams through MHD's post processor straight to
  * a temporary file under <data>/uploads (never held whole in memory), capped
- * at HTTP_UPLOAD_MAX (413, at once when Content-Length declares more).
+ * at the upload-bytes limit (server/limits.h; 413, at once when Content-Length declares more).
  *
  * When the body is complete the connection is suspended and the import
  * starts on its own thread (jobs/import_job.h, import_job_start): it checks

@@ -7,3 +7,7 @@ kiln_unit_test(test_server_http
 kiln_unit_test(test_server_upload
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_upload.c
   LIBS kiln_server PkgConfig::ARCHIVE)
+# The table of kiln serve's limits: defaults, --limit parsing, the API's list.
+kiln_unit_test(test_server_limits
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_limits.c
+  LIBS kiln_server)
