@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/utf8.h"              /* utf8_valid, utf8_dup_any: answers are UTF-8 */
 #include "server/static_files.h"   /* static_serve */
 #include "server/upload.h"         /* upload_begin, upload_data, upload_free */
 
@@ -48,6 +49,17 @@ enum MHD_Result http_json(request *r, unsigned status, cJSON *body)
         return http_queue(r, MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
     }
     size_t len = strlen(text);
+    if (!utf8_valid(text, len, NULL)) {
+        /* Defence in depth: cJSON copies a string's bytes as they are, and a
+         * name that reached the store in another encoding must not make the
+         * answer invalid JSON (base/utf8.h's rule: such bytes read as Latin-1). */
+        char *fixed = utf8_dup_any(text, len);
+        if (fixed) {
+            cJSON_free(text);
+            text = fixed;
+            len = strlen(text);
+        }
+    }
     /* A trailing newline makes curl output readable. */
     char *with_nl = realloc(text, len + 2);
     if (with_nl) {

@@ -24,6 +24,13 @@ typedef struct serve_limits {
     uint64_t upload_bytes;           /* upload-bytes: one dataset upload's body */
     uint64_t connections;            /* connections: open HTTP connections in all */
     uint64_t idle_timeout_s;         /* idle-timeout: a connection with no traffic is closed after this */
+    uint64_t uploads_per_user;       /* uploads-per-user: dataset uploads one user (or address) has at once */
+    uint64_t check_bytes;            /* check-bytes: archive bytes an upload's check decompresses */
+    uint64_t check_seconds;          /* check-seconds: time an upload's check may take */
+    uint64_t checks;                 /* checks: upload checks run at once (the rest wait their turn) */
+    uint64_t dataset_bytes;          /* dataset-bytes: a prepared dataset, estimated before it is written */
+    uint64_t image_pixels;           /* image-pixels: one image's pixels, from its header, before decoding */
+    uint64_t import_pixels;          /* import-pixels: every image of one import, from their headers */
 } serve_limits;
 
 typedef enum limit_unit { LIMIT_BYTES, LIMIT_COUNT, LIMIT_SECONDS } limit_unit;

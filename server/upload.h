@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jobs/import.h"     /* import_opts */
 #include "server/http.h"
 
 #define DATASET_NAME_MAX 200
@@ -46,6 +47,10 @@ int upload_finish(request *r);
 /* Frees the upload state (from the completion callback); removes a temporary
  * file no import thread has taken over. NULL-safe on r->up. */
 void upload_free(request *r);
+
+/* Sets the import's limits in o from the server's (dataset-bytes,
+ * image-pixels, import-pixels): every import the server starts. */
+void upload_import_limits(const server *srv, import_opts *o);
 
 /* Waits until no upload connection is suspended on its archive check (for the
  * shutdown sequence, before MHD_stop_daemon). */
