@@ -528,6 +528,7 @@ static int imp_visit_file(importer *im, void *ctx, const char *raw_path, int rr,
         if (img_probe(im->dec, buf, len, &w, &h, &gray, why, whylen) != 0) rr = 1;
         else if ((rr = imp_pixels_check(im, w, h, why, whylen, err, errlen)) < 0) return -1;
         else if (rr == 1) {
+            im->over_pixels++;
             if (!im->labelled && remember(im, path, err, errlen) != 0) return -1;
             imp_log_file(im, &im->rep.skipped, "skipped", path, why);
             return 0;
@@ -908,6 +909,13 @@ int imp_finish(importer *im, char **classes, int nclasses, const char *source,
                          import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen) {
     const import_opts *o = im->opts;
     char ignored[64];
+    if (nclasses == 0 && im->over_pixels) {
+        set_err(err, errlen, "no image to import: the %zu image(s) found are over the limit of %llu pixels each "
+                "(image-pixels); make them smaller", im->over_pixels,
+                (unsigned long long)(o->max_image_pixels ? o->max_image_pixels : IMPORT_IMAGE_PIXELS_DEFAULT));
+        imp_write_log(im, "kiln import: every image is over image-pixels\n", ignored, sizeof ignored);
+        return -1;
+    }
     if (nclasses == 0) {
         set_err(err, errlen, NO_IMAGES_MSG);
         imp_write_log(im, "kiln import: " NO_IMAGES_MSG "\n", ignored, sizeof ignored);

@@ -91,6 +91,7 @@ typedef struct importer {
     const struct pathlist *list;   /* IMPORT_LIST's list, for its walk */
     const struct import_roots *roots;
     uint64_t pixels;         /* the images' pixels so far (import-pixels), by their headers */
+    size_t over_pixels;      /* images skipped for image-pixels by the importing pass */
     int (*walk)(struct importer *im, const char *path, const struct archive_pass *p,
                 import_progress_fn progress, void *arg, char *err, size_t errlen);   /* archive or folder */
 } importer;

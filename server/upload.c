@@ -114,6 +114,8 @@ static void slot_release(upload_slot *s)
 typedef struct upload {
     upload_slot *slot;               /* its user's (NULL once the import thread holds it) */
     bool refused;                    /* answered past upload-bytes mid-body (the connection closes) */
+    double refused_at;               /* when (CLOCK_MONOTONIC seconds) */
+    uint64_t lingered;               /* body bytes read and dropped since */
     int fd;                          /* the archive's upload file, -1 when none */
     char path[PATH_MAX];             /* "" once the import thread owns it */
     uint64_t archive_bytes;
@@ -308,13 +310,27 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
  * and reading a body to its end only to refuse it is what the limit is
  * there to prevent. So the 413 is written to the socket here, as the
  * response MHD would have sent (HTTP/1.1, the JSON error, Connection:
- * close), our side of the connection is shut for writing and what the
- * client already sent is read off, and MHD_NO makes MHD close the
- * connection: nothing past the limit and the socket's buffers is read. */
+ * close), and our side of the connection is shut for writing. Closing at
+ * once would reset a connection the client is still writing to, and many
+ * clients then report the reset, not the answer; so the connection lingers
+ * as a web server's does: what arrives for up to LINGER_SECONDS and
+ * LINGER_BYTES more is read and dropped (a client that has read the answer
+ * stops sending), then MHD_NO makes MHD close it. */
+#define LINGER_SECONDS 1.0
+#define LINGER_BYTES ((uint64_t)64 << 20)
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static enum MHD_Result refuse_mid_body(request *r)
 {
     upload *up = r->up;
     up->refused = true;
+    up->refused_at = mono_now();
     char msg[256];
     snprintf(msg, sizeof msg, "the upload is over the limit of %llu bytes (upload-bytes)",
              (unsigned long long)up->body.max);
@@ -336,22 +352,20 @@ static enum MHD_Result refuse_mid_body(request *r)
             send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
         shutdown(fd, SHUT_WR);
-        /* what already arrived, so that closing does not reset the connection
-         * before the client has read the answer */
-        char sink[16384];
-        for (int i = 0; i < 64 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
-            ;
     }
     cJSON_free(json);
-    fprintf(stderr, "kiln: POST %s: a chunked upload went past %llu bytes (upload-bytes); refused and closed\n",
+    fprintf(stderr, "kiln: POST %s: a chunked upload went past %llu bytes (upload-bytes); refused\n",
             r->url, (unsigned long long)up->body.max);
-    return MHD_NO;
+    return json && ci ? MHD_YES : MHD_NO;
 }
 
 enum MHD_Result upload_data(request *r, const char *data, size_t size)
 {
-    if (r->up->refused)
-        return MHD_NO;
+    if (r->up->refused) {                    /* lingering: dropped, then closed */
+        r->up->lingered += size;
+        return r->up->lingered > LINGER_BYTES || mono_now() - r->up->refused_at > LINGER_SECONDS ? MHD_NO
+                                                                                                   : MHD_YES;
+    }
     http_form_data(&r->up->body, data, size);
     if (r->up->body.too_large)
         return refuse_mid_body(r);
@@ -383,6 +397,10 @@ static void upload_checked(void *arg, int64_t id, const api_error *e)
 {
     upload_waiter *w = arg;
     upload *up = w->up;
+    if (e) {                                 /* no import: the archive goes now, and its slot first */
+        slot_release(w->slot);
+        w->slot = NULL;
+    }
     pthread_mutex_lock(&up->mu);
     if (e)
         up->result = *e;
