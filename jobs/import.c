@@ -17,7 +17,17 @@
  *   folders are ignored (classify_entry, for the probe too). Total
  *   uncompressed bytes and the entry count are capped (import_opts.max_bytes,
  *   .max_entries); one file is capped at 256 MiB and decoded images at 64
- *   Mpixels.
+ *   Mpixels. Every entry's data is counted, also that of entries passed over.
+ * - Limits before work: a first pass reads only the images' headers; an
+ *   image over opts.max_image_pixels (image-pixels) is skipped and listed,
+ *   the images' sum over .max_import_pixels (import-pixels) fails the import,
+ *   and so does the prepared size estimated from their count and the shape
+ *   (import_estimate_check: dataset-bytes, the free disk), all before
+ *   anything is decoded or written. The importing pass checks each header
+ *   again before it decodes.
+ * - Names: every path and class name from a source goes through imp_name
+ *   (base/utf8.h: invalid UTF-8 bytes read as Latin-1), so the store, the
+ *   log and the API only ever hold UTF-8.
  * - Classes: the first path component below an optional common top folder (one
  *   folder holding every file, with class folders inside it). Files outside any
  *   class folder are listed and left out. Classes are sorted by strcmp. When
