@@ -140,41 +140,7 @@ bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_at)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t len;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            len = 2, min = 0x80;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3, min = 0x800;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4, min = 0x10000;
-        } else {
-            goto bad;
-        }
-        if (n - i < len)
-            goto bad;
-        unsigned cp = c & (0xff >> (len + 1));
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                goto bad;
-            cp = (cp << 6) | (p[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            goto bad;
-        i += len;
-    }
-    return true;
-bad:
-    if (bad_at)
-        *bad_at = i;
-    return false;
+    return utf8_valid(s, n, bad_at);         /* base/utf8.c: the one definition */
 }
 
 enum MHD_Result http_form_start(request *r, http_form *f, uint64_t max, MHD_PostDataIterator on_field)

@@ -556,6 +556,8 @@ int upload_finish(request *r)
         return answer_result(r);
     if (up->state == UP_CHECKING)
         return MHD_YES;                      /* not reached: suspended until done */
+    if (up->refused)
+        return MHD_NO;                       /* answered 413 mid-body already: close */
 
     if (http_form_failed(r, &up->body, "the upload", "", &answered))
         return answered;
