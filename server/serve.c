@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -287,7 +288,9 @@ static bool is_loopback(const struct sockaddr *sa)
 }
 
 /* libmicrohttpd's messages, minus the ones a client that went away causes
- * (every closed SSE stream would log one). */
+ * (every closed SSE stream would log one), and at most one a minute for
+ * connections refused at the connections or connections-per-client limit (a
+ * flood of them would flood the log). */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -296,6 +299,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     if (strstr(msg, "Failed to send") || strstr(msg, "no longer available") ||
         strstr(msg, "reset by peer") || strstr(msg, "closed by remote"))
         return;
+    if (strstr(msg, "reached connection limit")) {
+        static _Atomic long long last_s = -60;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long prev = atomic_load(&last_s);
+        if (now.tv_sec - prev < 60 || !atomic_compare_exchange_strong(&last_s, &prev, (long long)now.tv_sec))
+            return;
+        snprintf(msg, sizeof msg, "refusing connections at the connections or connections-per-client limit "
+                                  "(logged once a minute)");
+    }
     size_t n = strlen(msg);
     fprintf(stderr, "kiln: http: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
 }
