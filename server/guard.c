@@ -148,12 +148,10 @@ int guard_hosts_defaults(guard_hosts *h, const char *bound_host, char *err, size
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (push_addr(h, fixed[i], err, errlen) != 0)
             return -1;
-    if (!strcmp(bound_host, "0.0.0.0") || !strcmp(bound_host, "::") || !strcmp(bound_host, "[::]")) {
-        if (push_interfaces(h, err, errlen) != 0)
-            return -1;
-    } else if (push_addr(h, bound_host, err, errlen) != 0) {
+    if (push_addr(h, bound_host, err, errlen) != 0)
         return -1;
-    }
+    if ((!strcmp(bound_host, "0.0.0.0") || !strcmp(bound_host, "::")) && push_interfaces(h, err, errlen) != 0)
+        return -1;
     char me[GUARD_NAME_MAX + 1];
     if (gethostname(me, sizeof me) == 0) {
         me[sizeof me - 1] = '\0';
@@ -275,9 +273,9 @@ bool guard_check(request *r, int *answered)
     const char *origin = http_header(r, "Origin");
     if (origin && changes_state(r->method) && !(host ? guard_origin_same(origin, host) : false)) {
         *answered = http_error(r, MHD_HTTP_FORBIDDEN, "cross_origin",
-                               "a request from the page of another site (Origin: %.300s) may not change anything "
-                               "here; only this server's own pages (%s) may", origin,
-                               host ? "the origin of the Host header" : "requests with a Host header");
+                               "a request from a page of another site (Origin: %.300s) may not change anything "
+                               "here; only this server's own pages (http://%.300s) may", origin,
+                               host ? host : "with a Host header");
         return true;
     }
     return false;
