@@ -258,7 +258,7 @@ test('\\u0000 in any JSON string is refused naming the field, not truncated', as
   assert.equal(await jobCount(), before, 'no job was created');
 });
 
-test(`an SSE stream stays open past idle-timeout (${IDLE_S} s), an idle connection does not`, async () => {
+async function sseOutlivesIdleTimeout() {
   // Job 1 trains (one CPU job at a time), so a second one waits in the queue: its stream is quiet.
   const running = await request('POST', '/api/v1/jobs', { headers: JSON_CT, body: jobBody({ epochs: 50 }) });
   const queued = await request('POST', '/api/v1/jobs', { headers: JSON_CT, body: jobBody({ epochs: 50 }) });
@@ -277,7 +277,7 @@ test(`an SSE stream stays open past idle-timeout (${IDLE_S} s), an idle connecti
   const s = await sse;
   assert.equal(s.finalStatus, 'cancelled', `the stream was still open to report the cancel: ${JSON.stringify(events)}`);
   await request('POST', `/api/v1/jobs/${running.body.id}/cancel`);
-});
+}
 
 /* n connections from address, each opened and left idle; resolves once all
  * have connected. .open() counts those the server has not closed. */
@@ -298,7 +298,7 @@ async function holdIdle(n, address, toPort) {
   };
 }
 
-test('a client holding idle connections cannot starve another client (connections-per-client)', async () => {
+async function perClientCap() {
   // 127.0.0.2 tries to take every one of the 16 slots; it keeps 4.
   const attacker = await holdIdle(16, '127.0.0.2', starvePort);
   await waitFor(() => attacker.open() === 4, { timeoutMs: 3000, intervalMs: 50, what: 'the server to close all but 4' });
@@ -308,9 +308,9 @@ test('a client holding idle connections cannot starve another client (connection
   assert.ok(Date.now() - t0 < 2000, `another client answered in ${Date.now() - t0} ms`);
   assert.equal(attacker.open(), 4, 'the 4 allowed stay open');
   attacker.destroy();
-});
+}
 
-test(`idle connections are closed after idle-timeout, so slots come back even from many addresses`, async () => {
+async function idleSlotsComeBack() {
   // Four addresses, four connections each: every slot of the server is taken.
   await sleep(300);                                              // the previous test's sockets are gone
   const holders = [];
@@ -329,4 +329,18 @@ test(`idle connections are closed after idle-timeout, so slots come back even fr
   console.log(`frontdoor: server full with 16 idle connections; another request answered after ${waited} ms ` +
     `(idle-timeout ${IDLE_S} s)`);
   holders.forEach((h) => h.destroy());
+}
+
+// The two servers' waits for idle-timeout overlap, to keep the file short.
+test('connections', { concurrency: true }, async (t) => {
+  await Promise.all([
+    t.test(`an SSE stream stays open past idle-timeout (${IDLE_S} s), an idle connection does not`,
+      sseOutlivesIdleTimeout),
+    (async () => {
+      await t.test('a client holding idle connections cannot starve another client (connections-per-client)',
+        perClientCap);
+      await t.test('idle connections are closed after idle-timeout, so slots come back even from many addresses',
+        idleSlotsComeBack);
+    })(),
+  ]);
 });
