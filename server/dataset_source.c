@@ -222,7 +222,8 @@ static enum MHD_Result start_import(request *r, source_req *q)
         return http_error(r, (unsigned)e.status, e.code, "%s", e.message);
     }
     int64_t id = job.id;
-    const import_hooks hooks = { NULL, on_finished, srv, &srv->import_serial };
+    upload_import_limits(srv, &q->src.opts);
+    const import_hooks hooks = { NULL, on_finished, srv, &srv->import_serial, { 0, 0, NULL }, NULL };
     char err[256];
     if (import_job_spawn(&job, &q->src, &hooks, err, sizeof err) != 0) {
         import_ended(srv);

@@ -381,6 +381,7 @@ int serve_main(int argc, char **argv)
     pthread_mutex_init(&srv.imp_mu, NULL);
     pthread_cond_init(&srv.imp_cond, NULL);
     pthread_mutex_init(&srv.import_serial, NULL);
+    sem_init(&srv.check_slots, 0, (unsigned)srv.limits.checks);
     atomic_init(&srv.stopping, false);
 
     int status = 1;

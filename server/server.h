@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,6 +58,7 @@ typedef struct server {
     int probes;
     int imports;
     pthread_mutex_t import_serial;   /* one import decodes at a time (CPU) */
+    sem_t check_slots;               /* upload checks at once (the checks limit) */
 
     /* Classification (infer.c): its thread, queue and inference process. */
     struct infer_service *infer;

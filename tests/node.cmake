@@ -25,6 +25,7 @@ kiln_node_test(integration_upload tests/integration/upload.test.mjs integration 
 kiln_node_test(integration_sources tests/integration/sources.test.mjs integration 1800)
 kiln_node_test(integration_summary tests/integration/summary.test.mjs integration 300)
 kiln_node_test(integration_limits tests/integration/limits.test.mjs integration 600)
+kiln_node_test(integration_import_limits tests/integration/import_limits.test.mjs integration 300)
 kiln_node_test(integration_amp    tests/integration/amp.test.mjs    integration 600)
 kiln_node_test(integration_demo   tests/integration/demo.test.mjs   integration 1800)
 kiln_node_test(integration_lenet_accuracy tests/integration/lenet_accuracy.test.mjs integration 1800)
