@@ -45,7 +45,8 @@ async function getJobs(url) {
 function summary(xs) {
   const s = [...xs].sort((a, b) => a - b);
   const q = (p) => s[Math.min(s.length - 1, Math.floor(p * s.length))];
-  return { n: s.length, p50_ms: +q(0.5).toFixed(1), p99_ms: +q(0.99).toFixed(1), max_ms: +s.at(-1).toFixed(1) };
+  const ms = (x) => (Number.isFinite(x) ? +x.toFixed(1) : "timeout (30 s)");
+  return { n: s.length, p50_ms: ms(q(0.5)), p99_ms: ms(q(0.99)), max_ms: ms(s.at(-1)) };
 }
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'kiln-sse-bench-'));
@@ -90,6 +91,7 @@ const result = {
   get_jobs_before: summary(before.get),
   get_jobs_during: summary(during.get),
   get_jobs_failed_or_over_30s: during.get.filter((x) => x === Infinity).length,
+  get_jobs_series_ms: during.get.map((x) => (Number.isFinite(x) ? Math.round(x) : null)),
 };
 for (const s of socks) s.destroy();
 srv.kill('SIGTERM');
