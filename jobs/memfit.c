@@ -36,6 +36,20 @@ int64_t memfit_usable(uint64_t available)
     return (int64_t)(available - margin);
 }
 
+/* "22,443" into buf. */
+static void grouped(char *buf, size_t n, uint64_t v)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < n; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+}
+
 /* The free memory of the job's GPUs that it would run on (the smallest of
  * them): the listed ones, or the `count` with the most free. 0: not known. */
 static uint64_t gpu_free(const jobcfg_devices *d)
@@ -101,7 +115,7 @@ int memfit_check(const jobcfg *c, net_shape in, int classes, const char *meminfo
         goto out;
     char where[160];
     char avail_mib[32];
-    snprintf(avail_mib, sizeof avail_mib, "%llu", (unsigned long long)(available >> 20));
+    grouped(avail_mib, sizeof avail_mib, available >> 20);
     snprintf(where, sizeof where, "%s (%s MiB %s less a %d%% margin for what the estimate leaves "
              "out):", gpu ? "the GPU memory free now" : "the memory available now", avail_mib,
              gpu ? "free" : "MemAvailable", MEMFIT_MARGIN_PERCENT);

@@ -22,6 +22,7 @@
 #include "jobs/import_job.h"       /* import_job_cancel */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/jobspec.h"          /* jobspec_create */
+#include "jobs/memfit.h"           /* memfit_usable: what a job may plan on */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
@@ -263,6 +264,40 @@ static int summary_request(const cJSON *body, summary_req *q, api_error *e)
     return 0;
 }
 
+/* Adds to each device of a summary's training_memory what is available on it
+ * now (jobs/memfit.h: MemAvailable or the GPU's free memory, less the
+ * margin): "memory_available_bytes" (null when not known), "fits_available"
+ * and "max_batch_available", the figures a job is checked against. Returns
+ * o, or NULL (o deleted) when out of memory. */
+static cJSON *summary_available(cJSON *o, const summary *s)
+{
+    cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "training_memory");
+    cJSON *devs = cJSON_GetObjectItemCaseSensitive(tm, "devices");
+    engine_device d[MAX_DEVICES];
+    int n = engine_devices(d, MAX_DEVICES);
+    int i = 0;
+    cJSON *dev;
+    cJSON_ArrayForEach(dev, devs) {
+        if (i >= n || i >= s->ndevices)
+            break;
+        int64_t usable = d[i].free_bytes ? memfit_usable(d[i].free_bytes) : 0;
+        summary_mem m = { .fixed = s->fixed_bytes, .per_image = s->image_bytes };
+        bool ok = usable > 0
+            ? cJSON_AddNumberToObject(dev, "memory_available_bytes", (double)usable) &&
+              cJSON_AddBoolToObject(dev, "fits_available", s->train_bytes <= usable) &&
+              cJSON_AddNumberToObject(dev, "max_batch_available", (double)summary_max_batch(&m, usable))
+            : cJSON_AddNullToObject(dev, "memory_available_bytes") &&
+              cJSON_AddNullToObject(dev, "fits_available") &&
+              cJSON_AddNullToObject(dev, "max_batch_available");
+        if (!ok) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        i++;
+    }
+    return o;
+}
+
 static int h_network_summary(request *r)
 {
     enum MHD_Result answered;
@@ -279,7 +314,7 @@ static int h_network_summary(request *r)
                            q.momentum > 0, q.prec, &s, err, sizeof err) < 0)
         answered = http_error(r, 422, "invalid_network", "%s", err);
     else
-        answered = http_json(r, MHD_HTTP_OK, summary_to_json(&s));
+        answered = http_json(r, MHD_HTTP_OK, summary_available(summary_to_json(&s), &s));
     summary_free(&s);
     cJSON_Delete(q.spec);
     cJSON_Delete(doc);
