@@ -100,7 +100,7 @@ const store_migration store_migrations[] = {
          * and sort all of the job's metrics. */
         .version = 5,
         .what = "metrics by job and row id",
-        .sql = "CREATE INDEX metrics_by_job_id ON metrics (job_id, id);",
+        .sql = "CREATE INDEX IF NOT EXISTS metrics_by_job_id ON metrics (job_id, id);",
     },
 };
 

@@ -699,13 +699,13 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
     snprintf(lockfd, sizeof lockfd, "%d", LOCK_CHILD_FD);
     char *argv[8] = { s->worker_exe, (char *)ops->command, (char *)ops->dir_flag, w->dir };
     int argc = 4;
-    if (w->lock_fd >= 0) {
-        argv[argc++] = "--lock-fd";
-        argv[argc++] = lockfd;
-    }
     if (w->gpus) {
         argv[argc++] = "--gpus";
         argv[argc++] = gpus;
+    }
+    if (w->lock_fd >= 0) {
+        argv[argc++] = "--lock-fd";
+        argv[argc++] = lockfd;
     }
     argv[argc] = NULL;
     rc = posix_spawn(&w->pid, s->worker_exe, &fa, &at, argv, s->worker_env);
