@@ -21,6 +21,7 @@
 #include "jobs/import.h"           /* import_schema: the upload's options */
 #include "jobs/import_job.h"       /* import_job_cancel */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
+#include "jobs/joblock.h"          /* joblock_take: a job folder's lock */
 #include "jobs/jobspec.h"          /* jobspec_create */
 #include "jobs/memfit.h"           /* memfit_usable: what a job may plan on */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
@@ -536,21 +537,36 @@ static int h_job_delete(request *r)
         return http_error(r, MHD_HTTP_CONFLICT, "job_active",
                           "job %lld is %s; cancel it first (POST /api/v1/jobs/%lld/cancel)",
                           (long long)r->id, status, (long long)r->id);
+    /* A worker a killed server left may still write the folder (jobs/joblock.h):
+     * the folder goes only with its lock held. */
+    char dir[PATH_MAX], err[256];
+    int lock_fd = -1;
+    pid_t holder = 0;
+    bool have_dir = layout_job_dir(dir, sizeof dir, srv->data_dir, r->id) == 0;
+    if (have_dir && joblock_take(dir, 0, &lock_fd, &holder, err, sizeof err) == JOBLOCK_BUSY)
+        return http_error(r, MHD_HTTP_CONFLICT, "job_active",
+                          "job %lld's folder is still written by a worker (pid %ld) that an earlier "
+                          "server started; try again once it has exited", (long long)r->id,
+                          (long)holder);
     int64_t *evals = NULL;          /* its evaluations go with it (ON DELETE CASCADE) */
     size_t nevals = 0;
-    if (!evaluation_before_job_delete(r, r->id, &evals, &nevals, &answered))
+    if (!evaluation_before_job_delete(r, r->id, &evals, &nevals, &answered)) {
+        if (lock_fd >= 0)
+            close(lock_fd);
         return answered;
+    }
     int rc = store_job_delete(srv->st, r->id);
     if (rc == 0)
         evaluation_remove_dirs(srv, evals, nevals);
     free(evals);
+    if (rc == 0 && have_dir && fio_rm_rf(dir) != 0)
+        fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
+    if (lock_fd >= 0)
+        close(lock_fd);
     if (rc == STORE_NOT_FOUND)
         return lookup_not_found(r, "job", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the job");
-    char dir[PATH_MAX];
-    if (layout_job_dir(dir, sizeof dir, srv->data_dir, r->id) == 0 && fio_rm_rf(dir) != 0)
-        fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
 }
