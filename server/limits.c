@@ -23,6 +23,14 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "open HTTP connections in all" },
     { "idle-timeout", LIMIT_SECONDS, OFF(idle_timeout_s), 300, 5, 86400,
       "a connection without traffic is closed after this" },
+    /* libsodium's Argon2id: its minimums (1 pass, 8 KiB) are for tests only;
+     * the defaults are its INTERACTIVE level. server/auth.c checks the pair. */
+    { "password-ops", LIMIT_COUNT, OFF(password_ops), 2, 1, 20,
+      "Argon2id passes of a new password's hash (kiln user add takes it too)" },
+    { "password-mem", LIMIT_BYTES, OFF(password_mem), 64 * MIB, 8 * KIB, 4 * GIB,
+      "Argon2id memory of a new password's hash (kiln user add takes it too)" },
+    { "session-lifetime", LIMIT_SECONDS, OFF(session_lifetime_s), 7 * 86400, 60, 365 * 86400,
+      "a dashboard sign-in (the kiln_session cookie) expires after this" },
 };
 const size_t SERVE_LIMIT_COUNT = sizeof SERVE_LIMIT_DEFS / sizeof SERVE_LIMIT_DEFS[0];
 

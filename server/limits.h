@@ -24,6 +24,9 @@ typedef struct serve_limits {
     uint64_t upload_bytes;           /* upload-bytes: one dataset upload's body */
     uint64_t connections;            /* connections: open HTTP connections in all */
     uint64_t idle_timeout_s;         /* idle-timeout: a connection with no traffic is closed after this */
+    uint64_t password_ops;           /* password-ops: Argon2id passes of a new password's hash (auth.c) */
+    uint64_t password_mem;           /* password-mem: Argon2id memory of a new password's hash */
+    uint64_t session_lifetime_s;     /* session-lifetime: a dashboard sign-in expires after this */
 } serve_limits;
 
 typedef enum limit_unit { LIMIT_BYTES, LIMIT_COUNT, LIMIT_SECONDS } limit_unit;

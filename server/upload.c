@@ -60,6 +60,7 @@ typedef struct upload_waiter {
     server *srv;
     upload *up;                      /* until the connection is resumed */
     struct MHD_Connection *conn;
+    int64_t owner;                   /* the uploading user (0: none) */
 } upload_waiter;
 
 /* ---- receiving -------------------------------------------------------------- */
@@ -248,6 +249,8 @@ static void upload_checked(void *arg, int64_t id, const api_error *e)
         up->result.status = MHD_HTTP_ACCEPTED;
     up->dataset_id = id;
     up->state = UP_DONE;
+    if (!e && w->owner > 0 && store_set_owner(w->srv->st, STORE_OWNED_DATASET, id, w->owner) != 0)
+        fprintf(stderr, "kiln: dataset %lld: could not record its owner\n", (long long)id);
     MHD_resume_connection(w->conn);
     pthread_mutex_unlock(&up->mu);
     w->up = NULL;
@@ -312,6 +315,7 @@ static enum MHD_Result start_check(request *r, const import_opts *opts)
     w->srv = srv;
     w->up = up;
     w->conn = r->conn;
+    w->owner = r->user_id;
 
     pthread_mutex_lock(&srv->imp_mu);
     if (atomic_load(&srv->stopping)) {
