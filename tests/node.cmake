@@ -40,3 +40,4 @@ kiln_node_test(integration_onnx   tests/integration/onnx.test.mjs   integration 
 set_property(TEST integration_onnx APPEND PROPERTY ENVIRONMENT "KILN_PREDICT=$<TARGET_FILE:kiln_predict>")
 kiln_node_test(integration_evaluations tests/integration/evaluations.test.mjs integration 1800)
 kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200)
+kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
