@@ -486,11 +486,10 @@ static int h_job_create(request *r)
     api_error e;
     memset(&e, 0, sizeof e);
     /* Another user's dataset that is not shared is as missing (jobspec's answer). */
-    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(doc, "dataset_id");
-    if (cJSON_IsNumber(ds) && ds->valuedouble >= 1 && ds->valuedouble < 9e15 &&
-        !lookup_dataset_readable(r, (int64_t)ds->valuedouble)) {
+    int64_t ds;
+    if (lookup_body_dataset_hidden(r, doc, &ds)) {
         cJSON_Delete(doc);
-        return http_error(r, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds->valuedouble);
+        return http_error(r, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds);
     }
     int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
     cJSON_Delete(doc);

@@ -44,14 +44,13 @@ int evaluation_create(request *r)
     api_error e;
     memset(&e, 0, sizeof e);
     /* Another user's job, or dataset that is not shared, is as missing. */
-    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(doc, "dataset_id");
+    int64_t ds;
     if (!lookup_job(r, r->id, NULL, &answered)) {
         cJSON_Delete(doc);
         return answered;
     }
-    if (cJSON_IsNumber(ds) && ds->valuedouble >= 1 && ds->valuedouble < 9e15 &&
-        !lookup_dataset_readable(r, (int64_t)ds->valuedouble)) {
-        answered = lookup_not_found(r, "dataset", (int64_t)ds->valuedouble);
+    if (lookup_body_dataset_hidden(r, doc, &ds)) {
+        answered = lookup_not_found(r, "dataset", ds);
         cJSON_Delete(doc);
         return answered;
     }

@@ -73,14 +73,19 @@ bool lookup_dataset_change(request *r, int64_t id, store_dataset *d, enum MHD_Re
     return false;
 }
 
-bool lookup_dataset_readable(request *r, int64_t id)
+bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id)
 {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(body, "dataset_id");
+    if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble >= 9e15 ||
+        f->valuedouble != (double)(int64_t)f->valuedouble)
+        return false;
+    *id = (int64_t)f->valuedouble;
     store_dataset d;
-    if (store_dataset_get(r->srv->st, id, &d) != 0)
-        return true;                   /* missing or unreadable: the caller's own check answers */
-    bool ok = visible(r, d.owner_id, d.shared);
+    if (store_dataset_get(r->srv->st, *id, &d) != 0)
+        return false;                  /* missing or unreadable: the caller's own check answers */
+    bool hidden = !visible(r, d.owner_id, d.shared);
     store_dataset_clear(&d);
-    return ok;
+    return hidden;
 }
 
 bool lookup_eval(request *r, int64_t id, store_eval *e, enum MHD_Result *answered)

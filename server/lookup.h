@@ -38,10 +38,12 @@ bool lookup_dataset(request *r, int64_t id, store_dataset *d, enum MHD_Result *a
  * may read but does not own is 403 forbidden. */
 bool lookup_dataset_change(request *r, int64_t id, store_dataset *d, enum MHD_Result *answered);
 
-/* False when dataset id exists and the caller may not read it (a request
- * body naming it then answers as the creating function does for a missing
- * dataset); true otherwise, missing included. Answers nothing. */
-bool lookup_dataset_readable(request *r, int64_t id);
+/* True when body's "dataset_id" (a job or evaluation request) names a
+ * dataset that exists and the caller may not read; *id is that id. The
+ * caller then answers as its creating function does for a missing dataset.
+ * False otherwise (no such field, not an id, missing, readable): the
+ * request's own checks answer. Answers nothing. */
+bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id);
 
 /* The owner to filter lists by (store_*_list_for): 0 for an admin (all),
  * the caller's user id, or -1 (matches nothing) for user 0 without admin. */
