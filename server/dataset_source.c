@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 
 #include "jobs/import_job.h"      /* import_job_begin, import_job_spawn */
-#include "server/auth.h"           /* auth_own */
 #include "jobs/import_roots.h"    /* import_roots_check */
+#include "server/auth.h"          /* auth_own */
 #include "server/render.h"        /* render_dataset */
 #include "server/upload.h"        /* dataset_name_ok, DATASET_NAME_MAX */
 

@@ -242,6 +242,8 @@ static void upload_checked(void *arg, int64_t id, const api_error *e)
 {
     upload_waiter *w = arg;
     upload *up = w->up;
+    if (!e && w->owner > 0 && store_set_owner(w->srv->st, STORE_OWNED_DATASET, id, w->owner) != 0)
+        fprintf(stderr, "kiln: dataset %lld: could not record its owner\n", (long long)id);
     pthread_mutex_lock(&up->mu);
     if (e)
         up->result = *e;
@@ -249,8 +251,6 @@ static void upload_checked(void *arg, int64_t id, const api_error *e)
         up->result.status = MHD_HTTP_ACCEPTED;
     up->dataset_id = id;
     up->state = UP_DONE;
-    if (!e && w->owner > 0 && store_set_owner(w->srv->st, STORE_OWNED_DATASET, id, w->owner) != 0)
-        fprintf(stderr, "kiln: dataset %lld: could not record its owner\n", (long long)id);
     MHD_resume_connection(w->conn);
     pthread_mutex_unlock(&up->mu);
     w->up = NULL;
