@@ -17,6 +17,7 @@
 
 #include "db/store.h"          /* store */
 #include "server/limits.h"    /* serve_limits */
+#include "server/guard.h"     /* guard_hosts */
 #include "jobs/hub.h"          /* hub */
 #include "jobs/import_roots.h" /* import_roots */
 #include "jobs/scheduler.h"    /* sched */
@@ -36,6 +37,7 @@ typedef struct server {
     serve_limits limits;          /* --limit: every configurable limit (limits.h) */
     bool bind_public;             /* bound beyond loopback: sign-in required (server/auth.h) ... */
     bool insecure_no_auth;        /* ... unless --insecure-no-auth */
+    guard_hosts hosts;            /* the names the server answers to: defaults and --allowed-host (guard.h) */
     store *st;
     hub *hub;
     sched *sched;
