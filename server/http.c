@@ -18,6 +18,7 @@
 #include <strings.h>
 
 #include "base/utf8.h"              /* utf8_valid, utf8_dup_any: answers are UTF-8 */
+#include "server/auth.h"           /* auth_request */
 #include "server/guard.h"          /* guard_check, guard_body_type, guard_json_nul */
 #include "server/static_files.h"   /* static_serve */
 #include "server/upload.h"         /* upload_begin, upload_data, upload_free */
@@ -77,6 +78,8 @@ enum MHD_Result http_json(request *r, unsigned status, cJSON *body)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED && r->allow[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     return http_queue(r, status, resp);
 }
 
@@ -305,6 +308,8 @@ static enum MHD_Result request_begin(request *r)
         api_fail(&r->pending, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                     "%s does not take %s (it takes %s)", r->url, r->method, r->allow);
     }
+    if (!r->pending.status && r->rt)
+        auth_request(r);                    /* who asks (server/auth.h): r->user_id, r->admin, or a 401 */
     if (r->pending.status) {
         if (body)
             return answer_pending(r);       /* early: do not read a body we will not use */

@@ -44,6 +44,14 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "one image's pixels (width x height from its header), checked before it is decoded" },
     { "import-pixels", LIMIT_COUNT, OFF(import_pixels), IMPORT_IMPORT_PIXELS_DEFAULT, 1, (uint64_t)1 << 50,
       "the pixels of every image of one import (from their headers), checked before decoding" },
+    /* libsodium's Argon2id: its minimums (1 pass, 8 KiB) are for tests only;
+     * the defaults are its INTERACTIVE level. server/auth.c checks the pair. */
+    { "password-ops", LIMIT_COUNT, OFF(password_ops), 2, 1, 20,
+      "Argon2id passes of a new password's hash (kiln user add takes it too)" },
+    { "password-mem", LIMIT_BYTES, OFF(password_mem), 64 * MIB, 8 * KIB, 4 * GIB,
+      "Argon2id memory of a new password's hash (kiln user add takes it too)" },
+    { "session-lifetime", LIMIT_SECONDS, OFF(session_lifetime_s), 7 * 86400, 60, 365 * 86400,
+      "a dashboard sign-in (the kiln_session cookie) expires after this" },
 };
 const size_t SERVE_LIMIT_COUNT = sizeof SERVE_LIMIT_DEFS / sizeof SERVE_LIMIT_DEFS[0];
 

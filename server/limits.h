@@ -24,6 +24,9 @@ typedef struct serve_limits {
     uint64_t upload_bytes;           /* upload-bytes: one dataset upload's body */
     uint64_t connections;            /* connections: open HTTP connections in all */
     uint64_t idle_timeout_s;         /* idle-timeout: a connection with no traffic is closed after this */
+    uint64_t password_ops;           /* password-ops: Argon2id passes of a new password's hash (auth.c) */
+    uint64_t password_mem;           /* password-mem: Argon2id memory of a new password's hash */
+    uint64_t session_lifetime_s;     /* session-lifetime: a dashboard sign-in expires after this */
     uint64_t connections_per_client; /* connections-per-client: open HTTP connections of one client address */
     uint64_t uri_bytes;              /* uri-bytes: a request's URI (server/guard.c) */
     uint64_t header_bytes;           /* header-bytes: a request's header lines together (server/guard.c) */

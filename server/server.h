@@ -36,6 +36,8 @@ typedef struct server {
     char static_dir[PATH_MAX];    /* vendored libraries, icons */
     import_roots roots;           /* --import-root: the folders a JSON dataset source may name */
     serve_limits limits;          /* --limit: every configurable limit (limits.h) */
+    bool bind_public;             /* bound beyond loopback: sign-in required (server/auth.h) ... */
+    bool insecure_no_auth;        /* ... unless --insecure-no-auth */
     guard_hosts hosts;            /* the names the server answers to: defaults and --allowed-host (guard.h) */
     store *st;
     hub *hub;

@@ -142,6 +142,7 @@ typedef struct upload_waiter {
     upload_slot *slot;               /* released when the import is done (the archive removed) */
     upload *up;                      /* until the connection is resumed */
     struct MHD_Connection *conn;
+    int64_t owner;                   /* the uploading user (0: none) */
 } upload_waiter;
 
 /* ---- receiving -------------------------------------------------------------- */
@@ -401,6 +402,8 @@ static void upload_checked(void *arg, int64_t id, const api_error *e)
         slot_release(w->slot);
         w->slot = NULL;
     }
+    if (!e && w->owner > 0 && store_set_owner(w->srv->st, STORE_OWNED_DATASET, id, w->owner) != 0)
+        fprintf(stderr, "kiln: dataset %lld: could not record its owner\n", (long long)id);
     pthread_mutex_lock(&up->mu);
     if (e)
         up->result = *e;
@@ -480,6 +483,7 @@ static enum MHD_Result start_check(request *r, const import_opts *opts)
     w->srv = srv;
     w->up = up;
     w->conn = r->conn;
+    w->owner = r->user_id;
 
     pthread_mutex_lock(&srv->imp_mu);
     if (atomic_load(&srv->stopping)) {

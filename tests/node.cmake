@@ -34,6 +34,7 @@ kiln_node_test(integration_explorer tests/integration/explorer.test.mjs integrat
 kiln_node_test(integration_datasets tests/integration/datasets.test.mjs integration 600)
 kiln_node_test(integration_infer  tests/integration/infer.test.mjs  integration 900)
 kiln_node_test(integration_snapshots tests/integration/snapshots.test.mjs integration 900)
+kiln_node_test(integration_auth   tests/integration/auth.test.mjs   integration 600)
 kiln_node_test(integration_frontdoor tests/integration/frontdoor.test.mjs integration 300)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
 # ONNX export against ONNX Runtime; kiln's side is tests/tools/kiln_predict.
@@ -44,3 +45,4 @@ kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200
 # Job safety (issue 15): SSE replay in pages, the memory-fit 422, the job folder's lock, resume.
 kiln_node_test(integration_jobsafe tests/integration/jobsafe.test.mjs integration 600)
 set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_METRICS=$<TARGET_FILE:kiln_fill_metrics>")
+kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
