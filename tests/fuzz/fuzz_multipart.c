@@ -20,7 +20,8 @@
  * a form that passes every check of an upload would start an import: the
  * server is told it is stopping just before the handler runs, so it answers
  * 503 there instead (the checks before it all ran); classification answers
- * 404 (job 1 does not exist) once its form passed.
+ * 404 (job 1 does not exist) once its form passed. Any other answer, or one
+ * that is not a JSON error, aborts.
  */
 #include <poll.h>
 #include <stdatomic.h>
@@ -171,6 +172,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char status[64] = "";
     sscanf(reply, "HTTP/1.1 %63[^\r]", status);
     fuzz_note(status, 1, msg ? msg : "(no error body)");
+    /* Every form here is refused (or stopped at the import, 503), always as a
+     * JSON error (DESIGN.md: bad input is a 4xx naming the problem). */
+    int code = atoi(status);
+    if (!((code >= 400 && code < 500) || code == 503) || !msg || !strstr(msg, "\"code\"")) {
+        fprintf(stderr, "fuzz_multipart: answered %s with %s\n", status, msg ? msg : "no JSON error");
+        abort();
+    }
     close(sv[1]);
     free(req);
     return 0;
