@@ -70,7 +70,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_write(fuzz_path(archive, root, "upload"), data + 4, size - 4);
 
     api_error e = { 0 };
-    fuzz_note("import_probe", import_probe(archive, &e), e.message);
+    import_check_limits lim = { .max_bytes = FUZZ_MAX_BYTES, .max_seconds = 10, .stop = NULL };
+    import_check found;
+    fuzz_note("import_probe", import_probe(archive, &lim, &found, &e), e.message);
     size_t files = 0;
     fuzz_note("import_archive_files",
               import_archive_files(archive, FUZZ_MAX_ENTRIES, FUZZ_MAX_BYTES, on_file, &files, &e), e.message);
