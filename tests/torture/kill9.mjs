@@ -68,7 +68,7 @@ const REQUEST_MS = 60_000;          // one API request on a slow, shared machine
 const violations = [];
 const stats = {
   serverKills: 0, workerKills: 0, importKills: 0, integrityPassed: 0, integrityFailed: 0,
-  resumes: 0, resumeCalls: 0, metricsCompared: 0, metricsLost: 0, orphansAtRestart: 0,
+  resumes: 0, resumeCalls: 0, metricsCompared: 0, metricsLost: 0, orphansAtRestart: 0, overlaps: 0,
 };
 const jobs = new Map();             // id -> {id, interruptions: [{kill, ck, before: Map}]}
 const uploads = [];                 // dataset ids of the uploads made during kills
@@ -231,6 +231,20 @@ async function killServer(k, snap, why) {
   stats.orphansAtRestart += left.length;
   if (left.length) log(`  ${left.length} orphaned worker(s) still alive at restart: ${left.map((w) => `${w.pid} (job ${w.jobId})`).join(', ')}`);
   await start();
+  // Does the requeued job's new worker run beside the orphan (issue 15, finding 9)?
+  const end = Date.now() + 5000;
+  const seen = new Set();
+  while (Date.now() < end && left.some((w) => alive(w.pid))) {
+    const now = workers(server.child.pid);
+    for (const w of left) {
+      if (!seen.has(w.pid) && alive(w.pid) && now.some((n) => n.jobId === w.jobId)) {
+        seen.add(w.pid);
+        stats.overlaps++;
+        log(`  job ${w.jobId}: a new worker started while the orphaned one (${w.pid}) still runs`);
+      }
+    }
+    await sleep(20);
+  }
 }
 
 async function killWorker(k, snap, pick) {
@@ -266,7 +280,7 @@ async function killWorker(k, snap, pick) {
   // ... and is resumed from its checkpoint.
   stats.resumeCalls++;
   const r = await call('POST', `/api/v1/jobs/${w.jobId}/resume`);
-  if (j) j.resumeAnswers.push({ kill: k, ck, status: r.status, text: r.text.slice(0, 300) });
+  if (j) j.resumeAnswers.push({ kill: k, ck, status: r.status, text: r.text.trim().slice(0, 300) });
   log(`  POST /api/v1/jobs/${w.jobId}/resume -> ${r.status}${r.status >= 300 ? ` ${r.text.trim().slice(0, 200)}` : ''}`);
   return true;
 }
@@ -417,7 +431,7 @@ kill9 summary (seed ${opts.seed}, ${secs} s):
   jobs resumed:       ${stats.resumes} resume(s) from a checkpoint in the job logs; ${stats.resumeCalls} POST resume call(s)
   metrics lost:       ${stats.metricsLost} of ${stats.metricsCompared} compared (up to each kill's checkpoint)
   integrity checks:   ${stats.integrityPassed} passed, ${stats.integrityFailed} failed
-  orphaned workers:   ${stats.orphansAtRestart} still alive when the server restarted
+  orphaned workers:   ${stats.orphansAtRestart} still alive when the server restarted; ${stats.overlaps} ran beside their job's new worker
   datasets:           ${JSON.stringify(r.dsByStatus)} (${uploads.length} upload(s) during kills)
   models loaded:      ${r.modelsLoaded} (kiln infer on each done job)
   violations:         ${violations.length}`);

@@ -47,19 +47,20 @@ import { openFds, parseOptions, rssKiB } from './lib.mjs';
 const USAGE = `usage: node tests/torture/soak.mjs [options]
   --minutes N      how long (default 10)
   --clients N      SSE clients (default 1000)
-  --warmup S       seconds before the RSS baseline (default: a fifth of the run, at most 120)
+  --warmup S       seconds before the RSS baseline, at least (default: a fifth of the run, at most 120);
+                   the warm-up also lasts until 30 s after the first job ended (at most half the run)
   --sample S       seconds between RSS samples (default 5)
   --bound-mib N    allowed RSS growth after the warm-up, MiB (default 16) ...
   --bound-pct P    ... or this percentage of the RSS after the warm-up, if larger (default 10)
-  --epochs N       each training job's epochs (default 5)
+  --epochs N       each training job's epochs (default 2)
   --seed N         seeds the clients' choices (default 1)
   --keep           keep the temporary data directory`;
 
 const opts = parseOptions(process.argv.slice(2), {
-  minutes: 10, clients: 1000, warmup: 0, sample: 5, boundMib: 16, boundPct: 10, epochs: 5, seed: 1, keep: false,
+  minutes: 10, clients: 1000, warmup: 0, sample: 5, boundMib: 16, boundPct: 10, epochs: 2, seed: 1, keep: false,
 }, USAGE);
 const runMs = opts.minutes * 60_000;
-const warmupMs = (opts.warmup || Math.min(120, opts.minutes * 60 / 5)) * 1000;
+let warmupMs = (opts.warmup || Math.min(120, opts.minutes * 60 / 5)) * 1000;   // and see firstEndMs
 const REQUEST_MS = 60_000;
 const WINDOW_MS = 30_000;            // the medians' windows
 const rand = rng(opts.seed);
@@ -112,6 +113,7 @@ let datasetId = 0;
 let currentJob = 0;
 const finishedJobs = [];
 let jobsCreated = 0;
+let firstEndMs = null;    // when the first job ended: the replaying clients start then
 
 async function trainer() {
   while (!stopping) {
@@ -120,6 +122,7 @@ async function trainer() {
       if (r.status === 200 && FINAL_STATUSES.has(r.body.status)) {
         if (r.body.status !== 'done') violation(`job ${currentJob} ended ${r.body.status}: ${r.body.error}`);
         finishedJobs.push(currentJob);
+        if (firstEndMs === null) firstEndMs = Date.now() - t0;
         currentJob = 0;
       }
     }
@@ -215,7 +218,7 @@ class SseClient {
 
 // ---- API load ----------------------------------------------------------------------
 
-const apiStats = { requests: 0, byStatus: {}, ms: [], msAfterWarmup: [] };
+const apiStats = { requests: 0, byStatus: {}, ms: [] };   // ms: {t, ms} per request
 
 async function apiLoad() {
   let i = 0;
@@ -249,7 +252,7 @@ async function timed(method, p, body) {
   }
   apiStats.requests++;
   apiStats.byStatus[r.status] = (apiStats.byStatus[r.status] || 0) + 1;
-  (Date.now() - t0 > warmupMs ? apiStats.msAfterWarmup : apiStats.ms).push(r.ms);
+  apiStats.ms.push({ t: Date.now() - t0, ms: r.ms });
   if (r.status >= 500) violation(`${method} ${p} -> ${r.status} ${r.text.slice(0, 200)}`);
   return r;
 }
@@ -347,7 +350,9 @@ async function main() {
   }
   await server.stop(60_000);
 
-  // RSS: start, after the warm-up, end.
+  // RSS: start, after the warm-up, end. The warm-up lasts until every kind of
+  // load runs: the replaying clients start when the first job has ended.
+  warmupMs = Math.max(warmupMs, Math.min(firstEndMs === null ? Infinity : firstEndMs + WINDOW_MS, runMs / 2));
   const start = samples[0];
   const post = samples.filter((s) => s.t >= warmupMs);
   const warm = post.filter((s) => s.t < warmupMs + WINDOW_MS).map((s) => s.rss);
@@ -367,14 +372,15 @@ async function main() {
   if (fdsAfter === null || fdsAfter > fdsBefore + 64) violation(`the server holds ${fdsAfter} fds after the clients left (${fdsBefore} before they came)`);
 
   const secs = ((Date.now() - t0) / 1000).toFixed(0);
+  const after = apiStats.ms.filter((x) => x.t >= warmupMs).map((x) => x.ms);
   const ms = (a) => `p50 ${pct(a, 50).toFixed(1)} ms, p99 ${pct(a, 99).toFixed(1)} ms, max ${Math.max(...a).toFixed(0)} ms`;
   console.log(`
 soak summary (${secs} s, ${opts.clients} SSE clients, seed ${opts.seed}):
-  RSS:        start ${MiB(start.rss)} MiB, after the warm-up (${warmupMs / 1000} s) ${MiB(warmRss)} MiB, end ${MiB(endRss)} MiB, max ${MiB(maxRss)} MiB
+  RSS:        start ${MiB(start.rss)} MiB, after the warm-up (${(warmupMs / 1000).toFixed(0)} s) ${MiB(warmRss)} MiB, end ${MiB(endRss)} MiB, max ${MiB(maxRss)} MiB
   growth:     ${MiB(endRss - warmRss)} MiB after the warm-up, slope ${MiB(perMin)} MiB/min; bound ${MiB(bound)} MiB (max of ${opts.boundMib} MiB and ${opts.boundPct}%)
   fds:        ${fdsBefore} before the clients, ${Math.max(...samples.map((s) => s.fds || 0))} at most, ${fdsAfter} after they left; threads at most ${Math.max(...samples.map((s) => s.threads || 0))}
   SSE:        ${sse.ever.size} clients got a stream; ${sse.connects} connects, ${sse.badStatus} non-200, ${sse.errors} errors, ${sse.ended} streams ended, ${sse.events} events
-  API:        ${apiStats.requests} requests ${JSON.stringify(apiStats.byStatus)}; after the warm-up ${apiStats.msAfterWarmup.length ? ms(apiStats.msAfterWarmup) : 'none'}
+  API:        ${apiStats.requests} requests ${JSON.stringify(apiStats.byStatus)}; after the warm-up ${after.length ? ms(after) : 'none'}
   training:   ${finishedJobs.length} job(s) done, ${jobsCreated} created
   violations: ${violations.length}`);
   for (const v of violations) console.log(`  - ${v.split('\n')[0]}`);
