@@ -94,6 +94,14 @@ const store_migration store_migrations[] = {
             "CREATE INDEX evaluations_by_status ON evaluations (status, id);"
             "CREATE INDEX evaluations_by_dataset ON evaluations (dataset_id);",
     },
+    {
+        /* The SSE replay reads a job's metrics a page at a time in insertion
+         * order (store_metric_page): without this index each page would scan
+         * and sort all of the job's metrics. */
+        .version = 5,
+        .what = "metrics by job and row id",
+        .sql = "CREATE INDEX IF NOT EXISTS metrics_by_job_id ON metrics (job_id, id);",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

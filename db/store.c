@@ -55,6 +55,11 @@ enum stmt_id {
     ST_METRIC_LIST,
     ST_METRIC_DELETE,
     ST_METRIC_LATEST,
+    ST_METRIC_PAGE,
+    ST_METRIC_LAST_ROW,
+    ST_METRIC_ROW_AT,
+    ST_METRIC_COUNT,
+    ST_JOB_REQUEUE_ENDED,
     ST_EVAL_INSERT,
     ST_EVAL_STATUS,
     ST_EVAL_PROGRESS,
@@ -114,6 +119,17 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_METRIC_DELETE] = "DELETE FROM metrics WHERE job_id = ?1 AND step > ?2",
     [ST_METRIC_LATEST] = "SELECT " METRIC_COLS " FROM metrics WHERE id IN "
                          "(SELECT MAX(id) FROM metrics WHERE job_id = ?1 GROUP BY tag) ORDER BY tag",
+    /* Paging a job's metrics by row id (index metrics_by_job_id, migration 5):
+     * each page is one short statement, so a slow reader holds nothing between pages. */
+    [ST_METRIC_PAGE] = "SELECT id, " METRIC_COLS " FROM metrics WHERE job_id = ?1 AND id > ?2 "
+                       "AND id <= ?3 ORDER BY id LIMIT ?4",
+    [ST_METRIC_LAST_ROW] = "SELECT COALESCE(MAX(id), 0) FROM metrics WHERE job_id = ?1",
+    [ST_METRIC_ROW_AT] = "SELECT id FROM metrics WHERE job_id = ?1 AND id <= ?2 ORDER BY id "
+                         "LIMIT 1 OFFSET ?3",
+    [ST_METRIC_COUNT] = "SELECT COUNT(*) FROM metrics WHERE job_id = ?1 AND id <= ?2",
+    [ST_JOB_REQUEUE_ENDED] =
+        "UPDATE jobs SET status = 'queued', error = NULL, started_at = NULL, finished_at = NULL "
+        "WHERE id = ?1 AND status IN ('failed', 'cancelled')",
     [ST_EVAL_INSERT] = "INSERT INTO evaluations (job_id, dataset_id, split, selection, epoch, status, "
                        "created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', " NOW_SQL ")",
     [ST_EVAL_STATUS] =
@@ -728,6 +744,17 @@ int store_job_set_status(store *s, int64_t id, const char *status, const char *e
     return set_status(s, ST_JOB_STATUS, "job", id, status, error);
 }
 
+int store_job_requeue_ended(store *s, int64_t id)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_REQUEUE_ENDED, NULL, 0);
+    if (q)
+        ret = step_change(s, q, sqlite3_bind_int64(q, 1, id), "requeueing a job");
+    unlock(s);
+    return ret;
+}
+
 int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_t steps,
                            double images_per_sec, double eta_seconds)
 {
@@ -943,6 +970,90 @@ int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric
     if (ret == 0)
         *out = arr;
     return ret;
+}
+
+int store_metric_page(store *s, int64_t job_id, int64_t after_row, int64_t upto_row,
+                      store_metric *out, size_t max, size_t *n, int64_t *last_row)
+{
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_METRIC_PAGE, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, job_id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 2, after_row);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 3, upto_row);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 4, max > INT64_MAX ? INT64_MAX : (int64_t)max);
+        int rc = b;
+        while (b == SQLITE_OK && *n < max && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+            *last_row = sqlite3_column_int64(q, 0);
+            store_metric *m = &out[(*n)++];
+            memset(m, 0, sizeof *m);
+            m->step = sqlite3_column_int64(q, 1);
+            m->epoch = sqlite3_column_double(q, 2);
+            const unsigned char *tag = sqlite3_column_text(q, 3);
+            snprintf(m->tag, sizeof m->tag, "%s", tag ? (const char *)tag : "");
+            m->value = sqlite3_column_type(q, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 4);
+            m->wall_time = sqlite3_column_double(q, 5);
+        }
+        if (b == SQLITE_OK && (rc == SQLITE_DONE || rc == SQLITE_ROW))
+            ret = 0;
+        else
+            log_db_error(s, "reading a page of metrics");
+        stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+/* One integer of statement st with ?1 = job_id, ?2 = a and (when b_set) ?3 = b:
+ * 0 with *out, STORE_NOT_FOUND without a row, -1 on an error. */
+static int job_int(store *s, enum stmt_id st, int64_t job_id, int64_t a, bool a_set, int64_t b,
+                   bool b_set, const char *what, int64_t *out)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, st, NULL, 0);
+    if (q) {
+        int rc = sqlite3_bind_int64(q, 1, job_id);
+        if (rc == SQLITE_OK && a_set)
+            rc = sqlite3_bind_int64(q, 2, a);
+        if (rc == SQLITE_OK && b_set)
+            rc = sqlite3_bind_int64(q, 3, b);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW) {
+            *out = sqlite3_column_int64(q, 0);
+            ret = 0;
+        } else if (rc == SQLITE_DONE) {
+            ret = STORE_NOT_FOUND;
+        } else {
+            log_db_error(s, what);
+        }
+        stmt_done(q);
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_metric_last_row(store *s, int64_t job_id, int64_t *row)
+{
+    return job_int(s, ST_METRIC_LAST_ROW, job_id, 0, false, 0, false, "reading metrics", row);
+}
+
+int store_metric_row_at(store *s, int64_t job_id, int64_t k, int64_t upto_row, int64_t *row)
+{
+    if (k < 1)
+        return STORE_NOT_FOUND;
+    return job_int(s, ST_METRIC_ROW_AT, job_id, upto_row, true, k - 1, true, "reading metrics", row);
+}
+
+int store_metric_count(store *s, int64_t job_id, int64_t upto_row, int64_t *n)
+{
+    return job_int(s, ST_METRIC_COUNT, job_id, upto_row, true, 0, false, "counting metrics", n);
 }
 
 int store_metric_delete(store *s, int64_t job_id, int64_t after_step)

@@ -86,6 +86,11 @@ int store_job_set_progress(store *s, int64_t id, int epoch, int64_t step, int64_
 /* Records that early stopping ended the job after `epoch` (the worker's
  * {"t":"stopped_early"} report); message may not be NULL. */
 int store_job_set_stopped_early(store *s, int64_t id, int epoch, int best_epoch, const char *message);
+/* Puts a failed or cancelled job back in the queue (POST .../resume): status
+ * "queued", no error, no start or finish time. Returns 0, STORE_NOT_FOUND
+ * when there is no such job or it is in another status (nothing changed), -1
+ * on an error. One statement, so two resumes cannot both succeed. */
+int store_job_requeue_ended(store *s, int64_t id);
 /* Replaces the stored config (jobspec stores it again once the id is in it). */
 int store_job_set_config(store *s, int64_t id, const char *config_json);
 int store_job_get(store *s, int64_t id, store_job *out);
@@ -111,6 +116,21 @@ typedef struct store_metric {
 int store_metric_insert(store *s, int64_t job_id, const store_metric *m);
 /* Metrics of a job with step > since_step (use -1 for all), in insertion order. */
 int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric **out, size_t *n);
+/* Paging a job's metrics in insertion order without holding anything
+ * between pages (the SSE replay, server/sse.c). A metric's row id grows
+ * with insertion.
+ * store_metric_page: up to max metrics with after_row < row id <= upto_row
+ * into out (an array of max, the caller's); *n of them, and *last_row the
+ * row id of the last one (untouched when *n is 0). 0 or -1. */
+int store_metric_page(store *s, int64_t job_id, int64_t after_row, int64_t upto_row,
+                      store_metric *out, size_t max, size_t *n, int64_t *last_row);
+/* The row id of the job's newest metric (0 when it has none). 0 or -1. */
+int store_metric_last_row(store *s, int64_t job_id, int64_t *row);
+/* The row id of the job's k-th metric (1-based, insertion order) among those
+ * with row id <= upto_row: 0, STORE_NOT_FOUND when there are fewer than k, -1. */
+int store_metric_row_at(store *s, int64_t job_id, int64_t k, int64_t upto_row, int64_t *row);
+/* How many metrics the job has with row id <= upto_row. 0 or -1. */
+int store_metric_count(store *s, int64_t job_id, int64_t upto_row, int64_t *n);
 /* Deletes a job's metrics with step > after_step (-1: all), e.g. when a job is
  * requeued to run again from its start or from a checkpoint. */
 int store_metric_delete(store *s, int64_t job_id, int64_t after_step);

@@ -11,6 +11,10 @@
  *   after it returns the callback is never called again and arg may be freed.
  *   hub_unsubscribe must therefore not be called from a callback, nor while
  *   holding a lock that a callback takes.
+ * - A finished stream opened again (a job resumed: POST .../resume) goes on
+ *   counting ids, but serves only the new run's events: a reader from id 0
+ *   starts after the earlier run's last event (run_start), so it does not
+ *   end at that run's final status.
  * - Finished streams are kept so late readers still get them, up to
  *   HUB_KEEP_ENDED of them; beyond that the longest-finished is dropped (its
  *   readers then see live=false and replay from the store).
@@ -27,6 +31,7 @@
 typedef struct stream {
     int64_t job_id;
     uint64_t last_id;          /* id of the newest event, 0 before the first */
+    uint64_t run_start;        /* ids up to this one are an earlier, finished run's */
     size_t count;              /* events in the ring: ids last_id-count+1 .. last_id */
     hub_event *ring;           /* HUB_RING slots, allocated at the first event (a queued
                                   job's open stream costs little); id k is at (k-1) % HUB_RING */
@@ -137,6 +142,8 @@ void hub_open(hub *h, int64_t job_id)
         st->next = h->streams;
         h->streams = st;
     }
+    if (st->ended)
+        st->run_start = st->last_id;
     st->open = true;
     st->ended = false;
     pthread_mutex_unlock(&h->mu);
@@ -226,6 +233,8 @@ size_t hub_read(hub *h, int64_t job_id, uint64_t after, hub_event *out, size_t m
     *live = true;
     uint64_t first = st->last_id - st->count + 1;     /* oldest id in the ring */
     uint64_t from = after + 1;
+    if (from <= st->run_start)
+        from = st->run_start + 1;      /* the earlier run's events are not this run's */
     if (st->count > 0 && from < first) {
         *gap = true;           /* what the reader missed is gone: it gets the oldest kept */
         from = first;

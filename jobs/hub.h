@@ -32,7 +32,9 @@ typedef struct hub_event {
 hub *hub_create(void);
 void hub_destroy(hub *h);
 
-/* Starts (or restarts) a job's stream; events continue from the last id. */
+/* Starts (or restarts) a job's stream; events continue from the last id. A
+ * finished stream restarted (a resumed job) serves only the events published
+ * after this call: readers do not see the earlier run's end again. */
 void hub_open(hub *h, int64_t job_id);
 /* Appends an event; returns its id (0 if the job has no open stream). */
 uint64_t hub_publish(hub *h, int64_t job_id, const char *type, const char *json);

@@ -4,7 +4,8 @@
  * default). Then, in this order: the dataset (422 dataset_not_found, 409
  * dataset_not_ready), the network against the dataset's shape and classes
  * (422 unknown_network, 422 invalid_network), the learning-rate policy's
- * step counts for the run's length.
+ * step counts for the run's length, the training memory against what is
+ * available now (422 insufficient_memory, jobs/memfit.h).
  *
  * Nothing is written until everything is valid. Then the job row is inserted,
  * jobs/<id>/job.json is written atomically (temporary name, fsync, rename), and
@@ -33,6 +34,7 @@
 #include "engine/fileio.h"    /* fio_write_atomic */
 #include "engine/lr.h"        /* lr_from_json, lr_to_json */
 #include "engine/net.h"       /* net_builtin, net_builtin_names, net_validate */
+#include "jobs/memfit.h"      /* memfit_check: does it fit in what is available */
 
 /* ---- the dataset and the network ------------------------------------------ */
 
@@ -144,6 +146,20 @@ static int resolve(jobcfg *c, const char *dir, const ds_info *info, api_error *e
     return resolve_lr_policy(c, info, e);
 }
 
+/* The training-memory estimate against what is available now (jobs/memfit.h):
+ * 422 insufficient_memory naming the largest batch that fits. */
+static int check_memory(const jobcfg *c, const ds_info *info, api_error *e)
+{
+    char err[512];
+    int64_t fits = 0;
+    int rc = memfit_check(c, jobcfg_net_input(c), info->nclasses, NULL, &fits, err, sizeof err);
+    if (rc > 0)
+        return api_fail(e, 422, "insufficient_memory", "%s", err);
+    if (rc < 0)
+        return api_fail(e, 422, "invalid_network", "%s", err);
+    return 0;
+}
+
 /* Writes text to dir/job.json atomically (engine/fileio.h). */
 static int write_job_json(const char *dir, const char *text, char *err, size_t errlen)
 {
@@ -197,7 +213,7 @@ int jobspec_create(store *st, const char *data_dir, const cJSON *body, int64_t *
     if (load_dataset(st, abs_data, c.dataset_id, dataset_dir, sizeof dataset_dir, &info, e))
         goto out;
     have_info = true;
-    if (resolve(&c, dataset_dir, &info, e) != 0)
+    if (resolve(&c, dataset_dir, &info, e) != 0 || check_memory(&c, &info, e) != 0)
         goto out;
     if (!(cfg = jobcfg_to_json(&c)) || !(text = cJSON_PrintUnformatted(cfg))) {
         api_fail(e, 500, "internal", "out of memory building the job config");

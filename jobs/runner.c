@@ -40,6 +40,17 @@
  * kills at once. SIGPIPE keeps its default action: when the server is gone,
  * the next report kills the worker.
  *
+ * The job folder's lock (jobs/joblock.h): before reading job.json or writing
+ * anything, the worker holds jobs/<id>/lock until it exits: the one the
+ * scheduler gives it (--lock-fd), or one it takes itself, waiting up to
+ * --lock-wait seconds for another holder to go (then it fails, naming the
+ * holder's pid, having written nothing).
+ *
+ * Memory (jobs/memfit.h): before building the network the worker checks the
+ * training-memory estimate against the memory available now (MemAvailable on
+ * the CPU, the GPUs' free memory), less the margin, and fails with the
+ * largest batch that fits instead of swapping or being killed.
+ *
  * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
  * bad command line.
  */
@@ -71,6 +82,8 @@
 #include "engine/lr.h"        /* lr_from_json, lr_at */
 #include "engine/net.h"       /* net_create, net_train_step, net_eval, net_save */
 #include "jobs/jobcfg.h"      /* jobcfg_load, jobcfg_net_devices, jobcfg_net_solver */
+#include "jobs/joblock.h"     /* joblock_take, joblock_adopt: the job folder's lock */
+#include "jobs/memfit.h"      /* memfit_check: the memory available now */
 #include "jobs/snap_keep.h"   /* epochs.json, snap_keep_plan, es_update */
 #include "jobs/snapshots.h"   /* snap_list_load, snap_list_save */
 #include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
@@ -100,6 +113,10 @@ static double mono_now(void)
 
 /* The GPUs the scheduler gave this worker (kiln worker --gpus 0,1); count 0: none given. */
 static net_devices worker_gpus;
+/* The job folder's lock the scheduler gave (--lock-fd N; -1: take it), and how
+ * long to wait for it otherwise (--lock-wait S). */
+static int lock_fd_given = -1;
+static int lock_wait_s = JOBLOCK_WAIT_DEFAULT_S;
 
 
 /* A double for JSON: finite values as %.9g, others as null. */
@@ -545,6 +562,12 @@ static int open_run(run *r, char *err, size_t errlen)
         return -1;
     }
     r->have_info = true;
+    int64_t fit_batch = 0;          /* what is available now, less the margin (jobs/memfit.h) */
+    int fit = memfit_check(c, jobcfg_net_input(c), r->info.nclasses, NULL, &fit_batch, e, sizeof e);
+    if (fit != 0) {
+        set_err(err, errlen, "%s%s", fit > 0 ? "not enough memory to start: " : "network: ", e);
+        return -1;
+    }
     if (write_preprocess(r, err, errlen) != 0)
         return -1;
     layout_file(path, sizeof path, c->dataset_dir, LAYOUT_TRAIN_SPLIT);
@@ -945,7 +968,10 @@ static void usage(FILE *f)
             "  --job-dir DIR   the job's folder (<data>/jobs/<id>)\n"
             "  --gpus N,...    the GPUs to train on, given by the scheduler (default: the\n"
             "                  ones job.json names, else the first ones)\n"
-            "  --help          this text\n");
+            "  --lock-wait S   seconds to wait while another process holds DIR/lock\n"
+            "                  (default %d; then it fails without writing anything)\n"
+            "  --lock-fd N     the locked DIR/lock, inherited from the scheduler\n"
+            "  --help          this text\n", JOBLOCK_WAIT_DEFAULT_S);
 }
 
 int runner_main(int argc, char **argv)
@@ -966,6 +992,20 @@ int runner_main(int argc, char **argv)
                 return 2;
             }
         }
+        else if ((!strcmp(argv[i], "--lock-fd") || !strcmp(argv[i], "--lock-wait")) && i + 1 < argc) {
+            bool fd = !strcmp(argv[i], "--lock-fd");
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 0 || v > (fd ? INT_MAX : 86400)) {
+                fprintf(stderr, "kiln worker: %s needs %s, not \"%s\"\n", argv[i - 1],
+                        fd ? "a descriptor number" : "seconds (0 to 86400)", argv[i]);
+                return 2;
+            }
+            if (fd)
+                lock_fd_given = (int)v;
+            else
+                lock_wait_s = (int)v;
+        }
         else if (!strncmp(argv[i], "--job-dir=", 10))
             dir = argv[i] + 10;
         else if (i > 0 && argv[i][0] == '-') {
@@ -981,6 +1021,26 @@ int runner_main(int argc, char **argv)
     return runner_run(dir, false);
 }
 
+/* Holds the job folder's lock for the rest of this process: the one given
+ * (--lock-fd) or one taken here. Returns the descriptor, or -1 with err set. */
+static int lock_job_dir(const char *dir, char *err, size_t errlen)
+{
+    if (lock_fd_given >= 0)
+        return joblock_adopt(dir, lock_fd_given, err, errlen) == 0 ? lock_fd_given : -1;
+    int fd = -1;
+    pid_t holder = 0;
+    int rc = joblock_take(dir, lock_wait_s * 1000, &fd, &holder, err, errlen);
+    if (rc == JOBLOCK_BUSY) {
+        char who[48] = "another process";
+        if (holder > 0)
+            snprintf(who, sizeof who, "another process (pid %ld)", (long)holder);
+        set_err(err, errlen, "the job folder %s is in use: %s holds its lock (%s/%s) and still "
+                "had it after %d s; two processes never write one job folder at once, so this one "
+                "stops without writing anything", dir, who, dir, JOBLOCK_FILE, lock_wait_s);
+    }
+    return rc == 0 ? fd : -1;
+}
+
 int runner_run(const char *dir, bool human_output)
 {
     report_start(human_output ? "kiln train" : NULL);
@@ -993,6 +1053,11 @@ int runner_run(const char *dir, bool human_output)
     char err[1024];
     int status = 1;
 
+    int lock_fd = lock_job_dir(dir, err, sizeof err);
+    if (lock_fd < 0) {
+        report_error(err);
+        return 1;
+    }
     api_error e;
     if (jobcfg_load(dir, &r.cfg, &e) != 0) {
         report_error(e.message);
@@ -1079,5 +1144,6 @@ int runner_run(const char *dir, bool human_output)
     status = 0;
 out:
     close_run(&r);
+    close(lock_fd);            /* everything is written: the folder is free */
     return status;
 }

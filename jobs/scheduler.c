@@ -33,6 +33,14 @@
  *   worker resumes each from its latest checkpoint (jobs/runner.c); the
  *   metrics recorded after that checkpoint's step are dropped when it starts.
  *
+ * - The job folder's lock (jobs/joblock.h): a job starts only when its
+ *   jobs/<id>/lock can be taken. The scheduler takes it (without waiting)
+ *   before preparing the start, and the worker inherits the locked file
+ *   (--lock-fd 3) and holds it until it exits. A job whose folder is still
+ *   locked, by a worker that a server killed with -9 left behind, stays
+ *   queued until that worker has died or finished (logged once), so two
+ *   workers never write one folder; it is looked at again with the queue.
+ *
  * Two kinds of work share the queue, the devices and this loop: training
  * jobs (`kiln worker --job-dir`) and evaluations (`kiln evaluate --eval-dir`,
  * jobs/evaluation.h). A worker carries its kind; what differs between the
@@ -76,6 +84,7 @@
 #include "engine/fileio.h"  /* fio_read_file: an evaluation's result.json */
 #include "jobs/evaluation.h" /* eval_spec_load: a queued evaluation's devices */
 #include "jobs/jobcfg.h"    /* jobcfg_load: a queued job's devices */
+#include "jobs/joblock.h"   /* joblock_take: a job folder's lock */
 
 extern char **environ;
 
@@ -87,6 +96,7 @@ extern char **environ;
 #define JOBJSON_WAIT_S 60
 #define LOG_TAIL_BYTES 4096
 #define LOG_TAIL_LINES 8
+#define LOCK_CHILD_FD 3           /* the worker's descriptor of its folder's lock (--lock-fd) */
 
 typedef struct worker {
     store_work kind;              /* a job or an evaluation (work_kinds) */
@@ -104,6 +114,7 @@ typedef struct worker {
     double kill_at;               /* monotonic time for SIGKILL; 0 = none */
     bool killed;
     uint64_t gpus;                /* bit i: GPU i, which it has to itself; 0: a CPU job */
+    int lock_fd;                  /* its folder's lock until the spawn hands it over; -1 */
     char dir[PATH_MAX];
     struct worker *next;
 } worker;
@@ -115,6 +126,7 @@ typedef struct queued_job {
     store_work kind;
     int64_t id;
     jobcfg_devices devices;
+    bool lock_logged;             /* "its folder is locked" was logged */
     struct queued_job *next;
 } queued_job;
 
@@ -237,6 +249,7 @@ typedef struct work_ops {
     const char *command, *dir_flag;    /* the worker: kiln COMMAND DIR_FLAG <dir> */
     const char *config;                /* the file in its folder that must exist first */
     const char *log;                   /* the worker's stderr, in its folder */
+    bool lock;                         /* its folder has a lock (jobs/joblock.h) */
     int (*dir)(char *buf, size_t n, const char *data, int64_t id);
     int (*devices)(const char *dir, jobcfg_devices *out, char *err, size_t errlen);
     /* Its status ("queued", ...) into status and its age in seconds; 0,
@@ -581,6 +594,8 @@ static void worker_free(worker *w)
         return;
     if (w->fd >= 0)
         close(w->fd);
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
     free(w->line);
     free(w->reported_error);
     free(w);
@@ -642,9 +657,12 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, logfd, STDERR_FILENO);
     if (!rc) rc = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    /* The folder's lock goes to the worker as fd 3 (w->lock_fd is > 3: a real dup). */
+    if (!rc && w->lock_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, w->lock_fd, LOCK_CHILD_FD);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
     /* Everything we open is O_CLOEXEC; this also covers fds a library left open. */
-    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, w->lock_fd >= 0 ? LOCK_CHILD_FD + 1
+                                                                                : STDERR_FILENO + 1);
 #endif
     if (rc) {
         set_err(err, errlen, "posix_spawn file actions: %s", strerror(rc));
@@ -677,8 +695,19 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
         if (w->gpus & (1ULL << i))
             len += snprintf(gpus + len, sizeof gpus - (size_t)len, "%s%d", len ? "," : "", i);
     const work_ops *ops = ops_of(w->kind);
-    char *argv[] = { s->worker_exe, (char *)ops->command, (char *)ops->dir_flag, w->dir,
-                     w->gpus ? "--gpus" : NULL, gpus, NULL };
+    char lockfd[16];
+    snprintf(lockfd, sizeof lockfd, "%d", LOCK_CHILD_FD);
+    char *argv[8] = { s->worker_exe, (char *)ops->command, (char *)ops->dir_flag, w->dir };
+    int argc = 4;
+    if (w->gpus) {
+        argv[argc++] = "--gpus";
+        argv[argc++] = gpus;
+    }
+    if (w->lock_fd >= 0) {
+        argv[argc++] = "--lock-fd";
+        argv[argc++] = lockfd;
+    }
+    argv[argc] = NULL;
     rc = posix_spawn(&w->pid, s->worker_exe, &fa, &at, argv, s->worker_env);
     if (rc) {
         set_err(err, errlen, "cannot start %s: %s", s->worker_exe, strerror(rc));
@@ -689,6 +718,10 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
     fcntl(w->fd, F_SETFL, fcntl(w->fd, F_GETFL) | O_NONBLOCK);
     ret = 0;
 out:
+    if (w->lock_fd >= 0) {           /* the worker has it now (or the start failed) */
+        close(w->lock_fd);
+        w->lock_fd = -1;
+    }
     if (fa_init)
         posix_spawn_file_actions_destroy(&fa);
     if (at_init)
@@ -827,6 +860,7 @@ static void eval_started(sched *s, int64_t id)
 static const work_ops work_kinds[] = {
     [STORE_WORK_JOB] = {
         .noun = "job", .command = "worker", .dir_flag = "--job-dir", .config = LAYOUT_JOB_JSON, .log = LAYOUT_JOB_LOG,
+        .lock = true,
         .dir = layout_job_dir, .devices = job_devices, .peek = job_peek,
         .ids_with_status = store_job_ids_with_status, .set_status = store_job_set_status,
         .prepare = job_prepare, .started = job_started, .on_metric = on_metric,
@@ -868,6 +902,37 @@ static int queued_devices(sched *s, store_work kind, int64_t id, const char *dir
     return 0;
 }
 
+/* Takes the folder's lock of a job about to start (jobs/joblock.h), as a
+ * descriptor above LOCK_CHILD_FD for spawn_worker to hand over. Returns 0
+ * with *fd; JOBLOCK_BUSY when another process (a worker an earlier server
+ * left) holds it, logged once per job; -1 with err. Lock held. */
+static int lock_folder(sched *s, store_work kind, int64_t id, const char *dir, int *fd, char *err,
+                       size_t errlen)
+{
+    pid_t holder = 0;
+    int rc = joblock_take(dir, 0, fd, &holder, err, errlen);
+    if (rc == JOBLOCK_BUSY) {
+        queued_job *q = *queued_at(s, kind, id);
+        if (q && !q->lock_logged) {
+            q->lock_logged = true;
+            fprintf(stderr, "kiln: job %lld: its folder is locked by another process (pid %ld), "
+                    "a worker of an earlier server; it starts once that one has exited\n",
+                    (long long)id, (long)holder);
+        }
+        return JOBLOCK_BUSY;
+    }
+    if (rc != 0)
+        return -1;
+    if (*fd <= LOCK_CHILD_FD) {
+        int high = fcntl(*fd, F_DUPFD_CLOEXEC, LOCK_CHILD_FD + 1);
+        close(*fd);
+        *fd = high;
+        if (high < 0)
+            return set_err(err, errlen, "cannot keep the lock of %s: %s", dir, strerror(errno));
+    }
+    return 0;
+}
+
 /* Starts one queued job or evaluation, if its device is free (held:
  * pick_gpus). Returns true when a worker now runs it. Lock held. */
 static bool start_work(sched *s, store_work kind, int64_t id, uint64_t *held)
@@ -902,17 +967,28 @@ static bool start_work(sched *s, store_work kind, int64_t id, uint64_t *held)
     }
     if (pick == 0 || (!gpus && s->ncpu_workers >= s->max_jobs))
         return false;                        /* its GPUs or the CPU are busy: it waits */
+    int lock_fd = -1;
+    if (ops->lock) {
+        int lk = lock_folder(s, kind, id, dir, &lock_fd, err, sizeof err);
+        if (lk < 0)
+            ops->end(s, id, "failed", err);
+        if (lk != 0)
+            return false;                    /* an earlier worker still writes its folder: it waits */
+    }
     worker *w = calloc(1, sizeof *w);
     char *line = malloc(LINE_MAX_BYTES);
     if (!w || !line) {
         free(w);
         free(line);
+        if (lock_fd >= 0)
+            close(lock_fd);
         return false;                        /* try again at the next look at the queue */
     }
     w->kind = kind;
     w->id = id;
     w->gpus = gpus;
     w->fd = -1;
+    w->lock_fd = lock_fd;
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
 
@@ -1100,6 +1176,23 @@ static int make_worker_env(sched *s)
     return 0;
 }
 
+/* At start: says when the worker a dead server left still holds a requeued
+ * job's folder (it keeps the job queued until it exits: start_work). */
+static void note_orphan(sched *s, const work_ops *ops, int64_t id)
+{
+    char dir[PATH_MAX], err[256];
+    int fd = -1;
+    pid_t holder = 0;
+    if (ops->dir(dir, sizeof dir, s->data_dir, id) != 0)
+        return;
+    if (joblock_take(dir, 0, &fd, &holder, err, sizeof err) == JOBLOCK_BUSY)
+        fprintf(stderr, "kiln: %s %lld: its worker from the previous server (pid %ld) is still "
+                "running and holds its folder; the job starts again once that worker has exited\n",
+                ops->noun, (long long)id, (long)holder);
+    if (fd >= 0)
+        close(fd);
+}
+
 sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen)
 {
     sched *s = calloc(1, sizeof *s);
@@ -1152,6 +1245,8 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
             fprintf(stderr, "kiln: %s %lld was running when the server stopped; queued again\n",
                     ops->noun, (long long)ids[i]);
             ops->set_status(st, ids[i], "queued", NULL);
+            if (ops->lock)
+                note_orphan(s, ops, ids[i]);
         }
         free(ids);
     }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/layout.h"           /* layout_dataset_dir, layout_job_dir */
+#include "engine/checkpoint.h"     /* ckpt_latest: a job's resume point */
 #include "engine/fileio.h"         /* fio_rm_rf */
 #include "engine/net.h"            /* engine_backends, engine_devices */
 #include "engine/summary.h"        /* summary_build, summary_to_json */
@@ -21,6 +22,7 @@
 #include "jobs/import_job.h"       /* import_job_cancel */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/jobspec.h"          /* jobspec_create */
+#include "jobs/memfit.h"           /* memfit_usable: what a job may plan on */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
@@ -262,6 +264,40 @@ static int summary_request(const cJSON *body, summary_req *q, api_error *e)
     return 0;
 }
 
+/* Adds to each device of a summary's training_memory what is available on it
+ * now (jobs/memfit.h: MemAvailable or the GPU's free memory, less the
+ * margin): "memory_available_bytes" (null when not known), "fits_available"
+ * and "max_batch_available", the figures a job is checked against. Returns
+ * o, or NULL (o deleted) when out of memory. */
+static cJSON *summary_available(cJSON *o, const summary *s)
+{
+    cJSON *tm = cJSON_GetObjectItemCaseSensitive(o, "training_memory");
+    cJSON *devs = cJSON_GetObjectItemCaseSensitive(tm, "devices");
+    engine_device d[MAX_DEVICES];
+    int n = engine_devices(d, MAX_DEVICES);
+    int i = 0;
+    cJSON *dev;
+    cJSON_ArrayForEach(dev, devs) {
+        if (i >= n || i >= s->ndevices)
+            break;
+        int64_t usable = d[i].free_bytes ? memfit_usable(d[i].free_bytes) : 0;
+        summary_mem m = { .fixed = s->fixed_bytes, .per_image = s->image_bytes };
+        bool ok = usable > 0
+            ? cJSON_AddNumberToObject(dev, "memory_available_bytes", (double)usable) &&
+              cJSON_AddBoolToObject(dev, "fits_available", s->train_bytes <= usable) &&
+              cJSON_AddNumberToObject(dev, "max_batch_available", (double)summary_max_batch(&m, usable))
+            : cJSON_AddNullToObject(dev, "memory_available_bytes") &&
+              cJSON_AddNullToObject(dev, "fits_available") &&
+              cJSON_AddNullToObject(dev, "max_batch_available");
+        if (!ok) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        i++;
+    }
+    return o;
+}
+
 static int h_network_summary(request *r)
 {
     enum MHD_Result answered;
@@ -278,7 +314,7 @@ static int h_network_summary(request *r)
                            q.momentum > 0, q.prec, &s, err, sizeof err) < 0)
         answered = http_error(r, 422, "invalid_network", "%s", err);
     else
-        answered = http_json(r, MHD_HTTP_OK, summary_to_json(&s));
+        answered = http_json(r, MHD_HTTP_OK, summary_available(summary_to_json(&s), &s));
     summary_free(&s);
     cJSON_Delete(q.spec);
     cJSON_Delete(doc);
@@ -411,6 +447,28 @@ static int h_dataset_delete(request *r)
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+/* The latest checkpoint of job id's folder: 1 found (its step in *step), 0
+ * none, -1 unreadable (err) or a path too long. */
+static int job_checkpoint(const server *srv, int64_t id, int64_t *step, char *err, size_t errlen)
+{
+    char dir[PATH_MAX], ckdir[PATH_MAX + 16], ckpath[PATH_MAX + 64];
+    ckpt_info ck;
+    if (layout_job_dir(dir, sizeof dir, srv->data_dir, id) != 0 ||
+        layout_file(ckdir, sizeof ckdir, dir, LAYOUT_CHECKPOINTS) != 0)
+        return set_err(err, errlen, "the data directory's path is too long");
+    int found = ckpt_latest(ckdir, ckpath, sizeof ckpath, &ck, err, errlen);
+    if (found == 1)
+        *step = ck.step;
+    return found;
+}
+
+static bool resumable_status(const char *status)
+{
+    return !strcmp(status, "failed") || !strcmp(status, "cancelled");
+}
+
+/* One job's representation: render_job's, plus "resumable" (a failed or
+ * cancelled job with a checkpoint: POST .../resume would take it). */
 static int answer_job(request *r, unsigned status, int64_t id)
 {
     store_job j;
@@ -418,7 +476,13 @@ static int answer_job(request *r, unsigned status, int64_t id)
     if (!lookup_job(r, id, &j, &answered))
         return answered;
     cJSON *o = render_job(r->srv->st, &j);
+    int64_t step = 0;
+    bool resumable = resumable_status(j.status) && job_checkpoint(r->srv, id, &step, NULL, 0) == 1;
     store_job_clear(&j);
+    if (o && !cJSON_AddBoolToObject(o, "resumable", resumable)) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
     return http_json(r, status, o);
 }
 
@@ -515,6 +579,47 @@ static int h_job_cancel(request *r)
     return answer_job(r, MHD_HTTP_ACCEPTED, r->id);
 }
 
+/* POST /api/v1/jobs/{id}/resume: a failed or cancelled job with a checkpoint
+ * goes back to the queue; its worker resumes from the latest checkpoint
+ * (jobs/runner.c) and the scheduler drops the metrics past its step. 409 for
+ * any other status or without a checkpoint. */
+static int h_job_resume(request *r)
+{
+    store_job j;
+    enum MHD_Result answered;
+    if (!lookup_job(r, r->id, &j, &answered))
+        return answered;
+    char status[16];
+    snprintf(status, sizeof status, "%s", j.status);
+    store_job_clear(&j);
+    if (!resumable_status(status))
+        return http_error(r, MHD_HTTP_CONFLICT, "job_not_resumable",
+                          "job %lld is %s; only a failed or cancelled job can be resumed",
+                          (long long)r->id, status);
+    char err[256];
+    int64_t step = 0;
+    int found = job_checkpoint(r->srv, r->id, &step, err, sizeof err);
+    if (found < 0)
+        return http_error(r, MHD_HTTP_CONFLICT, "job_not_resumable",
+                          "job %lld's checkpoints cannot be read: %s", (long long)r->id, err);
+    if (found == 0)
+        return http_error(r, MHD_HTTP_CONFLICT, "job_not_resumable",
+                          "job %lld has no checkpoint to resume from; create it again to run it from "
+                          "the start", (long long)r->id);
+    int rc = store_job_requeue_ended(r->srv->st, r->id);
+    if (rc == STORE_NOT_FOUND)              /* resumed, deleted or changed meanwhile */
+        return http_error(r, MHD_HTTP_CONFLICT, "job_not_resumable",
+                          "job %lld is no longer failed or cancelled", (long long)r->id);
+    if (rc != 0)
+        return http_store_error(r, "resuming the job");
+    fprintf(stderr, "kiln: job %lld: resumed; it goes on from its checkpoint at step %lld\n",
+            (long long)r->id, (long long)step);
+    hub_open(r->srv->hub, r->id);           /* its stream goes on with the new run (jobs/hub.h) */
+    hub_publish(r->srv->hub, r->id, "status", "{\"status\":\"queued\",\"error\":null}");
+    sched_wake(r->srv->sched);
+    return answer_job(r, MHD_HTTP_ACCEPTED, r->id);
+}
+
 static int h_job_metrics(request *r)
 {
     int64_t since = -1;
@@ -592,6 +697,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/jobs/:id", .fn = h_job_get },
     { .method = "DELETE", .pattern = "/api/v1/jobs/:id", .fn = h_job_delete },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/cancel", .fn = h_job_cancel },
+    { .method = "POST", .pattern = "/api/v1/jobs/:id/resume", .fn = h_job_resume },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/metrics", .fn = h_job_metrics },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },

@@ -12,6 +12,21 @@
  * Lifetime: a connection's state belongs to its MHD response and is freed by
  * the response's free callback: it leaves the registry, then unsubscribes
  * from the hub (which waits out a wake call in progress), then is freed.
+ *
+ * Replay from the store (a job not in the hub): the stored metrics are read
+ * SSE_REPLAY_PAGE at a time by row id (store_metric_page), the next page only
+ * when the client has drained the last one, and at most SSE_FILL_BYTES of
+ * events are formatted per fill. So a connection holds at most one page and
+ * one fill whatever the job's size, a client that does not read costs no
+ * more than that, and between pages it holds no lock and no statement of the
+ * store. The replay is bounded at start by the job's newest metric row
+ * (upto_row), so it ends with the metrics the job had when it began; event
+ * ids are the metrics' positions 1..n and n+1 for the status, as before.
+ * An event stream's socket gets a fixed send buffer (SSE_SNDBUF) instead of
+ * the kernel's autotuned one, which grew to the whole replay (2.5 MB of a
+ * 20,000-metric job per client that did not read): so a client that does
+ * not read also holds little kernel memory and stops the server's work on
+ * its stream once that buffer is full.
  */
 #include "server/sse.h"
 
@@ -21,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server/lookup.h"     /* lookup_job */
@@ -28,7 +44,9 @@
 
 #define SSE_BLOCK 4096           /* the response buffer MHD allocates per stream */
 #define SSE_HUB_BATCH 64         /* events taken from the hub per fill */
-#define SSE_REPLAY_BATCH 256     /* stored metrics formatted per fill */
+#define SSE_REPLAY_PAGE 256      /* stored metrics read from the store at a time */
+#define SSE_FILL_BYTES 8192      /* a replay fill formats events up to about this much */
+#define SSE_SNDBUF (128 * 1024)  /* an event stream socket's send buffer (the kernel doubles it) */
 
 typedef enum sse_mode { SSE_LIVE, SSE_REPLAY } sse_mode;
 
@@ -52,9 +70,13 @@ typedef struct sse_conn {
     char *buf;
     size_t len, off, cap;
 
-    /* Replay of a job that is not live. */
-    store_metric *metrics;
-    size_t nmetrics, next_metric;
+    /* Replay of a job that is not live: a page of its stored metrics. */
+    store_metric *page;          /* SSE_REPLAY_PAGE slots, allocated by start_replay */
+    size_t npage, page_next;     /* metrics in the page, the next to send */
+    int64_t after_row;           /* row id of the last metric read from the store */
+    int64_t upto_row;            /* the job's newest metric row when the replay began */
+    uint64_t next_index;         /* the event id (position, from 1) of page[page_next] */
+    bool store_done;             /* every metric up to upto_row has been read */
     char *final_status, *final_error;
 
     struct sse_conn *prev, *next;   /* registry */
@@ -149,45 +171,98 @@ static bool final_status(const char *st)
     return st && (!strcmp(st, "done") || !strcmp(st, "failed") || !strcmp(st, "cancelled"));
 }
 
-/* Loads the job's stored metrics and status for a replay. Returns 0, or -1. */
-static int start_replay(sse_conn *s, const store_job *j)
+/* Positions the replay after the client's Last-Event-ID: event k (k <= n)
+ * is the k-th stored metric, n + 1 the status. An id past n + 1 belongs to
+ * a live stream of this job, not to this replay: the client gets all of it.
+ * Returns 0 or -1. */
+static int replay_seek(sse_conn *s)
 {
-    if (store_metric_list(s->srv->st, s->job_id, -1, &s->metrics, &s->nmetrics) != 0)
+    s->after_row = 0;
+    s->next_index = 1;
+    if (s->last_id == 0)
+        return 0;
+    int64_t row = 0;
+    int rc = store_metric_row_at(s->srv->st, s->job_id, (int64_t)s->last_id, s->upto_row, &row);
+    if (rc == 0) {                          /* the client has metrics 1..last_id */
+        s->after_row = row;
+        s->next_index = s->last_id + 1;
+        return 0;
+    }
+    if (rc != STORE_NOT_FOUND)
         return -1;
-    s->final_status = strdup(j->status);
-    s->final_error = j->error ? strdup(j->error) : NULL;
-    if (!s->final_status || (j->error && !s->final_error))
+    int64_t n = 0;                          /* fewer metrics than last_id */
+    if (store_metric_count(s->srv->st, s->job_id, s->upto_row, &n) != 0)
         return -1;
-    s->mode = SSE_REPLAY;
-    s->next_metric = 0;
+    if (s->last_id > (uint64_t)n + 1)
+        s->last_id = 0;                     /* an id of a live stream, past this replay: all of it */
+    else
+        s->after_row = s->upto_row;         /* it has every metric (and maybe the status) */
+    s->next_index = s->last_id == 0 ? 1 : (uint64_t)n + 1;
     return 0;
 }
 
-/* Replay: the next batch of stored metrics, then the status. Returns 1 when
- * something was appended or the stream is done, -1 on error. */
+/* Starts the replay of a finished job: its status, where its metrics end, and
+ * where this client is in them. Returns 0, or -1. */
+static int start_replay(sse_conn *s, const store_job *j)
+{
+    s->final_status = strdup(j->status);
+    s->final_error = j->error ? strdup(j->error) : NULL;
+    s->page = malloc(SSE_REPLAY_PAGE * sizeof *s->page);
+    if (!s->final_status || (j->error && !s->final_error) || !s->page)
+        return -1;
+    if (store_metric_last_row(s->srv->st, s->job_id, &s->upto_row) != 0 || replay_seek(s) != 0)
+        return -1;
+    s->mode = SSE_REPLAY;
+    s->npage = s->page_next = 0;
+    s->store_done = s->after_row >= s->upto_row;
+    return 0;
+}
+
+/* Reads the next page of stored metrics when the last one is spent. Returns
+ * 0 or -1. */
+static int next_page(sse_conn *s)
+{
+    if (s->page_next < s->npage || s->store_done)
+        return 0;
+    size_t n = 0;
+    int64_t last = s->after_row;
+    if (store_metric_page(s->srv->st, s->job_id, s->after_row, s->upto_row, s->page,
+                          SSE_REPLAY_PAGE, &n, &last) != 0)
+        return -1;
+    s->npage = n;
+    s->page_next = 0;
+    s->after_row = last;
+    if (n < SSE_REPLAY_PAGE || last >= s->upto_row)
+        s->store_done = true;
+    return 0;
+}
+
+/* Replay: the next stored metrics (about SSE_FILL_BYTES of them), then the
+ * status. Returns 1 when something was appended or the stream is done, -1 on
+ * error. */
 static int fill_replay(sse_conn *s)
 {
-    size_t end = s->next_metric + SSE_REPLAY_BATCH;
-    if (end > s->nmetrics)
-        end = s->nmetrics;
-    if (s->next_metric == 0 && s->last_id > (uint64_t)s->nmetrics + 1)
-        s->last_id = 0;                     /* an id of a live stream, past this replay: all of it */
-    for (; s->next_metric < end; s->next_metric++) {
-        uint64_t id = (uint64_t)s->next_metric + 1;
-        if (id <= s->last_id)
-            continue;                       /* the client has it (Last-Event-ID) */
-        if (append_json(s, id, "metric", render_metric(&s->metrics[s->next_metric])) != 0)
+    while (s->len < SSE_FILL_BYTES) {
+        if (next_page(s) != 0)
+            return -1;
+        if (s->page_next >= s->npage)
+            break;                          /* no more metrics */
+        uint64_t id = s->next_index++;
+        if (append_json(s, id, "metric", render_metric(&s->page[s->page_next++])) != 0)
             return -1;
         s->last_id = id;
     }
-    if (s->next_metric < s->nmetrics)
+    if (s->len > 0 && (s->page_next < s->npage || !s->store_done))
         return 1;
-    uint64_t id = (uint64_t)s->nmetrics + 1;
+    uint64_t id = s->next_index;
     if (id > s->last_id) {
         if (append_json(s, id, "status", render_status(s->final_status, s->final_error)) != 0)
             return -1;
         s->last_id = id;
     }
+    free(s->page);                          /* the replay needs no more of the store */
+    s->page = NULL;
+    s->npage = s->page_next = 0;
     s->done = true;
     return 1;
 }
@@ -350,7 +425,7 @@ static void sse_conn_free(sse_conn *s)
         hub_unsubscribe(s->srv->hub, s->sub);
     pthread_mutex_destroy(&s->mu);
     free(s->buf);
-    free(s->metrics);
+    free(s->page);
     free(s->final_status);
     free(s->final_error);
     free(s);
@@ -413,6 +488,11 @@ int sse_handle(request *r)
         sse_conn_free(s);
         return MHD_NO;
     }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn,
+                                                                 MHD_CONNECTION_INFO_CONNECTION_FD);
+    int sndbuf = SSE_SNDBUF;
+    if (ci && setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) != 0)
+        fprintf(stderr, "kiln: sse: cannot set the send buffer of a stream: %s\n", strerror(errno));
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");

@@ -39,3 +39,6 @@ kiln_node_test(integration_onnx   tests/integration/onnx.test.mjs   integration 
 set_property(TEST integration_onnx APPEND PROPERTY ENVIRONMENT "KILN_PREDICT=$<TARGET_FILE:kiln_predict>")
 kiln_node_test(integration_evaluations tests/integration/evaluations.test.mjs integration 1800)
 kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200)
+# Job safety (issue 15): SSE replay in pages, the memory-fit 422, the job folder's lock, resume.
+kiln_node_test(integration_jobsafe tests/integration/jobsafe.test.mjs integration 600)
+set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_METRICS=$<TARGET_FILE:kiln_fill_metrics>")

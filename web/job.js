@@ -4,6 +4,7 @@
 // cancelled jobs included), why early stopping ended it, and its snapshots
 // (web/snapshots.js) with the best marked. Curves are filled from GET /metrics first, then live from
 // the SSE stream /events (EventSource), which ends after the final status.
+// A failed or cancelled job with a checkpoint has a Resume button.
 
 import { get, post, API, ApiError } from './api.js';
 import { createChart } from './charts.js';
@@ -27,6 +28,9 @@ export function renderJob(root, id) {
   const subtitle = h('p', { class: 'muted', id: 'job-subtitle' });
   const badge = h('span', { id: 'job-status', 'aria-live': 'polite' });
   const cancelBtn = h('button', { type: 'button', class: 'btn btn-danger', id: 'job-cancel', hidden: true }, 'Cancel');
+  // a failed or cancelled job with a checkpoint goes on from it (POST /jobs/{id}/resume)
+  const resumeBtn = h('button', { type: 'button', class: 'btn btn-primary', id: 'job-resume', hidden: true,
+    title: 'Continue training from the latest checkpoint' }, 'Resume');
   const download = h('a', { class: 'btn btn-primary', id: 'job-download', hidden: true,
     href: `${API}/jobs/${id}/model?format=tar`, download: `kiln-job-${id}-model.tar` }, 'Download model (.tar)');
   const bar = progressBar(0, 'training progress');
@@ -75,7 +79,7 @@ export function renderJob(root, id) {
     h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
     h('div', { class: 'page-head' },
       h('div', {}, h('div', { class: 'title-row' }, title, badge), subtitle),
-      h('div', { class: 'page-actions' }, cancelBtn, download)),
+      h('div', { class: 'page-actions' }, cancelBtn, resumeBtn, download)),
     actionError,
     errorBox,
     stoppedBox,
@@ -123,6 +127,21 @@ export function renderJob(root, id) {
       actionError.hidden = false;
       fill(actionError, e.message);
       cancelBtn.disabled = false;
+    }
+  });
+
+  resumeBtn.addEventListener('click', async () => {
+    resumeBtn.disabled = true;
+    actionError.hidden = true;
+    try {
+      await post(`/jobs/${id}/resume`);
+      // The view starts over: the job's metrics past the checkpoint are
+      // dropped and its stream goes on with the new run.
+      if (st.alive) window.dispatchEvent(new HashChangeEvent('hashchange'));
+    } catch (e) {
+      actionError.hidden = false;
+      fill(actionError, e.message);
+      resumeBtn.disabled = false;
     }
   });
 
@@ -190,6 +209,7 @@ export function renderJob(root, id) {
     root.dataset.status = status;
     const live = status === 'queued' || status === 'running';
     cancelBtn.hidden = !live;
+    resumeBtn.hidden = !((status === 'failed' || status === 'cancelled') && st.job && st.job.resumable);
     showDownload();
     if (status === 'failed' || (error && status !== 'done')) {
       errorBox.hidden = false;

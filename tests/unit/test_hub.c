@@ -62,6 +62,37 @@ static void ids_start_at_one_and_increase(void **state)
     hub_destroy(h);
 }
 
+/* A finished stream opened again (a resumed job): ids go on, and a reader
+ * from the start sees only the new run, not the earlier run's final status. */
+static void reopened_stream_serves_the_new_run(void **state)
+{
+    (void)state;
+    hub *h = hub_create();
+    hub_open(h, 7);
+    hub_publish(h, 7, "metric", "{}");
+    hub_publish(h, 7, "status", "{\"status\":\"cancelled\"}");
+    hub_finish(h, 7);
+    hub_open(h, 7);
+    hub_event ev[4];
+    bool live, ended, gap;
+    size_t n = hub_read(h, 7, 0, ev, 4, &live, &ended, &gap);
+    assert_int_equal(n, 0);                   /* nothing of the new run yet */
+    assert_true(live);
+    assert_false(ended);
+    assert_false(gap);
+    assert_int_equal(hub_publish(h, 7, "status", "{\"status\":\"running\"}"), 3);
+    n = hub_read(h, 7, 0, ev, 4, &live, &ended, &gap);
+    assert_int_equal(n, 1);
+    assert_int_equal(ev[0].id, 3);
+    assert_string_equal(ev[0].data, "{\"status\":\"running\"}");
+    hub_event_clear(&ev[0]);
+    n = hub_read(h, 7, 1, ev, 4, &live, &ended, &gap);   /* a reader of the earlier run */
+    assert_int_equal(n, 1);
+    assert_int_equal(ev[0].id, 3);
+    hub_event_clear(&ev[0]);
+    hub_destroy(h);
+}
+
 static void finish_ends_after_last_event(void **state)
 {
     (void)state;
@@ -288,6 +319,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ids_start_at_one_and_increase),
         cmocka_unit_test(finish_ends_after_last_event),
+        cmocka_unit_test(reopened_stream_serves_the_new_run),
         cmocka_unit_test(gap_when_reader_falls_behind),
         cmocka_unit_test(wake_and_unsubscribe),
         cmocka_unit_test(concurrent_publisher_and_reader),
