@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "server/guard.h"          /* guard_check, guard_body_type, guard_json_nul */
 #include "server/static_files.h"   /* static_serve */
 #include "server/upload.h"         /* upload_begin, upload_data, upload_free */
 
@@ -264,6 +265,14 @@ cJSON *http_body_json(request *r, enum MHD_Result *answered)
                                "the body must be a JSON object ({...})");
         return NULL;
     }
+    /* cJSON ends a string at \u0000 and drops the rest: refused, not truncated. */
+    char where[256];
+    if (guard_json_nul(r->body, r->body_len, where, sizeof where)) {
+        cJSON_Delete(doc);
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
+                               "%s holds \\u0000 (a NUL character), which kiln does not take in text", where);
+        return NULL;
+    }
     return doc;
 }
 
@@ -334,12 +343,9 @@ static enum MHD_Result request_begin(request *r)
         return http_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
                           "the request body (%llu bytes) is over the limit of %llu bytes (json-body-bytes)",
                           (unsigned long long)declared, (unsigned long long)json_max);
-    const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (body && r->rt && r->rt->body == BODY_JSON && ct &&
-        !strncasecmp(ct, "multipart/form-data", 19))
-        return http_error(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
-                          "%s takes a JSON body (Content-Type: application/json), not %s",
-                          r->url, "multipart/form-data");
+    int refused;
+    if (guard_body_type(r, body, &refused))
+        return (enum MHD_Result)refused;
     return MHD_YES;
 }
 
@@ -406,6 +412,9 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         r->url = url;
         r->method = method;
         *con_cls = r;
+        int refused;
+        if (guard_check(r, &refused))       /* size, Host, Origin: before anything else */
+            return (enum MHD_Result)refused;
         return request_begin(r);
     }
     if (r->answered) {

@@ -2,7 +2,8 @@
  *
  * Lifecycle (DESIGN.md, HTTP layer): a request's state is created on the
  * access handler's first call and freed in MHD_OPTION_NOTIFY_COMPLETED. The
- * first call only routes and checks what the headers declare (an oversize
+ * first call passes the front door (server/guard.h: URI and header sizes,
+ * Host, Origin) before anything else, then only routes and checks what the headers declare (an oversize
  * Content-Length gets 413, a wrong Content-Type 415, a body sent to an unknown
  * route 404): those early rejects are the only answers given on the first call.
  * Body bytes are appended (JSON, capped) or streamed to the upload's post

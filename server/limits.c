@@ -21,8 +21,14 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "one dataset upload's body" },
     { "connections", LIMIT_COUNT, OFF(connections), 10000, 16, 1000000,
       "open HTTP connections in all" },
-    { "idle-timeout", LIMIT_SECONDS, OFF(idle_timeout_s), 300, 5, 86400,
-      "a connection without traffic is closed after this" },
+    { "idle-timeout", LIMIT_SECONDS, OFF(idle_timeout_s), 30, 5, 86400,
+      "a connection without traffic is closed after this (SSE pings every 15 s)" },
+    { "connections-per-client", LIMIT_COUNT, OFF(connections_per_client), 64, 1, 1000000,
+      "open HTTP connections of one client address" },
+    { "uri-bytes", LIMIT_BYTES, OFF(uri_bytes), 8 * KIB, 1 * KIB, 1 * MIB,
+      "a request's URI, path and query (414 past it)" },
+    { "header-bytes", LIMIT_BYTES, OFF(header_bytes), 32 * KIB, 1 * KIB, 1 * MIB,
+      "a request's header lines together (431 past it)" },
 };
 const size_t SERVE_LIMIT_COUNT = sizeof SERVE_LIMIT_DEFS / sizeof SERVE_LIMIT_DEFS[0];
 

@@ -24,6 +24,9 @@ typedef struct serve_limits {
     uint64_t upload_bytes;           /* upload-bytes: one dataset upload's body */
     uint64_t connections;            /* connections: open HTTP connections in all */
     uint64_t idle_timeout_s;         /* idle-timeout: a connection with no traffic is closed after this */
+    uint64_t connections_per_client; /* connections-per-client: open HTTP connections of one client address */
+    uint64_t uri_bytes;              /* uri-bytes: a request's URI (server/guard.c) */
+    uint64_t header_bytes;           /* header-bytes: a request's header lines together (server/guard.c) */
 } serve_limits;
 
 typedef enum limit_unit { LIMIT_BYTES, LIMIT_COUNT, LIMIT_SECONDS } limit_unit;

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -64,6 +65,7 @@ typedef struct serve_opts {
     int max_jobs;
     import_roots *roots;          /* --import-root, resolved as they are read */
     serve_limits *limits;         /* --limit NAME=VALUE */
+    guard_hosts *hosts;           /* --allowed-host NAME[:PORT] */
 } serve_opts;
 
 void serve_usage(FILE *f)
@@ -71,7 +73,7 @@ void serve_usage(FILE *f)
     fprintf(f,
             "usage: kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
             "                  [--static-dir DIR] [--max-jobs N] [--import-root DIR]...\n"
-            "                  [--limit NAME=VALUE]...\n"
+            "                  [--limit NAME=VALUE]... [--allowed-host NAME[:PORT]]...\n"
             "\n"
             "Runs the training service: the REST API under /api/v1, the dashboard at /,\n"
             "and the scheduler that runs queued jobs as `kiln worker` processes.\n"
@@ -95,6 +97,10 @@ void serve_usage(FILE *f)
             "                     are resolved\n"
             "  --limit NAME=VALUE set one of the limits below (repeatable; byte counts take\n"
             "                     K, M, G or T, powers of 1024); GET /api/v1/limits lists them\n"
+            "  --allowed-host NAME[:PORT]  a name this server is reached by, besides\n"
+            "                     localhost, 127.0.0.1, [::1], --host and the machine's host\n"
+            "                     name (repeatable; without PORT any port, as behind a proxy).\n"
+            "                     A request with another Host header gets 421 (DNS rebinding)\n"
             "  --help             this text\n"
             "\n"
             "After binding it prints `kiln: listening on http://HOST:PORT`. SIGINT or\n"
@@ -183,6 +189,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
             char err[768];
             if (serve_limits_set(o->limits, v, err, sizeof err) != 0)
+                return usage_error("%s", err);
+        } else if ((v = opt_value(argc, argv, &i, GUARD_ALLOWED_HOST_FLAG, &missing))) {
+            char err[512];
+            if (guard_hosts_add(o->hosts, v, err, sizeof err) != 0)
                 return usage_error("%s", err);
         } else if ((v = opt_value(argc, argv, &i, IMPORT_ROOTS_FLAG, &missing))) {
             char err[PATH_MAX + 64];
@@ -278,7 +288,9 @@ static bool is_loopback(const struct sockaddr *sa)
 }
 
 /* libmicrohttpd's messages, minus the ones a client that went away causes
- * (every closed SSE stream would log one). */
+ * (every closed SSE stream would log one), and at most one a minute for
+ * connections refused at the connections or connections-per-client limit (a
+ * flood of them would flood the log). */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -287,6 +299,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     if (strstr(msg, "Failed to send") || strstr(msg, "no longer available") ||
         strstr(msg, "reset by peer") || strstr(msg, "closed by remote"))
         return;
+    if (strstr(msg, "reached connection limit")) {
+        static _Atomic long long last_s = -60;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long prev = atomic_load(&last_s);
+        if (now.tv_sec - prev < 60 || !atomic_compare_exchange_strong(&last_s, &prev, (long long)now.tv_sec))
+            return;
+        snprintf(msg, sizeof msg, "refusing connections at the connections or connections-per-client limit "
+                                  "(logged once a minute)");
+    }
     size_t n = strlen(msg);
     fprintf(stderr, "kiln: http: %s%s", msg, n && msg[n - 1] == '\n' ? "" : "\n");
 }
@@ -317,6 +339,8 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->limits.connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->limits.idle_timeout_s,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->limits.connections_per_client,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, guard_mhd_memory_limit(&srv->limits),
         MHD_OPTION_END);
     freeaddrinfo(res);
     if (!d) {
@@ -334,7 +358,7 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
 int serve_main(int argc, char **argv)
 {
     static server srv;                     /* outlives threads that may still run at exit */
-    serve_opts o = { .roots = &srv.roots, .limits = &srv.limits };
+    serve_opts o = { .roots = &srv.roots, .limits = &srv.limits, .hosts = &srv.hosts };
     serve_limits_default(&srv.limits);
     int rc = parse_args(argc, argv, &o);
     if (rc == 1)
@@ -398,11 +422,18 @@ int serve_main(int argc, char **argv)
         goto out;
     }
 
+    if (guard_hosts_defaults(&srv.hosts, o.host, err, sizeof err) != 0) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
+    if (o.port)
+        guard_hosts_set_port(&srv.hosts, o.port);
     int port = 0;
     bool loopback = true;
     srv.daemon = start_http(&srv, &o, &port, &loopback);
     if (!srv.daemon)
         goto out;
+    guard_hosts_set_port(&srv.hosts, port);  /* --port 0: known now */
     bool v6 = strchr(o.host, ':') != NULL;
     printf("kiln: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host, v6 ? "]" : "", port);
     fflush(stdout);
@@ -439,5 +470,6 @@ out:
     hub_destroy(srv.hub);
     store_close(srv.st);
     import_roots_free(&srv.roots);
+    guard_hosts_free(&srv.hosts);
     return status;
 }

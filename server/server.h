@@ -17,6 +17,7 @@
 
 #include "db/store.h"          /* store */
 #include "server/limits.h"    /* serve_limits */
+#include "server/guard.h"     /* guard_hosts */
 #include "jobs/hub.h"          /* hub */
 #include "jobs/import_roots.h" /* import_roots */
 #include "jobs/scheduler.h"    /* sched */
@@ -34,6 +35,7 @@ typedef struct server {
     char static_dir[PATH_MAX];    /* vendored libraries, icons */
     import_roots roots;           /* --import-root: the folders a JSON dataset source may name */
     serve_limits limits;          /* --limit: every configurable limit (limits.h) */
+    guard_hosts hosts;            /* the names the server answers to: defaults and --allowed-host (guard.h) */
     store *st;
     hub *hub;
     sched *sched;

@@ -11,3 +11,7 @@ kiln_unit_test(test_server_upload
 kiln_unit_test(test_server_limits
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_limits.c
   LIBS kiln_server)
+# The front door's pure parts: Host names, same-origin, \u0000 in JSON.
+kiln_unit_test(test_server_guard
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_guard.c
+  LIBS kiln_server)
