@@ -15,7 +15,8 @@
 //
 // At the end it waits (bounded) for every job and import to end and checks:
 //   - every job is done, or failed with a reason; no dataset is left importing,
-//     and one that is failed has a reason;
+//     and one that is failed has a reason and no bytes left in its folder;
+//     uploads/ is empty;
 //   - every job interrupted with a checkpoint on disk resumed from it: its log
 //     has a "resuming from ...: step S" line with S >= that checkpoint's step;
 //   - no metric lost: every metric GET /api/v1/jobs/{id}/metrics listed just
@@ -33,7 +34,7 @@
 // The kiln binary is $KILN_BIN, else build/server/kiln.
 
 import { spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 
@@ -290,6 +291,19 @@ async function killWorker(k, snap, pick) {
 
 // ---- the checks at the end -------------------------------------------------------
 
+/* Bytes in the files below dir (0 when it is gone). */
+function bytesUnder(dir) {
+  let n = 0;
+  let entries = [];
+  try { entries = readdirSync(dir, { withFileTypes: true }); } catch { return 0; }
+  for (const e of entries) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) n += bytesUnder(p);
+    else { try { n += statSync(p).size; } catch { /* gone meanwhile */ } }
+  }
+  return n;
+}
+
 function digitPng(file) {
   const { PNG } = require('pngjs');
   const px = loadDigits(7)[0];
@@ -374,7 +388,13 @@ async function finalChecks() {
     dsByStatus[d.status] = (dsByStatus[d.status] || 0) + 1;
     if (d.status === 'importing') violation(`dataset ${d.id} is still importing at the end`);
     if (d.status === 'failed' && !d.error) violation(`dataset ${d.id} failed without a reason`);
+    if (d.status === 'failed') {
+      const left = bytesUnder(path.join(dataDir, 'datasets', String(d.id)));
+      if (left) violation(`dataset ${d.id} failed, but its folder still holds ${left} bytes`);
+    }
   }
+  const spooled = bytesUnder(path.join(dataDir, 'uploads'));
+  if (spooled) violation(`uploads/ still holds ${spooled} bytes at the end`);
   return { byStatus, dsByStatus, modelsLoaded };
 }
 
