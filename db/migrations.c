@@ -102,6 +102,43 @@ const store_migration store_migrations[] = {
         .what = "metrics by job and row id",
         .sql = "CREATE INDEX IF NOT EXISTS metrics_by_job_id ON metrics (job_id, id);",
     },
+    {
+        /* Users and their tokens (db/users.h), and who owns what (issue 15).
+         * A token row holds only a hash of its secret; kind "session" is a
+         * dashboard sign-in (the kiln_session cookie), "api" a bearer token.
+         * owner_id NULL: made before users existed, in open mode, or by a
+         * user since removed (SET NULL); only admins see those. A shared
+         * dataset is readable by every user. */
+        .version = 6,
+        .what = "users, tokens and owners",
+        .sql =
+            "CREATE TABLE users ("
+            "  id             INTEGER PRIMARY KEY AUTOINCREMENT,"
+            "  name           TEXT NOT NULL UNIQUE COLLATE NOCASE,"
+            "  password_hash  TEXT NOT NULL,"
+            "  admin          INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1)),"
+            "  created_at     TEXT NOT NULL"
+            ");"
+            "CREATE TABLE tokens ("
+            "  id            INTEGER PRIMARY KEY AUTOINCREMENT,"
+            "  user_id       INTEGER NOT NULL REFERENCES users (id) ON DELETE CASCADE,"
+            "  kind          TEXT NOT NULL CHECK (kind IN ('api', 'session')),"
+            "  name          TEXT NOT NULL DEFAULT '',"
+            "  hash          TEXT NOT NULL UNIQUE,"
+            "  created_at    TEXT NOT NULL,"
+            "  expires_at    TEXT,"
+            "  last_used_at  TEXT,"
+            "  revoked_at    TEXT"
+            ");"
+            "CREATE INDEX tokens_by_user ON tokens (user_id, id);"
+            "ALTER TABLE datasets ADD COLUMN owner_id INTEGER REFERENCES users (id) ON DELETE SET NULL;"
+            "ALTER TABLE datasets ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE jobs ADD COLUMN owner_id INTEGER REFERENCES users (id) ON DELETE SET NULL;"
+            "ALTER TABLE evaluations ADD COLUMN owner_id INTEGER REFERENCES users (id) ON DELETE SET NULL;"
+            "CREATE INDEX datasets_by_owner ON datasets (owner_id);"
+            "CREATE INDEX jobs_by_owner ON jobs (owner_id);"
+            "CREATE INDEX evaluations_by_owner ON evaluations (owner_id);",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

@@ -27,6 +27,7 @@
 
 #include "base/err.h"
 #include "db/migrations.h"   /* store_migrations, store_migration_count */
+#include "db/store_db.h"     /* store_db_lock, store_db_unlock */
 
 #define STORE_BUSY_TIMEOUT_MS 5000
 #define NOW_SQL "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
@@ -70,16 +71,23 @@ enum stmt_id {
     ST_EVAL_COUNT_DATASET,
     ST_EVAL_DELETE,
     ST_QUEUE_LIST,
+    ST_DS_LIST_FOR,
+    ST_DS_SHARED,
+    ST_JOB_LIST_FOR,
+    ST_EVAL_BY_JOB_FOR,
+    ST_DS_OWNER,
+    ST_JOB_OWNER,
+    ST_EVAL_OWNER,
     ST_COUNT
 };
 
-#define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds"
+#define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds, owner_id, shared"
 #define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
                  "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at, " \
-                 "stopped_epoch, stopped_best_epoch, stopped_message"
+                 "stopped_epoch, stopped_best_epoch, stopped_message, owner_id"
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
 #define EVAL_COLS "id, job_id, dataset_id, split, selection, epoch, status, progress, result_json, " \
-                  "error, created_at, started_at, finished_at"
+                  "error, created_at, started_at, finished_at, owner_id"
 /* A job's and an evaluation's status change (?2) stamps the same times:
  * "running" starts, "queued" unstarts, an end finishes, anything else unfinishes. */
 #define STATUS_STAMPS_SQL \
@@ -149,6 +157,16 @@ static const char *const stmt_sql[ST_COUNT] = {
                       "UNION ALL "
                       "SELECT 1 AS kind, id, created_at FROM evaluations WHERE status = 'queued' "
                       "ORDER BY 3, 1, 2",
+    /* ?1 = 0: every row (an admin, or no users); else that owner's (and shared datasets). */
+    [ST_DS_LIST_FOR] = "SELECT " DS_COLS " FROM datasets WHERE ?1 = 0 OR owner_id = ?1 OR shared = 1 "
+                       "ORDER BY id DESC",
+    [ST_DS_SHARED] = "UPDATE datasets SET shared = ?2 WHERE id = ?1",
+    [ST_JOB_LIST_FOR] = "SELECT " JOB_COLS " FROM jobs WHERE ?1 = 0 OR owner_id = ?1 ORDER BY id DESC",
+    [ST_EVAL_BY_JOB_FOR] = "SELECT " EVAL_COLS " FROM evaluations WHERE job_id = ?1 AND "
+                           "(?2 = 0 OR owner_id = ?2) ORDER BY id DESC",
+    [ST_DS_OWNER] = "UPDATE datasets SET owner_id = NULLIF(?2, 0) WHERE id = ?1",
+    [ST_JOB_OWNER] = "UPDATE jobs SET owner_id = NULLIF(?2, 0) WHERE id = ?1",
+    [ST_EVAL_OWNER] = "UPDATE evaluations SET owner_id = NULLIF(?2, 0) WHERE id = ?1",
 };
 
 struct store {
@@ -654,6 +672,8 @@ static int read_dataset(sqlite3_stmt *q, void *elem)
     ok = col_dup(q, 5, &d->error) && ok;
     ok = col_dup(q, 6, &d->created_at) && ok;
     d->eta_seconds = sqlite3_column_double(q, 7);
+    d->owner_id = sqlite3_column_int64(q, 8);      /* NULL reads as 0 */
+    d->shared = sqlite3_column_int(q, 9) != 0;
     if (!ok) {
         store_dataset_clear(d);
         return -1;
@@ -683,6 +703,29 @@ int store_dataset_list(store *s, store_dataset **out, size_t *n)
     void *arr;
     int ret = list_rows(s, ST_DS_LIST, NO_KEY, &dataset_rows, "listing datasets", &arr, n);
     *out = arr;
+    return ret;
+}
+
+int store_dataset_list_for(store *s, int64_t owner, store_dataset **out, size_t *n)
+{
+    void *arr;
+    int ret = list_rows(s, ST_DS_LIST_FOR, KEY_ID(owner), &dataset_rows, "listing datasets", &arr, n);
+    *out = arr;
+    return ret;
+}
+
+int store_dataset_set_shared(store *s, int64_t id, bool shared)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_DS_SHARED, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 2, shared ? 1 : 0);
+        ret = step_change(s, q, b, "dataset shared");
+    }
+    unlock(s);
     return ret;
 }
 
@@ -836,6 +879,7 @@ static int read_job(sqlite3_stmt *q, void *elem)
     j->stopped_epoch = sqlite3_column_int(q, 15);
     j->stopped_best_epoch = sqlite3_column_int(q, 16);
     ok = col_dup(q, 17, &j->stopped_message) && ok;
+    j->owner_id = sqlite3_column_int64(q, 18);
     if (!ok) {
         store_job_clear(j);
         return -1;
@@ -859,6 +903,14 @@ int store_job_list(store *s, store_job **out, size_t *n)
 {
     void *arr;
     int ret = list_rows(s, ST_JOB_LIST, NO_KEY, &job_rows, "listing jobs", &arr, n);
+    *out = arr;
+    return ret;
+}
+
+int store_job_list_for(store *s, int64_t owner, store_job **out, size_t *n)
+{
+    void *arr;
+    int ret = list_rows(s, ST_JOB_LIST_FOR, KEY_ID(owner), &job_rows, "listing jobs", &arr, n);
     *out = arr;
     return ret;
 }
@@ -1184,6 +1236,7 @@ static int read_eval(sqlite3_stmt *q, void *elem)
     ok = col_dup(q, 10, &e->created_at) && ok;
     ok = col_dup(q, 11, &e->started_at) && ok;
     ok = col_dup(q, 12, &e->finished_at) && ok;
+    e->owner_id = sqlite3_column_int64(q, 13);
     if (!ok) {
         store_eval_clear(e);
         return -1;
@@ -1208,6 +1261,29 @@ int store_eval_list_by_job(store *s, int64_t job_id, store_eval **out, size_t *n
     void *arr;
     int ret = list_rows(s, ST_EVAL_BY_JOB, KEY_ID(job_id), &eval_rows, "listing evaluations", &arr, n);
     *out = arr;
+    return ret;
+}
+
+int store_eval_list_by_job_for(store *s, int64_t job_id, int64_t owner, store_eval **out, size_t *n)
+{
+    void *arr = NULL;
+    *out = NULL;
+    *n = 0;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_EVAL_BY_JOB_FOR, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, job_id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 2, owner);
+        if (b == SQLITE_OK)
+            ret = read_all(s, q, &eval_rows, "listing evaluations", &arr, n);
+        else
+            stmt_done(q);
+    }
+    unlock(s);
+    if (ret == 0)
+        *out = arr;
     return ret;
 }
 
@@ -1255,6 +1331,43 @@ void store_eval_list_free(store_eval *list, size_t n)
     for (size_t i = 0; list && i < n; i++)
         store_eval_clear(&list[i]);
     free(list);
+}
+
+/* ---- owners --------------------------------------------------------------- */
+
+int store_set_owner(store *s, store_owned kind, int64_t id, int64_t owner)
+{
+    static const enum stmt_id by_kind[] = {
+        [STORE_OWNED_DATASET] = ST_DS_OWNER,
+        [STORE_OWNED_JOB] = ST_JOB_OWNER,
+        [STORE_OWNED_EVAL] = ST_EVAL_OWNER,
+    };
+    if ((unsigned)kind >= sizeof by_kind / sizeof by_kind[0])
+        return -1;
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, by_kind[kind], NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int64(q, 2, owner);
+        ret = step_change(s, q, b, "setting an owner");
+    }
+    unlock(s);
+    return ret;
+}
+
+/* ---- for db/users.c (db/store_db.h) --------------------------------------- */
+
+sqlite3 *store_db_lock(store *s)
+{
+    lock(s);
+    return s->db;
+}
+
+void store_db_unlock(store *s)
+{
+    unlock(s);
 }
 
 /* ---- the queue ------------------------------------------------------------ */

@@ -14,6 +14,7 @@
 #ifndef KILN_DB_STORE_H
 #define KILN_DB_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,8 @@ typedef struct store_dataset {
     char *info_json;       /* once ready: classes, shape, counts, mean, resize (JSON from the import's ds_info); else NULL */
     char *error;           /* reason when failed, else NULL */
     char *created_at;
+    int64_t owner_id;      /* the user who made it; 0: none (open mode, or its user was removed) */
+    bool shared;           /* readable by every user (changed only by its owner or an admin) */
 } store_dataset;
 
 /* Inserts a dataset in status "importing"; *id receives its id. */
@@ -51,6 +54,11 @@ int store_dataset_get(store *s, int64_t id, store_dataset *out);
 int store_dataset_find_by_name(store *s, const char *name, store_dataset *out);
 /* All datasets, newest first; *out is a malloc'ed array, free with store_dataset_list_free. */
 int store_dataset_list(store *s, store_dataset **out, size_t *n);
+/* The datasets user `owner` may read, newest first: its own and the shared
+ * ones; owner 0: all (an admin, or a server without users). */
+int store_dataset_list_for(store *s, int64_t owner, store_dataset **out, size_t *n);
+/* Marks a dataset shared (readable by every user) or not. */
+int store_dataset_set_shared(store *s, int64_t id, bool shared);
 int store_dataset_delete(store *s, int64_t id);
 void store_dataset_clear(store_dataset *d);
 void store_dataset_list_free(store_dataset *list, size_t n);
@@ -74,6 +82,7 @@ typedef struct store_job {
      * otherwise */
     int stopped_epoch, stopped_best_epoch;
     char *stopped_message;
+    int64_t owner_id;      /* the user who made it; 0: none */
 } store_job;
 
 int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
@@ -95,6 +104,8 @@ int store_job_requeue_ended(store *s, int64_t id);
 int store_job_set_config(store *s, int64_t id, const char *config_json);
 int store_job_get(store *s, int64_t id, store_job *out);
 int store_job_list(store *s, store_job **out, size_t *n);      /* newest first */
+/* The jobs of user `owner`, newest first; owner 0: all. */
+int store_job_list_for(store *s, int64_t owner, store_job **out, size_t *n);
 /* The oldest queued job's id in *id, or STORE_NOT_FOUND. */
 int store_job_next_queued(store *s, int64_t *id);
 /* Ids of jobs in a status (e.g. "running", for recovery at start-up). */
@@ -151,6 +162,7 @@ typedef struct store_eval {
     char *result_json;     /* once done: the result (result.json's text); else NULL */
     char *error;           /* reason when failed, else NULL */
     char *created_at, *started_at, *finished_at;   /* NULL until they happen */
+    int64_t owner_id;      /* the user who made it; 0: none */
 } store_eval;
 
 /* Inserts an evaluation in status "queued"; *id receives its id. */
@@ -167,6 +179,8 @@ int store_eval_finish(store *s, int64_t id, const char *status, const char *resu
 int store_eval_get(store *s, int64_t id, store_eval *out);
 /* A job's evaluations, newest first (free with store_eval_list_free). */
 int store_eval_list_by_job(store *s, int64_t job_id, store_eval **out, size_t *n);
+/* A job's evaluations made by user `owner` (0: all), newest first. */
+int store_eval_list_by_job_for(store *s, int64_t job_id, int64_t owner, store_eval **out, size_t *n);
 /* Ids of evaluations in a status, oldest first. */
 int store_eval_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n);
 /* How many evaluations use a dataset. */
@@ -174,6 +188,14 @@ int store_eval_count_by_dataset(store *s, int64_t dataset_id, size_t *n);
 int store_eval_delete(store *s, int64_t id);
 void store_eval_clear(store_eval *e);
 void store_eval_list_free(store_eval *list, size_t n);
+
+/* ---- owners --------------------------------------------------------------- */
+
+/* What a user may own (issue 15; users and tokens are db/users.h). */
+typedef enum store_owned { STORE_OWNED_DATASET, STORE_OWNED_JOB, STORE_OWNED_EVAL } store_owned;
+
+/* Records who made a row (set right after it is inserted); owner 0 clears it. */
+int store_set_owner(store *s, store_owned kind, int64_t id, int64_t owner);
 
 /* ---- the queue: jobs and evaluations together ---------------------------- */
 

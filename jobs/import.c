@@ -17,7 +17,17 @@
  *   folders are ignored (classify_entry, for the probe too). Total
  *   uncompressed bytes and the entry count are capped (import_opts.max_bytes,
  *   .max_entries); one file is capped at 256 MiB and decoded images at 64
- *   Mpixels.
+ *   Mpixels. Every entry's data is counted, also that of entries passed over.
+ * - Limits before work: a first pass reads only the images' headers; an
+ *   image over opts.max_image_pixels (image-pixels) is skipped and listed,
+ *   the images' sum over .max_import_pixels (import-pixels) fails the import,
+ *   and so does the prepared size estimated from their count and the shape
+ *   (import_estimate_check: dataset-bytes, the free disk), all before
+ *   anything is decoded or written. The importing pass checks each header
+ *   again before it decodes.
+ * - Names: every path and class name from a source goes through imp_name
+ *   (base/utf8.h: invalid UTF-8 bytes read as Latin-1), so the store, the
+ *   log and the API only ever hold UTF-8.
  * - Classes: the first path component below an optional common top folder (one
  *   folder holding every file, with class folders inside it). Files outside any
  *   class folder are listed and left out. Classes are sorted by strcmp. When
@@ -58,10 +68,12 @@
 #include <string.h>
 #include <strings.h>          /* strcasecmp */
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/err.h"
 #include "base/layout.h"      /* the dataset folder's files */
+#include "base/utf8.h"        /* utf8_from_any: every name the importer keeps */
 #include "engine/dataset.h"   /* ds_writer_*, ds_info_save */
 #include "engine/fileio.h"    /* fio_read_file, fio_write_atomic */
 #include "engine/image.h"     /* img_decode, img_probe, img_resize_chw */
@@ -132,14 +144,89 @@ char *imp_path_join(const char *dir, const char *name) {
  * and the report's problems. */
 void imp_log_file(importer *im, size_t *count, const char *what, const char *path, const char *why) {
     (*count)++;
-    if (im->log_lines++ < IMPORT_LOG_MAX_LINES) sb_printf(&im->log, "%s %s: %s\n", what, path, why);
+    char upath[1024], uwhy[512];        /* the source's names may be in any encoding */
+    utf8_from_any(path, strlen(path), upath, sizeof upath);
+    utf8_from_any(why, strlen(why), uwhy, sizeof uwhy);
+    if (im->log_lines++ < IMPORT_LOG_MAX_LINES) sb_printf(&im->log, "%s %s: %s\n", what, upath, uwhy);
     import_report *r = &im->rep;
     if (r->nproblems < IMPORT_REPORT_PROBLEMS) {
         import_problem *p = &r->problems[r->nproblems++];
         snprintf(p->what, sizeof p->what, "%s", what);
-        snprintf(p->path, sizeof p->path, "%.255s", path);      /* cut short: for a page */
-        snprintf(p->why, sizeof p->why, "%.159s", why);
+        utf8_from_any(upath, strlen(upath), p->path, sizeof p->path);   /* cut short (for a page) at a character */
+        utf8_from_any(uwhy, strlen(uwhy), p->why, sizeof p->why);
     }
+}
+
+char *imp_name(const char *path, char *out, size_t outlen) {
+    utf8_from_any(path, strlen(path), out, outlen);
+    return out;
+}
+
+/* ---- the import's limits: pixels before decoding, disk before writing ------------- */
+
+static uint64_t opt_or(unsigned long long v, uint64_t def) { return v ? (uint64_t)v : def; }
+
+int imp_pixels_check(importer *im, int w, int h, char *why, size_t whylen, char *err, size_t errlen) {
+    const import_opts *o = im->opts;
+    uint64_t px = (uint64_t)(w > 0 ? w : 0) * (uint64_t)(h > 0 ? h : 0);
+    uint64_t max_image = o ? opt_or(o->max_image_pixels, IMPORT_IMAGE_PIXELS_DEFAULT) : IMPORT_IMAGE_PIXELS_DEFAULT;
+    uint64_t max_import = o ? opt_or(o->max_import_pixels, IMPORT_IMPORT_PIXELS_DEFAULT) : IMPORT_IMPORT_PIXELS_DEFAULT;
+    if (px > max_image) {
+        set_err(why, whylen, "image of %dx%d (%llu pixels) is over the limit of %llu pixels (image-pixels)", w, h,
+                (unsigned long long)px, (unsigned long long)max_image);
+        return 1;
+    }
+    im->pixels += px;
+    if (im->pixels > max_import)
+        return set_err(err, errlen, "the images add up to more than %llu pixels, over the limit of %llu pixels "
+                       "(import-pixels); split the import", (unsigned long long)max_import,
+                       (unsigned long long)max_import);
+    return 0;
+}
+
+/* "1.5 GiB" */
+static void human_bytes(uint64_t b, char *out, size_t outlen) {
+    static const char *const units[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)b;
+    size_t u = 0;
+    while (v >= 1024 && u + 1 < COUNT_OF(units)) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0) snprintf(out, outlen, "%llu bytes", (unsigned long long)b);
+    else snprintf(out, outlen, "%.1f %s", v, units[u]);
+}
+
+#define SPLIT_RECORD_EXTRA 10u       /* a record's u16 label and u64 offset (engine/dataset.h) */
+#define SPLIT_HEADER_BYTES 4096u     /* a split's header and padding, at most */
+
+int import_estimate_check(size_t n, int c, int h, int w, const import_opts *o, const char *dir, api_error *e) {
+    uint64_t image = (uint64_t)c * (uint64_t)h * (uint64_t)w;
+    uint64_t splits = (uint64_t)n * (image + SPLIT_RECORD_EXTRA) + 3 * SPLIT_HEADER_BYTES;
+    uint64_t cap = o ? opt_or(o->max_dataset_bytes, IMPORT_DATASET_BYTES_DEFAULT) : IMPORT_DATASET_BYTES_DEFAULT;
+    char est[32], lim[32];
+    human_bytes(splits, est, sizeof est);
+    if (splits > cap) {
+        human_bytes(cap, lim, sizeof lim);
+        return api_fail(e, 413, "dataset_too_large", "the prepared dataset would take about %s (%zu images of "
+                        "%dx%dx%d), over the limit of %llu bytes, %s (dataset-bytes); give a smaller width, height "
+                        "or channels, or import fewer images", est, n, c, h, w, (unsigned long long)cap, lim);
+    }
+    struct statvfs sv;
+    if (dir && statvfs(dir, &sv) == 0) {
+        uint64_t need = splits + (uint64_t)n * image;          /* the splits and the scratch file */
+        need += need / 10 + IMPORT_DISK_MARGIN;
+        uint64_t avail = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+        if (need > avail) {
+            char nd[32], fr[32];
+            human_bytes(need, nd, sizeof nd);
+            human_bytes(avail, fr, sizeof fr);
+            return api_fail(e, 413, "dataset_too_large", "the import would need about %s of disk (the dataset, "
+                            "about %s, its scratch file and a margin) but the data directory has %s free; "
+                            "give a smaller width, height or channels, or free some space", nd, est, fr);
+        }
+    }
+    return 0;
 }
 
 static void drop_tag(void *t);
@@ -276,6 +363,14 @@ typedef struct shape_census {
     size_t nsizes, total;
     bool all_gray;
 } shape_census;
+/* total counts the images within image-pixels: the import's image count
+ * for the estimate of its size (import_estimate_check). */
+
+int imp_estimate(importer *im, size_t n, int c, int h, int w, char *err, size_t errlen) {
+    api_error e;
+    if (import_estimate_check(n, c, h, w, im->opts, im->dir, &e) == 0) return 0;
+    return set_err(err, errlen, "%s", e.message);
+}
 
 /* The first pass's visit: counts the image's size from its header. */
 static int count_size(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
@@ -287,6 +382,8 @@ static int count_size(importer *im, void *ctx, const char *path, int rr, const u
     if (!im->dec && !(im->dec = img_decoder_new())) return set_err(err, errlen, "out of memory");
     if (rr != 0 || img_probe(im->dec, buf, len, &w, &h, &gray, why, whylen) != 0 || w <= 0 || h <= 0)
         return 0;
+    int pc = imp_pixels_check(im, w, h, why, whylen, err, errlen);
+    if (pc != 0) return pc < 0 ? -1 : 0;       /* over image-pixels: the importing pass lists it */
     size_t k = 0;
     while (k < sc->nsizes && (sc->sizes[k].w != w || sc->sizes[k].h != h)) k++;
     if (k == sc->nsizes) {
@@ -302,17 +399,24 @@ static int count_size(importer *im, void *ctx, const char *path, int rr, const u
 }
 
 /* A first pass over the archive, decoding headers only (progress 0..to; each
- * file is still read whole, so the caps hold as in the second pass): the most
- * common image size (the first seen of equal counts), and whether every image
- * is grey. Sets the shape the second pass squashes to, and the report's
- * shape_note. */
+ * file is still read whole, so the caps hold as in the second pass): the
+ * images' count and pixels against the limits (image-pixels, import-pixels,
+ * then the size estimate: nothing is decoded or written before these), and
+ * when the options leave it to the images, the most common image size (the
+ * first seen of equal counts) and whether every image is grey. Sets the shape
+ * the second pass squashes to, and the report's shape_note. */
 static int imp_choose_shape(importer *im, const char *archive_path, double to,
                         import_progress_fn progress, void *arg, char *err, size_t errlen) {
     const import_opts *o = im->opts;
     shape_census sc = { NULL, 0, 0, true };
     const archive_pass first = { false, 0, to, count_size, &sc };
     int rc = im->walk(im, archive_path, &first, progress, arg, err, errlen);
+    im->pixels = 0;                                /* the importing pass counts again */
     if (rc != 0 || sc.total == 0) goto out;        /* no images: the second pass says so */
+    if (o->width && o->channels) {                 /* the user's shape: only the estimate to make */
+        rc = imp_estimate(im, sc.total, o->channels, o->height, o->width, err, errlen);
+        goto out;
+    }
     size_t best = 0;
     for (size_t k = 1; k < sc.nsizes; k++)
         if (sc.sizes[k].n > sc.sizes[best].n) best = k;
@@ -321,6 +425,7 @@ static int imp_choose_shape(importer *im, const char *archive_path, double to,
         im->w = o->width;
         im->h = o->height;
         snprintf(im->rep.shape_note, sizeof im->rep.shape_note, "the size asked for");
+        rc = imp_estimate(im, sc.total, im->c, im->h, im->w, err, errlen);
         goto out;
     }
     im->w = sc.sizes[best].w;
@@ -336,6 +441,7 @@ static int imp_choose_shape(importer *im, const char *archive_path, double to,
                 "resize them", im->w, im->h, IMPORT_MAX_TARGET);
         rc = -1;
     }
+    if (rc == 0) rc = imp_estimate(im, sc.total, im->c, im->h, im->w, err, errlen);
 out:
     free(sc.sizes);
     return rc;
@@ -420,9 +526,24 @@ static int remember(importer *im, const char *path, char *err, size_t errlen) {
 
 /* The importing pass's visit: remembers the file for the layout, decodes an
  * image into the scratch file, lists an unreadable one. */
-static int imp_visit_file(importer *im, void *ctx, const char *path, int rr, const uint8_t *buf, size_t len,
+static int imp_visit_file(importer *im, void *ctx, const char *raw_path, int rr, const uint8_t *buf, size_t len,
                        char *why, size_t whylen, char *err, size_t errlen) {
     (void)ctx;
+    char name[4096 * 2 + 1];
+    const char *path = imp_name(raw_path, name, sizeof name);
+    if (rr == 0) {                              /* the header's size against the limits, before decoding */
+        int w, h;
+        bool gray;
+        if (!im->dec && !(im->dec = img_decoder_new())) return set_err(err, errlen, "out of memory");
+        if (img_probe(im->dec, buf, len, &w, &h, &gray, why, whylen) != 0) rr = 1;
+        else if ((rr = imp_pixels_check(im, w, h, why, whylen, err, errlen)) < 0) return -1;
+        else if (rr == 1) {
+            im->over_pixels++;
+            if (!im->labelled && remember(im, path, err, errlen) != 0) return -1;
+            imp_log_file(im, &im->rep.skipped, "skipped", path, why);
+            return 0;
+        }
+    }
     if (!im->labelled && looks_like_image(path, rr == 0 ? buf : NULL, len) && remember(im, path, err, errlen) != 0)
         return -1;
     if (rr == 0 && im->pool) {
@@ -798,6 +919,13 @@ int imp_finish(importer *im, char **classes, int nclasses, const char *source,
                          import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen) {
     const import_opts *o = im->opts;
     char ignored[64];
+    if (nclasses == 0 && im->over_pixels) {
+        set_err(err, errlen, "no image to import: the %zu image(s) found are over the limit of %llu pixels each "
+                "(image-pixels); make them smaller", im->over_pixels,
+                (unsigned long long)(o->max_image_pixels ? o->max_image_pixels : IMPORT_IMAGE_PIXELS_DEFAULT));
+        imp_write_log(im, "kiln import: every image is over image-pixels\n", ignored, sizeof ignored);
+        return -1;
+    }
     if (nclasses == 0) {
         set_err(err, errlen, NO_IMAGES_MSG);
         imp_write_log(im, "kiln import: " NO_IMAGES_MSG "\n", ignored, sizeof ignored);
@@ -867,13 +995,11 @@ void imp_end(importer *im, import_report *rep) {
 
 int imp_read_files(importer *im, const char *path, import_progress_fn progress, void *arg, char *err,
                    size_t errlen) {
-    /* Without a size or channel count, a first pass over the headers
-     * chooses them: the most common size, grey only if every image is. */
-    double read_from = 0;
-    if (im->opts->width == 0 || im->opts->channels == 0) {
-        read_from = 0.3;
-        if (imp_choose_shape(im, path, read_from, progress, arg, err, errlen) != 0) return -1;
-    }
+    /* A first pass over the headers counts the images against the limits
+     * and, without a size or channel count, chooses them: the most common
+     * size, grey only if every image is. */
+    double read_from = 0.3;
+    if (imp_choose_shape(im, path, read_from, progress, arg, err, errlen) != 0) return -1;
     const archive_pass importing = { true, read_from, imp_write_from(im), imp_visit_file, NULL };
     if (imp_pool_start(im, err, errlen) != 0 || im->walk(im, path, &importing, progress, arg, err, errlen) != 0)
         return -1;

@@ -15,6 +15,8 @@
 #ifndef KILN_JOBS_IMPORT_H
 #define KILN_JOBS_IMPORT_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,10 +33,24 @@ typedef struct import_opts {
     unsigned long long seed; /* the split is a seeded shuffle (default 1) */
     unsigned long long max_bytes;   /* cap on uncompressed bytes read; 0: 4 GiB */
     unsigned long max_entries;      /* cap on archive entries; 0: 1,000,000 */
+    /* The resource limits below (kiln serve's --limit rows of the same names,
+     * server/limits.c; 0: the IMPORT_*_DEFAULT below, what kiln import uses). */
+    unsigned long long max_dataset_bytes;   /* dataset-bytes: the splits, estimated before writing */
+    unsigned long long max_image_pixels;    /* image-pixels: one image, from its header */
+    unsigned long long max_import_pixels;   /* import-pixels: every image of the import, from their headers */
 } import_opts;
 
+/* The defaults of the import's limits (server/limits.c's rows take them). */
+#define IMPORT_DATASET_BYTES_DEFAULT ((uint64_t)64 << 30)    /* dataset-bytes: 64 GiB */
+#define IMPORT_IMAGE_PIXELS_DEFAULT ((uint64_t)32 << 20)     /* image-pixels: 33.5 Mpx (8K UHD fits) */
+#define IMPORT_IMAGE_PIXELS_MAX ((uint64_t)64 << 20)         /* the decoder's own bound (engine/image.h) */
+#define IMPORT_IMPORT_PIXELS_DEFAULT ((uint64_t)256 << 30)   /* import-pixels: 275 Gpx (ImageNet is ~0.2 T) */
+#define IMPORT_CHECK_BYTES_DEFAULT ((uint64_t)256 << 20)     /* check-bytes: an upload's check reads 256 MiB */
+#define IMPORT_CHECK_SECONDS_DEFAULT 10                      /* check-seconds */
+#define IMPORT_DISK_MARGIN ((uint64_t)256 << 20)             /* free disk left after an import, at least */
+
 #define IMPORT_VAL_PERCENT_DEFAULT 20
-#define IMPORT_OPTS_DEFAULT { 0, 0, 0, IMPORT_VAL_PERCENT_DEFAULT, 0, 0, DS_ENC_RAW, 1, 0, 0 }
+#define IMPORT_OPTS_DEFAULT { 0, 0, 0, IMPORT_VAL_PERCENT_DEFAULT, 0, 0, DS_ENC_RAW, 1, 0, 0, 0, 0, 0 }
 
 /* The options a user sets (the upload's form fields, a JSON request's
  * members, kiln import's flags), one table of their names and limits in
@@ -144,13 +160,44 @@ int import_run(const import_source *src, const char *dir, import_progress_fn pro
 int import_mnist_json(const char *digits_dir, const char *dir,
                       import_progress_fn progress, void *arg, ds_info *info, char *err, size_t errlen);
 
-/* The quick check of an upload before it is accepted: opens the archive as
- * import_archive does (the same formats and filters, nothing else) and looks
- * for one entry the importer would read, inside a class folder, that starts
- * like a PNG or JPEG. Returns 0, or -1 with e set: 400 "invalid_archive" (not
- * an archive kiln reads, damaged, too many entries), 400 "no_images", or 500
- * "storage_error" when the file cannot be read back. */
-int import_probe(const char *archive_path, api_error *e);
+/* The bounds of an upload's check (kiln serve's check-bytes and
+ * check-seconds); 0: the defaults. stop (may be NULL) ends it early when it
+ * turns true (the server's shutdown). */
+typedef struct import_check_limits {
+    uint64_t max_bytes;          /* uncompressed bytes read, every entry's data counted */
+    uint64_t max_seconds;
+    const atomic_bool *stop;
+} import_check_limits;
+
+/* What the check found: images (entries inside a class folder that start
+ * like a PNG or JPEG) and whether it read the whole archive (then images is
+ * their number; else it stopped at its bounds after finding one). */
+typedef struct import_check {
+    size_t images;
+    bool complete;
+} import_check;
+
+/* The check of an upload before it is accepted: opens the archive as
+ * import_archive does (open_archive: the same formats and filters, nothing
+ * else) and reads its entries, every byte of their data counted against
+ * lim->max_bytes and the time against lim->max_seconds, counting the entries
+ * the importer would read as images. It ends at the archive's end, or with
+ * success at a bound once it has found an image. Returns 0 with *out, or -1
+ * with e set: 400 "invalid_archive" (not an archive kiln reads, damaged, too
+ * many entries), 400 "no_images", 413 "check_limit" (a bound reached before
+ * any image: the message names check-bytes or check-seconds), 503
+ * "shutting_down" (stop), or 500 "storage_error" when the file cannot be
+ * read back. */
+int import_probe(const char *archive_path, const import_check_limits *lim, import_check *out, api_error *e);
+
+/* Whether an import of n images of c x h x w fits: the prepared splits
+ * (each image raw, c*h*w bytes and its label and offset, whatever the
+ * encoding: an encoded split ends smaller) against o->max_dataset_bytes
+ * (dataset-bytes), and the splits plus the importer's scratch file (n *
+ * c*h*w) plus IMPORT_DISK_MARGIN and a tenth against the space free on the
+ * file system of dir. Returns 0, or -1 with e a 413 "dataset_too_large"
+ * whose message gives the estimate and names the limit (or the free space). */
+int import_estimate_check(size_t n, int c, int h, int w, const import_opts *o, const char *dir, api_error *e);
 
 /* Reads an archive of loose images (POST /api/v1/jobs/{id}/infer): every
  * regular file, in archive order, by the importer's rules (the same formats

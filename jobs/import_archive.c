@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <archive.h>
@@ -272,6 +273,34 @@ static int read_entry(struct archive *a, struct archive_entry *e, caps *cp, uint
 
 /* ---- reading the archive, in one pass or two ------------------------------------- */
 
+#define SKIP_REPORT_BYTES ((unsigned long long)64 << 20)   /* a long skip looks at the cancel mark this often */
+
+/* Reads past the current entry's data (an entry the importer does not read:
+ * a folder, a link, a hidden file), every byte counted against the caps, so
+ * that no entry is decompressed for nothing past them; at the pass's
+ * fraction x it asks the caller whether to go on every 64 MiB. Returns 0, or
+ * -1 with err set (a cap, damage, cancelled). */
+static int skip_data(struct archive *a, caps *cp, import_progress_fn progress, void *arg, double x,
+                     char *err, size_t errlen) {
+    unsigned long long since = 0;
+    for (;;) {
+        const void *buf;
+        size_t size;
+        la_int64_t offset;
+        int r = archive_read_data_block(a, &buf, &size, &offset);
+        if (r == ARCHIVE_EOF) return 0;
+        if (r == ARCHIVE_FATAL) return damaged(a, err, errlen);
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return 0;
+        cp->total_bytes += size;
+        since += size;
+        if (imp_over_bytes(cp, err, errlen) != 0) return -1;
+        if (since >= SKIP_REPORT_BYTES) {
+            since = 0;
+            if (imp_report(progress, arg, x, err, errlen) != 0) return -1;
+        }
+    }
+}
+
 
 /* Reads the archive's entries in order, within the options' caps, and hands
  * every file the importer reads to p->visit. The first pass (not listing)
@@ -297,24 +326,25 @@ int imp_each_archive_file(importer *im, const char *archive_path, const archive_
         if (r == ARCHIVE_EOF) break;
         if (r == ARCHIVE_FATAL) goto out;
         double x = archive_fraction(a, size);           /* ends on p->to exactly */
-        if (imp_report(progress, arg, p->from * (1 - x) + p->to * x, err, errlen) != 0) goto out;
+        double at = p->from * (1 - x) + p->to * x;
+        if (imp_report(progress, arg, at, err, errlen) != 0) goto out;
         const char *name = entry_name(e);
+        entry_kind kind = ENTRY_IGNORED;
         if (!name) {
             if (p->listing) imp_log_file(im, &im->rep.skipped, "skipped", "(entry)", "name cannot be read");
-            continue;
-        }
-        if (r != ARCHIVE_OK && (r != ARCHIVE_WARN || !p->listing)) {
+        } else if (r != ARCHIVE_OK && (r != ARCHIVE_WARN || !p->listing)) {
             if (p->listing)
                 imp_log_file(im, &im->rep.unreadable, "unreadable", name,
                          archive_error_string(a) ? archive_error_string(a) : "bad entry");
+        } else {
+            kind = classify_entry(e, name, path, sizeof path);
+            if ((kind == ENTRY_UNSAFE || kind == ENTRY_NOT_FILE) && p->listing)
+                imp_log_file(im, &im->rep.skipped, "skipped", name, skip_reason[kind]);
+        }
+        if (kind != ENTRY_FILE) {
+            if (skip_data(a, &cp, progress, arg, at, err, errlen) != 0) goto out;
             continue;
         }
-        entry_kind kind = classify_entry(e, name, path, sizeof path);
-        if (kind == ENTRY_UNSAFE || kind == ENTRY_NOT_FILE) {
-            if (p->listing) imp_log_file(im, &im->rep.skipped, "skipped", name, skip_reason[kind]);
-            continue;
-        }
-        if (kind != ENTRY_FILE) continue;
         uint8_t *buf = NULL;
         size_t len = 0;
         int rr = read_entry(a, e, &cp, &buf, &len, why, sizeof why, err, errlen);
@@ -329,16 +359,79 @@ out:
     return rc;
 }
 
-/* ---- the probe: a quick look before an upload is accepted ------------------------ */
+/* ---- the upload's check: a bounded look before an upload is accepted --------------- */
 
-int import_probe(const char *archive_path, api_error *e) {
+static double mono_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef enum check_stop { CHECK_GO, CHECK_BYTES, CHECK_TIME, CHECK_STOPPED } check_stop;
+
+typedef struct check_state {
+    uint64_t max_bytes, bytes;
+    uint64_t max_seconds;
+    double deadline;
+    const atomic_bool *stop;
+} check_state;
+
+static check_stop check_bound(const check_state *cs) {
+    if (cs->stop && atomic_load(cs->stop)) return CHECK_STOPPED;
+    if (cs->bytes > cs->max_bytes) return CHECK_BYTES;
+    if (mono_seconds() > cs->deadline) return CHECK_TIME;
+    return CHECK_GO;
+}
+
+/* Reads the current entry's data to its end, every byte counted, keeping
+ * its first IMG_SIGNATURE_BYTES in head (*nhead of them). Returns CHECK_GO
+ * at the entry's end, the bound that stopped it, or -1 (damaged: err). */
+static int check_drain(struct archive *a, check_state *cs, uint8_t *head, size_t *nhead, char *err, size_t errlen) {
+    for (;;) {
+        const void *buf;
+        size_t size;
+        la_int64_t offset;
+        int r = archive_read_data_block(a, &buf, &size, &offset);
+        if (r == ARCHIVE_EOF) return CHECK_GO;
+        if (r == ARCHIVE_FATAL) return damaged(a, err, errlen);
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) return CHECK_GO;   /* an unreadable entry: the next */
+        for (size_t i = 0; head && *nhead < IMG_SIGNATURE_BYTES && i < size; i++)
+            head[(*nhead)++] = ((const uint8_t *)buf)[i];
+        cs->bytes += size;
+        check_stop st = check_bound(cs);
+        if (st != CHECK_GO) return (int)st;
+    }
+}
+
+/* e for a check stopped at a bound before it found an image. */
+static int check_refused(check_stop st, const check_state *cs, api_error *e) {
+    if (st == CHECK_STOPPED)
+        return api_fail(e, 503, "shutting_down", "the server is shutting down; upload again once it is back");
+    if (st == CHECK_BYTES)
+        return api_fail(e, 413, "check_limit", "the archive's check read %llu bytes of uncompressed data without "
+                        "finding an image, over the limit of %llu bytes (check-bytes); put the class folders' "
+                        "images first, or split the archive", (unsigned long long)cs->bytes,
+                        (unsigned long long)cs->max_bytes);
+    return api_fail(e, 413, "check_limit", "the archive's check found no image in %llu seconds, over the limit "
+                    "(check-seconds); put the class folders' images first, or split the archive",
+                    (unsigned long long)cs->max_seconds);
+}
+
+int import_probe(const char *archive_path, const import_check_limits *lim, import_check *out, api_error *e) {
     char err[400], path[4096];
+    check_state cs = { lim && lim->max_bytes ? lim->max_bytes : IMPORT_CHECK_BYTES_DEFAULT, 0,
+                       lim && lim->max_seconds ? lim->max_seconds : IMPORT_CHECK_SECONDS_DEFAULT, 0,
+                       lim ? lim->stop : NULL };
+    cs.deadline = mono_seconds() + (double)cs.max_seconds;
+    out->images = 0;
+    out->complete = false;
     struct archive *a = NULL;
     int r = open_archive(archive_path, &a, NULL, err, sizeof err);
     if (r == OPEN_NOT_ARCHIVE) return api_fail(e, 400, "invalid_archive", "%s", err);
     if (r != OPEN_OK) return api_fail(e, 500, "storage_error", "reading the upload back: %s", err);
     int rc = -1;
     unsigned long entries = 0;
+    check_stop st = CHECK_GO;
     for (;;) {
         struct archive_entry *ae;
         r = next_entry(a, &ae, &entries, IMPORT_MAX_ENTRIES_DEFAULT, err, sizeof err);
@@ -348,24 +441,30 @@ int import_probe(const char *archive_path, api_error *e) {
             goto out;
         }
         const char *name = entry_name(ae);
-        if (!name || (r != ARCHIVE_OK && r != ARCHIVE_WARN)) continue;
         /* a file the importer reads, inside a class folder */
-        if (classify_entry(ae, name, path, sizeof path) != ENTRY_FILE || !strchr(path, '/')) continue;
+        bool candidate = name && (r == ARCHIVE_OK || r == ARCHIVE_WARN) &&
+                         classify_entry(ae, name, path, sizeof path) == ENTRY_FILE && strchr(path, '/');
         uint8_t head[IMG_SIGNATURE_BYTES];
         size_t n = 0;
-        la_ssize_t got = 1;
-        while (n < sizeof head && (got = archive_read_data(a, head + n, sizeof head - n)) > 0) n += (size_t)got;
-        if (got == ARCHIVE_FATAL) {
-            damaged(a, err, sizeof err);
+        int d = check_drain(a, &cs, candidate ? head : NULL, &n, err, sizeof err);
+        if (d < 0) {
             api_fail(e, 400, "invalid_archive", "%s", err);
             goto out;
         }
-        if (img_signature(head, n) != IMG_NONE) {
-            rc = 0;
-            goto out;
-        }
+        if (candidate && img_signature(head, n) != IMG_NONE) out->images++;
+        st = d != CHECK_GO ? (check_stop)d : check_bound(&cs);
+        if (st != CHECK_GO) break;
     }
-    api_fail(e, 400, "no_images", "%s", NO_IMAGES_MSG);
+    if (st == CHECK_STOPPED || (st != CHECK_GO && out->images == 0)) {
+        check_refused(st, &cs, e);
+        goto out;
+    }
+    out->complete = st == CHECK_GO;
+    if (out->images == 0) {
+        api_fail(e, 400, "no_images", "%s", NO_IMAGES_MSG);
+        goto out;
+    }
+    rc = 0;
 out:
     archive_read_free(a);
     return rc;

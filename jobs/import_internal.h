@@ -90,6 +90,8 @@ typedef struct importer {
     bool labelled;           /* the source gives labels (a list): no class folders */
     const struct pathlist *list;   /* IMPORT_LIST's list, for its walk */
     const struct import_roots *roots;
+    uint64_t pixels;         /* the images' pixels so far (import-pixels), by their headers */
+    size_t over_pixels;      /* images skipped for image-pixels by the importing pass */
     int (*walk)(struct importer *im, const char *path, const struct archive_pass *p,
                 import_progress_fn progress, void *arg, char *err, size_t errlen);   /* archive or folder */
 } importer;
@@ -122,6 +124,17 @@ char *imp_path_join(const char *dir, const char *name);        /* malloc'ed; NUL
 /* Counts a file in *count (one of the report's) and lists it in import.log
  * and the report's problems. */
 void imp_log_file(importer *im, size_t *count, const char *what, const char *path, const char *why);
+/* A name from a source (entry path, folder, class, label) as UTF-8: base/utf8.h's
+ * rule (invalid bytes read as Latin-1), in out (outlen bytes, cut short at a
+ * character); returns out. Every name the importer keeps passes through it. */
+char *imp_name(const char *path, char *out, size_t outlen);
+/* An image of w x h (its header's) against image-pixels (1: skip it, why
+ * set) and, added to im->pixels, import-pixels (-1: fatal, err set); 0 to
+ * decode it. */
+int imp_pixels_check(importer *im, int w, int h, char *why, size_t whylen, char *err, size_t errlen);
+/* import_estimate_check for the importer: -1 with err set when n images of
+ * c x h x w do not fit (dataset-bytes, the free disk). */
+int imp_estimate(importer *im, size_t n, int c, int h, int w, char *err, size_t errlen);
 void imp_free(importer *im);
 int imp_open_scratch(importer *im, char *err, size_t errlen);
 /* -1 with err set when the caps' total is over its limit. */

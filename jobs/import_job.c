@@ -396,6 +396,47 @@ static bool take_turn(pthread_mutex_t *serial, const import_job *j)
     return true;
 }
 
+/* Takes a check slot, giving up when the check's stop flag turns true
+ * meanwhile. Returns whether the slot is held. */
+static bool take_check_slot(sem_t *slots, const atomic_bool *stop)
+{
+    for (;;) {
+        if (stop && atomic_load(stop))
+            return false;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += TURN_POLL_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (sem_timedwait(slots, &until) == 0)
+            return true;
+        if (errno != ETIMEDOUT && errno != EINTR)
+            return false;
+    }
+}
+
+/* An upload's check: the archive within its bounds (a check slot held while
+ * it runs), then, when the whole archive was read and the options give the
+ * size, the estimate of the prepared dataset (channels: the options', else
+ * 1, the least it can be). Returns 0, or -1 with e set. */
+static int check_upload(const import_task *t, api_error *e)
+{
+    const import_hooks *h = &t->hooks;
+    if (h->check_slots && !take_check_slot(h->check_slots, h->check.stop))
+        return api_fail(e, 503, "shutting_down", "the server is shutting down; upload again once it is back");
+    import_check found;
+    int rc = import_probe(t->src.path, &h->check, &found, e);
+    if (h->check_slots)
+        sem_post(h->check_slots);
+    const import_opts *o = &t->src.opts;
+    if (rc == 0 && found.complete && o->width && o->height)
+        rc = import_estimate_check(found.images, o->channels ? o->channels : 1, o->height, o->width, o,
+                                   t->data_dir, e);
+    return rc;
+}
+
 static void *import_thread(void *arg)
 {
     import_task *t = arg;
@@ -403,7 +444,7 @@ static void *import_thread(void *arg)
     if (!t->begun) {
         api_error e;
         memset(&e, 0, sizeof e);
-        if ((t->src.kind == IMPORT_ARCHIVE && import_probe(t->src.path, &e) != 0) ||
+        if ((t->src.kind == IMPORT_ARCHIVE && check_upload(t, &e) != 0) ||
             import_job_begin(job, t->st, t->data_dir, t->name, &e) != 0) {
             t->hooks.checked(t->hooks.arg, -1, &e);
             goto done;

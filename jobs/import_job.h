@@ -9,9 +9,11 @@
  *                      marks the dataset "ready" with the header the importer
  *                      returns, or "failed" with the reason and removes the
  *                      folder; a cancelled import removes the row too
- *   import_job_start   an upload's import on a background thread: the probe
- *                      (import_probe), begin, a hook that lets the caller
- *                      answer its client, then run
+ *   import_job_start   an upload's import on a background thread: the check
+ *                      (import_probe, bounded; when it read the whole archive
+ *                      and the options give the size, the estimate of the
+ *                      prepared size too: import_estimate_check), begin, a
+ *                      hook that lets the caller answer its client, then run
  *   import_job_spawn   run on a background thread, after a begin made on the
  *                      caller's thread (files on the server)
  *   import_job_cancel  asks a running import of this process to stop
@@ -29,6 +31,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -102,6 +105,12 @@ typedef struct import_hooks {
     void (*finished)(void *arg);
     void *arg;
     pthread_mutex_t *serial; /* held while the importer runs (one import at a time); may be NULL */
+    /* import_job_start only: the check's bounds (check-bytes, check-seconds,
+     * the server's stop flag), and a slot of check_slots (kiln serve's
+     * checks; may be NULL) held while it runs: a check waits its turn, and
+     * gives up with 503 shutting_down when check.stop turns true meanwhile. */
+    import_check_limits check;
+    sem_t *check_slots;
 } import_hooks;
 
 /* Starts a detached thread that imports the archive at archive_path as dataset

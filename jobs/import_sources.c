@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/err.h"
+#include "base/utf8.h"          /* utf8_dup_any: class names */
 #include "engine/fileio.h"    /* fio_read_file */
 #include "jobs/cifar.h"       /* cifar_open, cifar_read */
 #include "jobs/idx.h"         /* idx_open, idx_read */
@@ -99,8 +100,8 @@ static int each_list_file(importer *im, const char *path, const archive_pass *p,
 static char **copy_classes(int n, const char *(*name)(const void *src, int i), const void *src,
                            char *err, size_t errlen) {
     char **c = calloc((size_t)n + 1, sizeof *c);
-    for (int i = 0; c && i < n; i++)
-        if (!(c[i] = strdup(name(src, i)))) {
+    for (int i = 0; c && i < n; i++)      /* a labels file's names may be in any encoding */
+        if (!(c[i] = utf8_dup_any(name(src, i), strlen(name(src, i))))) {
             imp_free_classes(c, i);
             c = NULL;
         }
@@ -200,6 +201,7 @@ int imp_import_pixels(const import_source *src, const char *dir, import_progress
         native_shape(&im, 1, h, w);
         nclasses = idx_nclasses(is);
         pf.total = idx_count(is, READER_TRAIN) + idx_count(is, READER_TEST);
+        if (imp_estimate(&im, pf.total, im.c, im.h, im.w, err, errlen) != 0) goto out;
         if (!(classes = copy_classes(nclasses, idx_class, is, err, errlen))) goto out;
         if (idx_read(is, on_idx_image, &pf, err, errlen) != 0) goto out;
         snprintf(source, sizeof source, "MNIST IDX files in %s", src->path);
@@ -208,6 +210,7 @@ int imp_import_pixels(const import_source *src, const char *dir, import_progress
         native_shape(&im, CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE);
         nclasses = cifar_nclasses(cs);
         pf.total = cifar_count(cs, READER_TRAIN) + cifar_count(cs, READER_TEST);
+        if (imp_estimate(&im, pf.total, im.c, im.h, im.w, err, errlen) != 0) goto out;
         if (!(classes = copy_classes(nclasses, cifar_class, cs, err, errlen))) goto out;
         if (!(pf.hwc = malloc(CIFAR_PIXELS))) {
             set_err(err, errlen, "out of memory");

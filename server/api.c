@@ -21,8 +21,11 @@
 #include "jobs/import.h"           /* import_schema: the upload's options */
 #include "jobs/import_job.h"       /* import_job_cancel */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
+#include "jobs/joblock.h"          /* joblock_take: a job folder's lock */
 #include "jobs/jobspec.h"          /* jobspec_create */
 #include "jobs/memfit.h"           /* memfit_usable: what a job may plan on */
+#include "server/auth.h"           /* auth_own */
+#include "server/auth_api.h"       /* the session, token and user routes */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
@@ -349,7 +352,7 @@ static int h_datasets_list(request *r)
 {
     store_dataset *list = NULL;
     size_t n = 0;
-    if (store_dataset_list(r->srv->st, &list, &n) != 0)
+    if (store_dataset_list_for(r->srv->st, lookup_owner_filter(r), &list, &n) != 0)
         return http_store_error(r, "listing datasets");
     cJSON *items = cJSON_CreateArray();
     for (size_t i = 0; items && i < n; i++)
@@ -412,7 +415,7 @@ static int h_dataset_delete(request *r)
     server *srv = r->srv;
     store_dataset d;
     enum MHD_Result answered;
-    if (!lookup_dataset(r, r->id, &d, &answered))
+    if (!lookup_dataset_change(r, r->id, &d, &answered))
         return answered;
     bool importing = !strcmp(d.status, "importing");
     store_dataset_clear(&d);
@@ -443,6 +446,45 @@ static int h_dataset_delete(request *r)
                 strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
+}
+
+/* PATCH /api/v1/datasets/:id {"shared": true|false}: shares a dataset
+ * read-only with every user, or stops (its owner or an admin). */
+static int h_dataset_patch(request *r)
+{
+    enum MHD_Result answered;
+    cJSON *doc = http_body_json(r, &answered);
+    if (!doc)
+        return answered;
+    const cJSON *f, *shared = NULL;
+    cJSON_ArrayForEach(f, doc) {
+        if (strcmp(f->string, "shared")) {
+            answered = http_error(r, MHD_HTTP_BAD_REQUEST, "unknown_field",
+                                  "unknown field \"%.64s\": a dataset's PATCH takes shared", f->string);
+            cJSON_Delete(doc);
+            return answered;
+        }
+        shared = f;
+    }
+    bool on = cJSON_IsTrue(shared);
+    bool valid = cJSON_IsBool(shared);
+    cJSON_Delete(doc);
+    if (!valid)
+        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field", "shared must be true or false");
+    store_dataset d;
+    if (!lookup_dataset_change(r, r->id, &d, &answered))
+        return answered;
+    store_dataset_clear(&d);
+    int rc = store_dataset_set_shared(r->srv->st, r->id, on);
+    if (rc == STORE_NOT_FOUND)
+        return lookup_not_found(r, "dataset", r->id);
+    if (rc != 0)
+        return http_store_error(r, "sharing the dataset");
+    if (!lookup_dataset(r, r->id, &d, &answered))
+        return answered;
+    cJSON *o = render_dataset(&d);
+    store_dataset_clear(&d);
+    return http_json(r, MHD_HTTP_OK, o);
 }
 
 /* ---- jobs ------------------------------------------------------------------------ */
@@ -490,7 +532,7 @@ static int h_jobs_list(request *r)
 {
     store_job *list = NULL;
     size_t n = 0;
-    if (store_job_list(r->srv->st, &list, &n) != 0)
+    if (store_job_list_for(r->srv->st, lookup_owner_filter(r), &list, &n) != 0)
         return http_store_error(r, "listing jobs");
     cJSON *items = cJSON_CreateArray();
     for (size_t i = 0; items && i < n; i++)
@@ -508,10 +550,17 @@ static int h_job_create(request *r)
     int64_t id = 0;
     api_error e;
     memset(&e, 0, sizeof e);
+    /* Another user's dataset that is not shared is as missing (jobspec's answer). */
+    int64_t ds;
+    if (lookup_body_dataset_hidden(r, doc, &ds)) {
+        cJSON_Delete(doc);
+        return http_error(r, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds);
+    }
     int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
     cJSON_Delete(doc);
     if (rc != 0)
         return http_api_error(r, &e, "the job request is not valid");
+    auth_own(r, STORE_OWNED_JOB, id);
     sched_wake(r->srv->sched);
     return answer_job(r, MHD_HTTP_CREATED, id);
 }
@@ -536,21 +585,36 @@ static int h_job_delete(request *r)
         return http_error(r, MHD_HTTP_CONFLICT, "job_active",
                           "job %lld is %s; cancel it first (POST /api/v1/jobs/%lld/cancel)",
                           (long long)r->id, status, (long long)r->id);
+    /* A worker a killed server left may still write the folder (jobs/joblock.h):
+     * the folder goes only with its lock held. */
+    char dir[PATH_MAX], err[256];
+    int lock_fd = -1;
+    pid_t holder = 0;
+    bool have_dir = layout_job_dir(dir, sizeof dir, srv->data_dir, r->id) == 0;
+    if (have_dir && joblock_take(dir, 0, &lock_fd, &holder, err, sizeof err) == JOBLOCK_BUSY)
+        return http_error(r, MHD_HTTP_CONFLICT, "job_active",
+                          "job %lld's folder is still written by a worker (pid %ld) that an earlier "
+                          "server started; try again once it has exited", (long long)r->id,
+                          (long)holder);
     int64_t *evals = NULL;          /* its evaluations go with it (ON DELETE CASCADE) */
     size_t nevals = 0;
-    if (!evaluation_before_job_delete(r, r->id, &evals, &nevals, &answered))
+    if (!evaluation_before_job_delete(r, r->id, &evals, &nevals, &answered)) {
+        if (lock_fd >= 0)
+            close(lock_fd);
         return answered;
+    }
     int rc = store_job_delete(srv->st, r->id);
     if (rc == 0)
         evaluation_remove_dirs(srv, evals, nevals);
     free(evals);
+    if (rc == 0 && have_dir && fio_rm_rf(dir) != 0)
+        fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
+    if (lock_fd >= 0)
+        close(lock_fd);
     if (rc == STORE_NOT_FOUND)
         return lookup_not_found(r, "job", r->id);
     if (rc != 0)
         return http_store_error(r, "deleting the job");
-    char dir[PATH_MAX];
-    if (layout_job_dir(dir, sizeof dir, srv->data_dir, r->id) == 0 && fio_rm_rf(dir) != 0)
-        fprintf(stderr, "kiln: job %lld: could not remove %s: %s\n", (long long)r->id, dir, strerror(errno));
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
 }
@@ -688,6 +752,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/datasets", .fn = h_datasets_list },
     { .method = "POST", .pattern = "/api/v1/datasets", .fn = upload_finish, .body = BODY_UPLOAD },
     { .method = "GET", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_get },
+    { .method = "PATCH", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_patch, .body = BODY_JSON },
     { .method = "DELETE", .pattern = "/api/v1/datasets/:id", .fn = h_dataset_delete },
     { .method = "GET", .pattern = "/api/v1/datasets/:id/samples", .fn = dsview_samples },
     { .method = "GET", .pattern = "/api/v1/datasets/:id/image.png", .fn = dsview_image },
@@ -710,6 +775,15 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/evaluations/:id", .fn = evaluation_get },
     { .method = "DELETE", .pattern = "/api/v1/evaluations/:id", .fn = evaluation_delete },
     { .method = "POST", .pattern = "/api/v1/evaluations/:id/cancel", .fn = evaluation_cancel },
+    { .method = "GET", .pattern = "/api/v1/session", .fn = auth_session_get },
+    { .method = "POST", .pattern = "/api/v1/session", .fn = auth_session_create, .body = BODY_JSON },
+    { .method = "DELETE", .pattern = "/api/v1/session", .fn = auth_session_delete },
+    { .method = "GET", .pattern = "/api/v1/tokens", .fn = auth_tokens_list },
+    { .method = "POST", .pattern = "/api/v1/tokens", .fn = auth_token_create, .body = BODY_JSON },
+    { .method = "DELETE", .pattern = "/api/v1/tokens/:id", .fn = auth_token_delete },
+    { .method = "GET", .pattern = "/api/v1/users", .fn = auth_users_list },
+    { .method = "POST", .pattern = "/api/v1/users", .fn = auth_user_create, .body = BODY_JSON },
+    { .method = "DELETE", .pattern = "/api/v1/users/:id", .fn = auth_user_delete },
 };
 
 const size_t http_route_count = sizeof http_routes / sizeof http_routes[0];

@@ -19,6 +19,7 @@
 
 #include "jobs/import_job.h"      /* import_job_begin, import_job_spawn */
 #include "jobs/import_roots.h"    /* import_roots_check */
+#include "server/auth.h"          /* auth_own */
 #include "server/render.h"        /* render_dataset */
 #include "server/upload.h"        /* dataset_name_ok, DATASET_NAME_MAX */
 
@@ -222,7 +223,9 @@ static enum MHD_Result start_import(request *r, source_req *q)
         return http_error(r, (unsigned)e.status, e.code, "%s", e.message);
     }
     int64_t id = job.id;
-    const import_hooks hooks = { NULL, on_finished, srv, &srv->import_serial };
+    upload_import_limits(srv, &q->src.opts);
+    const import_hooks hooks = { NULL, on_finished, srv, &srv->import_serial, { 0, 0, NULL }, NULL };
+    auth_own(r, STORE_OWNED_DATASET, id);
     char err[256];
     if (import_job_spawn(&job, &q->src, &hooks, err, sizeof err) != 0) {
         import_ended(srv);

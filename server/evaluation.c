@@ -14,6 +14,7 @@
 #include "engine/fileio.h"      /* fio_rm_rf */
 #include "jobs/evaluation.h"    /* eval_create */
 #include "jobs/scheduler.h"     /* sched_wake, sched_cancel_eval */
+#include "server/auth.h"        /* auth_own */
 #include "server/lookup.h"      /* lookup_job, lookup_eval, lookup_not_found */
 #include "server/render.h"      /* render_evaluation, render_list */
 
@@ -42,10 +43,22 @@ int evaluation_create(request *r)
     int64_t id = 0;
     api_error e;
     memset(&e, 0, sizeof e);
+    /* Another user's job, or dataset that is not shared, is as missing. */
+    int64_t ds;
+    if (!lookup_job(r, r->id, NULL, &answered)) {
+        cJSON_Delete(doc);
+        return answered;
+    }
+    if (lookup_body_dataset_hidden(r, doc, &ds)) {
+        answered = lookup_not_found(r, "dataset", ds);
+        cJSON_Delete(doc);
+        return answered;
+    }
     int rc = eval_create(r->srv->st, r->srv->data_dir, r->id, doc, &id, &e);
     cJSON_Delete(doc);
     if (rc != 0)
         return http_api_error(r, &e, "the evaluation request is not valid");
+    auth_own(r, STORE_OWNED_EVAL, id);
     sched_wake(r->srv->sched);
     return answer_eval(r, MHD_HTTP_CREATED, id);
 }
@@ -57,7 +70,7 @@ int evaluation_list(request *r)
         return answered;
     store_eval *list = NULL;
     size_t n = 0;
-    if (store_eval_list_by_job(r->srv->st, r->id, &list, &n) != 0)
+    if (store_eval_list_by_job_for(r->srv->st, r->id, lookup_owner_filter(r), &list, &n) != 0)
         return http_store_error(r, "listing evaluations");
     cJSON *items = cJSON_CreateArray();
     for (size_t i = 0; items && i < n; i++) {

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/utf8.h"              /* utf8_valid, utf8_dup_any: answers are UTF-8 */
+#include "server/auth.h"           /* auth_request */
 #include "server/guard.h"          /* guard_check, guard_body_type, guard_json_nul */
 #include "server/static_files.h"   /* static_serve */
 #include "server/upload.h"         /* upload_begin, upload_data, upload_free */
@@ -49,6 +51,17 @@ enum MHD_Result http_json(request *r, unsigned status, cJSON *body)
         return http_queue(r, MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
     }
     size_t len = strlen(text);
+    if (!utf8_valid(text, len, NULL)) {
+        /* Defence in depth: cJSON copies a string's bytes as they are, and a
+         * name that reached the store in another encoding must not make the
+         * answer invalid JSON (base/utf8.h's rule: such bytes read as Latin-1). */
+        char *fixed = utf8_dup_any(text, len);
+        if (fixed) {
+            cJSON_free(text);
+            text = fixed;
+            len = strlen(text);
+        }
+    }
     /* A trailing newline makes curl output readable. */
     char *with_nl = realloc(text, len + 2);
     if (with_nl) {
@@ -65,6 +78,8 @@ enum MHD_Result http_json(request *r, unsigned status, cJSON *body)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED && r->allow[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     return http_queue(r, status, resp);
 }
 
@@ -129,41 +144,7 @@ bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_at)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t len;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            len = 2, min = 0x80;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3, min = 0x800;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4, min = 0x10000;
-        } else {
-            goto bad;
-        }
-        if (n - i < len)
-            goto bad;
-        unsigned cp = c & (0xff >> (len + 1));
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                goto bad;
-            cp = (cp << 6) | (p[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            goto bad;
-        i += len;
-    }
-    return true;
-bad:
-    if (bad_at)
-        *bad_at = i;
-    return false;
+    return utf8_valid(s, n, bad_at);         /* base/utf8.c: the one definition */
 }
 
 enum MHD_Result http_form_start(request *r, http_form *f, uint64_t max, MHD_PostDataIterator on_field)
@@ -327,6 +308,8 @@ static enum MHD_Result request_begin(request *r)
         api_fail(&r->pending, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                     "%s does not take %s (it takes %s)", r->url, r->method, r->allow);
     }
+    if (!r->pending.status && r->rt)
+        auth_request(r);                    /* who asks (server/auth.h): r->user_id, r->admin, or a 401 */
     if (r->pending.status) {
         if (body)
             return answer_pending(r);       /* early: do not read a body we will not use */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/err.h"          /* set_err */
+#include "jobs/import.h"        /* IMPORT_*_DEFAULT: kiln import's limits are these defaults */
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)
@@ -29,6 +30,28 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "a request's URI, path and query (414 past it)" },
     { "header-bytes", LIMIT_BYTES, OFF(header_bytes), 32 * KIB, 1 * KIB, 1 * MIB,
       "a request's header lines together (431 past it)" },
+    { "uploads-per-user", LIMIT_COUNT, OFF(uploads_per_user), 4, 1, 10000,
+      "dataset uploads one user (or client address) has at once, from the first byte until the archive is imported" },
+    { "check-bytes", LIMIT_BYTES, OFF(check_bytes), IMPORT_CHECK_BYTES_DEFAULT, 1 * MIB, 1 * TIB,
+      "uncompressed archive bytes an upload's check reads" },
+    { "check-seconds", LIMIT_SECONDS, OFF(check_seconds), IMPORT_CHECK_SECONDS_DEFAULT, 1, 3600,
+      "time an upload's check may take" },
+    { "checks", LIMIT_COUNT, OFF(checks), 2, 1, 256,
+      "upload checks run at once; more wait their turn" },
+    { "dataset-bytes", LIMIT_BYTES, OFF(dataset_bytes), IMPORT_DATASET_BYTES_DEFAULT, 1 * MIB, 1024 * TIB,
+      "a prepared dataset, estimated from image count x shape before anything is written" },
+    { "image-pixels", LIMIT_COUNT, OFF(image_pixels), IMPORT_IMAGE_PIXELS_DEFAULT, 1, IMPORT_IMAGE_PIXELS_MAX,
+      "one image's pixels (width x height from its header), checked before it is decoded" },
+    { "import-pixels", LIMIT_COUNT, OFF(import_pixels), IMPORT_IMPORT_PIXELS_DEFAULT, 1, (uint64_t)1 << 50,
+      "the pixels of every image of one import (from their headers), checked before decoding" },
+    /* libsodium's Argon2id: its minimums (1 pass, 8 KiB) are for tests only;
+     * the defaults are its INTERACTIVE level. server/auth.c checks the pair. */
+    { "password-ops", LIMIT_COUNT, OFF(password_ops), 2, 1, 20,
+      "Argon2id passes of a new password's hash (kiln user add takes it too)" },
+    { "password-mem", LIMIT_BYTES, OFF(password_mem), 64 * MIB, 8 * KIB, 4 * GIB,
+      "Argon2id memory of a new password's hash (kiln user add takes it too)" },
+    { "session-lifetime", LIMIT_SECONDS, OFF(session_lifetime_s), 7 * 86400, 60, 365 * 86400,
+      "a dashboard sign-in (the kiln_session cookie) expires after this" },
 };
 const size_t SERVE_LIMIT_COUNT = sizeof SERVE_LIMIT_DEFS / sizeof SERVE_LIMIT_DEFS[0];
 

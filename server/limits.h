@@ -24,9 +24,19 @@ typedef struct serve_limits {
     uint64_t upload_bytes;           /* upload-bytes: one dataset upload's body */
     uint64_t connections;            /* connections: open HTTP connections in all */
     uint64_t idle_timeout_s;         /* idle-timeout: a connection with no traffic is closed after this */
+    uint64_t password_ops;           /* password-ops: Argon2id passes of a new password's hash (auth.c) */
+    uint64_t password_mem;           /* password-mem: Argon2id memory of a new password's hash */
+    uint64_t session_lifetime_s;     /* session-lifetime: a dashboard sign-in expires after this */
     uint64_t connections_per_client; /* connections-per-client: open HTTP connections of one client address */
     uint64_t uri_bytes;              /* uri-bytes: a request's URI (server/guard.c) */
     uint64_t header_bytes;           /* header-bytes: a request's header lines together (server/guard.c) */
+    uint64_t uploads_per_user;       /* uploads-per-user: dataset uploads one user (or address) has at once */
+    uint64_t check_bytes;            /* check-bytes: archive bytes an upload's check decompresses */
+    uint64_t check_seconds;          /* check-seconds: time an upload's check may take */
+    uint64_t checks;                 /* checks: upload checks run at once (the rest wait their turn) */
+    uint64_t dataset_bytes;          /* dataset-bytes: a prepared dataset, estimated before it is written */
+    uint64_t image_pixels;           /* image-pixels: one image's pixels, from its header, before decoding */
+    uint64_t import_pixels;          /* import-pixels: every image of one import, from their headers */
 } serve_limits;
 
 typedef enum limit_unit { LIMIT_BYTES, LIMIT_COUNT, LIMIT_SECONDS } limit_unit;

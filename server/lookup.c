@@ -11,12 +11,26 @@ enum MHD_Result lookup_not_found(request *r, const char *kind, int64_t id)
     return http_error(r, MHD_HTTP_NOT_FOUND, code, "there is no %s %lld", kind, (long long)id);
 }
 
-/* What a store_*_get returned: true for a row; else false with *answered. */
-static bool found(request *r, int rc, const char *kind, int64_t id, enum MHD_Result *answered)
+/* May r's caller see a row owned by owner (0: nobody's), shared or not? An
+ * admin (and everyone on an open server, server/auth.h) sees all; a user
+ * their own and shared ones; user 0 without admin nothing. */
+static bool visible(const request *r, int64_t owner, bool shared)
 {
-    if (rc == 0)
+    return r->admin || (r->user_id > 0 && (owner == r->user_id || shared));
+}
+
+int64_t lookup_owner_filter(const request *r)
+{
+    return r->admin ? 0 : r->user_id > 0 ? r->user_id : -1;
+}
+
+/* What a store_*_get returned, and whether r may see it: true for a row;
+ * else false with *answered (a row r may not see is as missing). */
+static bool found(request *r, int rc, bool seen, const char *kind, int64_t id, enum MHD_Result *answered)
+{
+    if (rc == 0 && seen)
         return true;
-    if (rc == STORE_NOT_FOUND) {
+    if (rc == 0 || rc == STORE_NOT_FOUND) {
         *answered = lookup_not_found(r, kind, id);
     } else {
         char what[32];
@@ -29,18 +43,56 @@ static bool found(request *r, int rc, const char *kind, int64_t id, enum MHD_Res
 bool lookup_job(request *r, int64_t id, store_job *j, enum MHD_Result *answered)
 {
     store_job own;
-    bool ok = found(r, store_job_get(r->srv->st, id, j ? j : &own), "job", id, answered);
-    if (ok && !j)
-        store_job_clear(&own);
+    store_job *row = j ? j : &own;
+    int rc = store_job_get(r->srv->st, id, row);
+    bool ok = found(r, rc, rc == 0 && visible(r, row->owner_id, false), "job", id, answered);
+    if (rc == 0 && (!ok || !j))
+        store_job_clear(row);
     return ok;
 }
 
 bool lookup_dataset(request *r, int64_t id, store_dataset *d, enum MHD_Result *answered)
 {
-    return found(r, store_dataset_get(r->srv->st, id, d), "dataset", id, answered);
+    int rc = store_dataset_get(r->srv->st, id, d);
+    bool ok = found(r, rc, rc == 0 && visible(r, d->owner_id, d->shared), "dataset", id, answered);
+    if (rc == 0 && !ok)
+        store_dataset_clear(d);
+    return ok;
+}
+
+bool lookup_dataset_change(request *r, int64_t id, store_dataset *d, enum MHD_Result *answered)
+{
+    if (!lookup_dataset(r, id, d, answered))
+        return false;
+    if (visible(r, d->owner_id, false))
+        return true;
+    store_dataset_clear(d);
+    *answered = http_error(r, MHD_HTTP_FORBIDDEN, "forbidden",
+                           "dataset %lld is shared by another user: you may read it and train on it, "
+                           "but only its owner or an admin may change it", (long long)id);
+    return false;
+}
+
+bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(body, "dataset_id");
+    if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble >= 9e15 ||
+        f->valuedouble != (double)(int64_t)f->valuedouble)
+        return false;
+    *id = (int64_t)f->valuedouble;
+    store_dataset d;
+    if (store_dataset_get(r->srv->st, *id, &d) != 0)
+        return false;                  /* missing or unreadable: the caller's own check answers */
+    bool hidden = !visible(r, d.owner_id, d.shared);
+    store_dataset_clear(&d);
+    return hidden;
 }
 
 bool lookup_eval(request *r, int64_t id, store_eval *e, enum MHD_Result *answered)
 {
-    return found(r, store_eval_get(r->srv->st, id, e), "evaluation", id, answered);
+    int rc = store_eval_get(r->srv->st, id, e);
+    bool ok = found(r, rc, rc == 0 && visible(r, e->owner_id, false), "evaluation", id, answered);
+    if (rc == 0 && !ok)
+        store_eval_clear(e);
+    return ok;
 }

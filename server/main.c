@@ -15,6 +15,7 @@
 #include "jobs/runner.h"       /* runner_main, train_main */
 #include "jobs/summary_cli.h"  /* summary_main */
 #include "server/server.h"     /* serve_main, serve_usage */
+#include "server/user_cli.h"   /* user_main, token_main */
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "0.0.0"
@@ -51,6 +52,10 @@ static void usage(FILE *f)
             "                       [--steps N] [--warmup N] [--threads N] [--json]\n"
             "  export    a trained model as an ONNX file\n"
             "            kiln export MODEL.tar|JOB_DIR [--epoch N|best|final] [-o OUT.onnx]\n"
+            "  user      users of kiln serve (once one exists, the API needs a sign-in)\n"
+            "            kiln user add NAME [--admin] [--password-file FILE] | list | remove NAME\n"
+            "  token     an API token for a user, printed once\n"
+            "            kiln token add USER [--expires-days N] [--name LABEL]\n"
             "\n"
             "  kiln --help            this text\n"
             "  kiln --version         the version\n"
@@ -95,6 +100,10 @@ int main(int argc, char **argv)
         return infer_server_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return bench_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "user"))
+        return user_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "token"))
+        return token_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "export"))
         return export_main(argc - 1, argv + 1, KILN_VERSION);
     fprintf(stderr, "kiln: unknown command \"%s\"\n\n", cmd);

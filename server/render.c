@@ -93,6 +93,8 @@ cJSON *render_dataset(const store_dataset *d)
     ok &= add_item(o, "eta_seconds", importing && d->eta_seconds > 0 && isfinite(d->eta_seconds)
                                          ? cJSON_CreateNumber(d->eta_seconds) : cJSON_CreateNull());
     ok &= add_str(o, "created_at", d->created_at);
+    ok &= add_num(o, "owner_id", d->owner_id > 0 ? (double)d->owner_id : NAN);   /* null: nobody's */
+    ok &= add_item(o, "shared", cJSON_CreateBool(d->shared));
     ok &= add_header_fields(o, ready ? d->info_json : NULL);
     ok &= add_str(o, "error", d->error);
     if (!ok) {
@@ -161,6 +163,7 @@ cJSON *render_job(store *st, const store_job *j)
     ok &= add_str(o, "network", j->network);
     ok &= add_str(o, "status", j->status);
     ok &= add_str(o, "created_at", j->created_at);
+    ok &= add_num(o, "owner_id", j->owner_id > 0 ? (double)j->owner_id : NAN);
     ok &= add_str(o, "started_at", j->started_at);
     ok &= add_str(o, "finished_at", j->finished_at);
     ok &= add_num(o, "epoch", j->epoch);
@@ -259,6 +262,7 @@ cJSON *render_evaluation(const store_eval *e, bool full)
               add_str(o, "status", e->status) && add_num(o, "progress", e->progress) &&
               add_str(o, "error", e->error) && add_str(o, "created_at", e->created_at) &&
               add_str(o, "started_at", e->started_at) && add_str(o, "finished_at", e->finished_at) &&
+              add_num(o, "owner_id", e->owner_id > 0 ? (double)e->owner_id : NAN) &&
               add_item(o, "result", eval_result(e->result_json, full));
     if (!ok) {
         cJSON_Delete(o);

@@ -40,6 +40,7 @@
 #include <microhttpd.h>
 
 #include "engine/fileio.h"     /* fio_mkdir_p, fio_empty_dir */
+#include "server/auth.h"       /* auth_bind_check */
 #include "server/http.h"       /* http_on_request, http_on_completed */
 #include "server/sse.h"        /* sse_start, sse_stop */
 #include "jobs/import_job.h"   /* import_job_stop_all */
@@ -66,6 +67,7 @@ typedef struct serve_opts {
     import_roots *roots;          /* --import-root, resolved as they are read */
     serve_limits *limits;         /* --limit NAME=VALUE */
     guard_hosts *hosts;           /* --allowed-host NAME[:PORT] */
+    bool insecure_no_auth;        /* serve beyond loopback without users (server/auth.h) */
 } serve_opts;
 
 void serve_usage(FILE *f)
@@ -74,12 +76,18 @@ void serve_usage(FILE *f)
             "usage: kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
             "                  [--static-dir DIR] [--max-jobs N] [--import-root DIR]...\n"
             "                  [--limit NAME=VALUE]... [--allowed-host NAME[:PORT]]...\n"
+            "                  [--insecure-no-auth]\n"
             "\n"
             "Runs the training service: the REST API under /api/v1, the dashboard at /,\n"
             "and the scheduler that runs queued jobs as `kiln worker` processes.\n"
             "\n"
             "  --host ADDR        address to bind (default 127.0.0.1). Any address other\n"
-            "                     than loopback exposes the API to the network.\n"
+            "                     than loopback exposes the API to the network: then every\n"
+            "                     API call needs a sign-in (see kiln user add), and with no\n"
+            "                     users kiln serve refuses to start\n"
+            "  --insecure-no-auth serve beyond loopback without users: anyone who can reach\n"
+            "                     the port may do anything (once a user exists, sign-in is\n"
+            "                     required anyway)\n"
             "  --port N           port to bind (default 5000; 0 picks a free port)\n"
             "  --data DIR         the data directory: kiln.db, datasets/, jobs/, uploads/\n"
             "                     (default $KILN_DATA, else ./var)\n"
@@ -186,6 +194,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         } else if ((v = opt_value(argc, argv, &i, "--max-jobs", &missing))) {
             if (!parse_int(v, 1, 256, &o->max_jobs))
                 return usage_error("--max-jobs must be 1..256, not %s", v);
+        } else if (!strcmp(a, "--insecure-no-auth")) {
+            o->insecure_no_auth = true;
         } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
             char err[768];
             if (serve_limits_set(o->limits, v, err, sizeof err) != 0)
@@ -381,6 +391,7 @@ int serve_main(int argc, char **argv)
     pthread_mutex_init(&srv.imp_mu, NULL);
     pthread_cond_init(&srv.imp_cond, NULL);
     pthread_mutex_init(&srv.import_serial, NULL);
+    sem_init(&srv.check_slots, 0, (unsigned)srv.limits.checks);
     atomic_init(&srv.stopping, false);
 
     int status = 1;
@@ -397,6 +408,12 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: cannot open %s: %s\n", path, err);
         return 1;
     }
+    srv.insecure_no_auth = o.insecure_no_auth;
+    if ((status = auth_bind_check(o.host, srv.st, o.insecure_no_auth, &srv.bind_public)) != 0) {
+        store_close(srv.st);
+        return status;
+    }
+    status = 1;
     fail_interrupted_imports(srv.st);
     srv.hub = hub_create();
     if (!srv.hub) {
@@ -440,9 +457,12 @@ int serve_main(int argc, char **argv)
     fprintf(stderr, "kiln serve: data in %s, dashboard from %s\n", srv.data_dir, srv.web_dir);
     for (size_t i = 0; i < srv.roots.n; i++)
         fprintf(stderr, "kiln serve: datasets may be imported from %s\n", srv.roots.dirs[i]);
-    if (!loopback)
-        fprintf(stderr, "kiln serve: WARNING: bound to %s, which is not loopback, and this build has no "
-                        "authentication yet: anyone who can reach this port can use the API\n", o.host);
+    if (!loopback && o.insecure_no_auth)
+        fprintf(stderr, "kiln serve: WARNING: bound to %s, which is not loopback, with --insecure-no-auth: "
+                        "until a user exists, anyone who can reach this port can use the API\n", o.host);
+    else if (!loopback)
+        fprintf(stderr, "kiln serve: bound to %s: every API call needs a sign-in (cookies are not marked "
+                        "Secure: put a TLS proxy in front for the network)\n", o.host);
 
     int sig = 0;
     while (sigwait(&sigs, &sig) != 0 || (sig != SIGINT && sig != SIGTERM))

@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +36,8 @@ typedef struct server {
     char static_dir[PATH_MAX];    /* vendored libraries, icons */
     import_roots roots;           /* --import-root: the folders a JSON dataset source may name */
     serve_limits limits;          /* --limit: every configurable limit (limits.h) */
+    bool bind_public;             /* bound beyond loopback: sign-in required (server/auth.h) ... */
+    bool insecure_no_auth;        /* ... unless --insecure-no-auth */
     guard_hosts hosts;            /* the names the server answers to: defaults and --allowed-host (guard.h) */
     store *st;
     hub *hub;
@@ -57,6 +60,7 @@ typedef struct server {
     int probes;
     int imports;
     pthread_mutex_t import_serial;   /* one import decodes at a time (CPU) */
+    sem_t check_slots;               /* upload checks at once (the checks limit) */
 
     /* Classification (infer.c): its thread, queue and inference process. */
     struct infer_service *infer;

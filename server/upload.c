@@ -13,9 +13,12 @@
 #define _GNU_SOURCE           /* mkostemp */
 #include "server/upload.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +37,85 @@
 
 typedef enum up_state { UP_RECEIVING, UP_CHECKING, UP_DONE } up_state;
 
+/* ---- uploads per user (the uploads-per-user limit) ------------------------------
+ *
+ * An upload holds a slot of its user (r->user_id; without users, its client
+ * address) from its first byte until its archive is gone: upload_free when
+ * no import took the file over, else the import's finished hook (the archive
+ * waits in uploads/ until its import has run). */
+
+typedef struct upload_slot {
+    int64_t user_id;
+    char addr[INET6_ADDRSTRLEN];     /* when user_id is 0 */
+    int count;
+    struct upload_slot *next;
+} upload_slot;
+
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+static upload_slot *slots;
+
+/* Who r is for the limit: its user, or without users its client's address. */
+static void slot_key(request *r, int64_t *user, char *addr, size_t addrlen)
+{
+    *user = r->user_id;
+    addr[0] = '\0';
+    if (*user)
+        return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr, (socklen_t)addrlen);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr, (socklen_t)addrlen);
+}
+
+/* Takes one of r's slots; NULL when r has max already (*held says how many)
+ * or memory ran out (*held 0). */
+static upload_slot *slot_take(request *r, uint64_t max, int *held)
+{
+    int64_t user;
+    char addr[INET6_ADDRSTRLEN];
+    slot_key(r, &user, addr, sizeof addr);
+    pthread_mutex_lock(&slots_mu);
+    upload_slot *s = slots;
+    while (s && (s->user_id != user || strcmp(s->addr, addr) != 0))
+        s = s->next;
+    if (!s && (s = calloc(1, sizeof *s)) != NULL) {
+        s->user_id = user;
+        snprintf(s->addr, sizeof s->addr, "%s", addr);
+        s->next = slots;
+        slots = s;
+    }
+    *held = s ? s->count : 0;
+    if (s && (uint64_t)s->count >= max)
+        s = NULL;
+    else if (s)
+        s->count++;
+    pthread_mutex_unlock(&slots_mu);
+    return s;
+}
+
+static void slot_release(upload_slot *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&slots_mu);
+    if (--s->count == 0) {
+        for (upload_slot **p = &slots; *p; p = &(*p)->next)
+            if (*p == s) {
+                *p = s->next;
+                break;
+            }
+        free(s);
+    }
+    pthread_mutex_unlock(&slots_mu);
+}
+
 typedef struct upload {
+    upload_slot *slot;               /* its user's (NULL once the import thread holds it) */
+    bool refused;                    /* answered past upload-bytes mid-body (the connection closes) */
+    double refused_at;               /* when (CLOCK_MONOTONIC seconds) */
+    uint64_t lingered;               /* body bytes read and dropped since */
     int fd;                          /* the archive's upload file, -1 when none */
     char path[PATH_MAX];             /* "" once the import thread owns it */
     uint64_t archive_bytes;
@@ -58,8 +139,10 @@ typedef struct upload {
 /* The import's hooks' view of one upload (freed by upload_finished). */
 typedef struct upload_waiter {
     server *srv;
+    upload_slot *slot;               /* released when the import is done (the archive removed) */
     upload *up;                      /* until the connection is resumed */
     struct MHD_Connection *conn;
+    int64_t owner;                   /* the uploading user (0: none) */
 } upload_waiter;
 
 /* ---- receiving -------------------------------------------------------------- */
@@ -200,9 +283,20 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
     if (atomic_load(&r->srv->stopping))
         return http_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down",
                           "the server is shutting down; upload again once it is back");
-    upload *up = calloc(1, sizeof *up);
-    if (!up)
+    int held = 0;
+    upload_slot *slot = slot_take(r, r->srv->limits.uploads_per_user, &held);
+    if (!slot && held)
+        return http_error(r, MHD_HTTP_TOO_MANY_REQUESTS, "too_many_uploads",
+                          "%d uploads of yours are in progress (received, checked or waiting for their "
+                          "import), the limit (uploads-per-user); upload again once one is imported", held);
+    if (!slot)
         return MHD_NO;
+    upload *up = calloc(1, sizeof *up);
+    if (!up) {
+        slot_release(slot);
+        return MHD_NO;
+    }
+    up->slot = slot;
     up->fd = -1;
     r->up = up;
     if (pthread_mutex_init(&up->mu, NULL) != 0)
@@ -211,9 +305,71 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
     return http_form_start(r, &up->body, r->srv->limits.upload_bytes, on_field);
 }
 
+/* A chunked body past upload-bytes (a declared one is refused before its
+ * first byte): libmicrohttpd 0.9.75 cannot queue a response while a body is
+ * still arriving (MHD_queue_response says no until the whole body is read),
+ * and reading a body to its end only to refuse it is what the limit is
+ * there to prevent. So the 413 is written to the socket here, as the
+ * response MHD would have sent (HTTP/1.1, the JSON error, Connection:
+ * close), and our side of the connection is shut for writing. Closing at
+ * once would reset a connection the client is still writing to, and many
+ * clients then report the reset, not the answer; so the connection lingers
+ * as a web server's does: what arrives for up to LINGER_SECONDS and
+ * LINGER_BYTES more is read and dropped (a client that has read the answer
+ * stops sending), then MHD_NO makes MHD close it. */
+#define LINGER_SECONDS 1.0
+#define LINGER_BYTES ((uint64_t)64 << 20)
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static enum MHD_Result refuse_mid_body(request *r)
+{
+    upload *up = r->up;
+    up->refused = true;
+    up->refused_at = mono_now();
+    char msg[256];
+    snprintf(msg, sizeof msg, "the upload is over the limit of %llu bytes (upload-bytes)",
+             (unsigned long long)up->body.max);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
+    char *json = e && cJSON_AddStringToObject(e, "code", "body_too_large") &&
+                 cJSON_AddStringToObject(e, "message", msg) ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (json && ci) {
+        int fd = ci->connect_fd;
+        char head[256];
+        int hn = snprintf(head, sizeof head,
+                          "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
+                          "Cache-Control: no-store\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                          strlen(json) + 1);
+        if (send(fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE) == hn) {
+            send(fd, json, strlen(json), MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
+            send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        shutdown(fd, SHUT_WR);
+    }
+    cJSON_free(json);
+    fprintf(stderr, "kiln: POST %s: a chunked upload went past %llu bytes (upload-bytes); refused\n",
+            r->url, (unsigned long long)up->body.max);
+    return json && ci ? MHD_YES : MHD_NO;
+}
+
 enum MHD_Result upload_data(request *r, const char *data, size_t size)
 {
+    if (r->up->refused) {                    /* lingering: dropped, then closed */
+        r->up->lingered += size;
+        return r->up->lingered > LINGER_BYTES || mono_now() - r->up->refused_at > LINGER_SECONDS ? MHD_NO
+                                                                                                   : MHD_YES;
+    }
     http_form_data(&r->up->body, data, size);
+    if (r->up->body.too_large)
+        return refuse_mid_body(r);
     return MHD_YES;
 }
 
@@ -229,6 +385,7 @@ void upload_free(request *r)
         unlink(up->path);
     if (up->mu_init)
         pthread_mutex_destroy(&up->mu);
+    slot_release(up->slot);
     free(up);
     r->up = NULL;
 }
@@ -241,6 +398,12 @@ static void upload_checked(void *arg, int64_t id, const api_error *e)
 {
     upload_waiter *w = arg;
     upload *up = w->up;
+    if (e) {                                 /* no import: the archive goes now, and its slot first */
+        slot_release(w->slot);
+        w->slot = NULL;
+    }
+    if (!e && w->owner > 0 && store_set_owner(w->srv->st, STORE_OWNED_DATASET, id, w->owner) != 0)
+        fprintf(stderr, "kiln: dataset %lld: could not record its owner\n", (long long)id);
     pthread_mutex_lock(&up->mu);
     if (e)
         up->result = *e;
@@ -264,6 +427,7 @@ static void upload_finished(void *arg)
 {
     upload_waiter *w = arg;
     server *srv = w->srv;
+    slot_release(w->slot);
     free(w);
     pthread_mutex_lock(&srv->imp_mu);
     srv->imports--;
@@ -291,6 +455,13 @@ static bool parse_options(request *r, import_opts *o, enum MHD_Result *answered)
     return true;
 }
 
+void upload_import_limits(const server *srv, import_opts *o)
+{
+    o->max_dataset_bytes = srv->limits.dataset_bytes;
+    o->max_image_pixels = srv->limits.image_pixels;
+    o->max_import_pixels = srv->limits.import_pixels;
+}
+
 bool dataset_name_ok(const char *s)
 {
     if (!*s || strlen(s) > DATASET_NAME_MAX || !http_utf8_valid(s, strlen(s), NULL))
@@ -312,6 +483,7 @@ static enum MHD_Result start_check(request *r, const import_opts *opts)
     w->srv = srv;
     w->up = up;
     w->conn = r->conn;
+    w->owner = r->user_id;
 
     pthread_mutex_lock(&srv->imp_mu);
     if (atomic_load(&srv->stopping)) {
@@ -333,10 +505,15 @@ static enum MHD_Result start_check(request *r, const import_opts *opts)
     up->state = UP_CHECKING;
     MHD_suspend_connection(r->conn);
 
-    const import_hooks hooks = { upload_checked, upload_finished, w, &srv->import_serial };
+    import_hooks hooks = { upload_checked, upload_finished, w, &srv->import_serial,
+                           { srv->limits.check_bytes, srv->limits.check_seconds, &srv->stopping },
+                           &srv->check_slots };
+    w->slot = up->slot;                      /* the import releases it once the archive is gone */
+    up->slot = NULL;
     char err[256];
     if (import_job_start(srv->st, srv->data_dir, up->name, path, opts, &hooks, err, sizeof err) != 0) {
         unlink(path);
+        up->slot = w->slot;
         free(w);
         pthread_mutex_lock(&srv->imp_mu);
         srv->probes--;
@@ -383,6 +560,8 @@ int upload_finish(request *r)
         return answer_result(r);
     if (up->state == UP_CHECKING)
         return MHD_YES;                      /* not reached: suspended until done */
+    if (up->refused)
+        return MHD_NO;                       /* answered 413 mid-body already: close */
 
     if (http_form_failed(r, &up->body, "the upload", "", &answered))
         return answered;
@@ -402,6 +581,7 @@ int upload_finish(request *r)
     import_opts opts = IMPORT_OPTS_DEFAULT;
     if (!parse_options(r, &opts, &answered))
         return answered;
+    upload_import_limits(r->srv, &opts);
     return start_check(r, &opts);
 }
 

@@ -9,10 +9,19 @@
  * a temporary file under <data>/uploads (never held whole in memory), capped
  * at the upload-bytes limit (server/limits.h; 413, at once when Content-Length declares more).
  *
+ * An upload holds one of its user's uploads-per-user slots (keyed by
+ * r->user_id, or the client address when it is 0) from its first call until
+ * its archive is removed; past the limit it is answered 429 at once. A
+ * chunked body past upload-bytes is answered 413 as it arrives, and the
+ * connection closed after a short linger (upload.c, refuse_mid_body).
+ *
  * When the body is complete the connection is suspended and the import
  * starts on its own thread (jobs/import_job.h, import_job_start): it checks
- * the archive (import_probe, opening it as the importer does: "not an
- * archive" and "no images" are answered 400 at once), inserts the dataset
+ * the archive (import_probe, opening it as the importer does, bounded by
+ * check-bytes and check-seconds, one of the server's `checks` slots held,
+ * stopped by the shutdown: "not an archive" and "no images" are answered 400
+ * and a bound reached 413 at once; with the whole archive read and the size
+ * given, a prepared size over dataset-bytes or the free disk is 413 too), inserts the dataset
  * (status importing), lets the connection resume (202 with the dataset) and
  * goes on to import it into <data>/datasets/<id>/ as `kiln import` does,
  * reporting progress to the store and finishing the dataset ready or failed.
@@ -25,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jobs/import.h"     /* import_opts */
 #include "server/http.h"
 
 #define DATASET_NAME_MAX 200
@@ -46,6 +56,10 @@ int upload_finish(request *r);
 /* Frees the upload state (from the completion callback); removes a temporary
  * file no import thread has taken over. NULL-safe on r->up. */
 void upload_free(request *r);
+
+/* Sets the import's limits in o from the server's (dataset-bytes,
+ * image-pixels, import-pixels): every import the server starts. */
+void upload_import_limits(const server *srv, import_opts *o);
 
 /* Waits until no upload connection is suspended on its archive check (for the
  * shutdown sequence, before MHD_stop_daemon). */

@@ -25,6 +25,7 @@ kiln_node_test(integration_upload tests/integration/upload.test.mjs integration 
 kiln_node_test(integration_sources tests/integration/sources.test.mjs integration 1800)
 kiln_node_test(integration_summary tests/integration/summary.test.mjs integration 300)
 kiln_node_test(integration_limits tests/integration/limits.test.mjs integration 600)
+kiln_node_test(integration_import_limits tests/integration/import_limits.test.mjs integration 300)
 kiln_node_test(integration_amp    tests/integration/amp.test.mjs    integration 600)
 kiln_node_test(integration_demo   tests/integration/demo.test.mjs   integration 1800)
 kiln_node_test(integration_lenet_accuracy tests/integration/lenet_accuracy.test.mjs integration 1800)
@@ -33,6 +34,7 @@ kiln_node_test(integration_explorer tests/integration/explorer.test.mjs integrat
 kiln_node_test(integration_datasets tests/integration/datasets.test.mjs integration 600)
 kiln_node_test(integration_infer  tests/integration/infer.test.mjs  integration 900)
 kiln_node_test(integration_snapshots tests/integration/snapshots.test.mjs integration 900)
+kiln_node_test(integration_auth   tests/integration/auth.test.mjs   integration 600)
 kiln_node_test(integration_frontdoor tests/integration/frontdoor.test.mjs integration 300)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
 # ONNX export against ONNX Runtime; kiln's side is tests/tools/kiln_predict.
@@ -43,5 +45,6 @@ kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200
 # Job safety (issue 15): SSE replay in pages, the memory-fit 422, the job folder's lock, resume.
 kiln_node_test(integration_jobsafe tests/integration/jobsafe.test.mjs integration 600)
 set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_METRICS=$<TARGET_FILE:kiln_fill_metrics>")
+kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)

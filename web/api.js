@@ -24,6 +24,14 @@ async function toError(res) {
   return new ApiError(res.status, code, message);
 }
 
+/* A 401 outside the sign-in itself: the session has ended or never was;
+ * the app (app.js) shows the sign-in page. */
+function unauthorized(err, path) {
+  if (err.status === 401 && path !== '/session') {
+    window.dispatchEvent(new CustomEvent('kiln:unauthorized', { detail: err.message }));
+  }
+}
+
 /* GET/POST/... a JSON resource. Resolves to the parsed body; rejects with ApiError. */
 export async function request(method, path, body) {
   const init = { method, headers: { accept: 'application/json' } };
@@ -37,13 +45,18 @@ export async function request(method, path, body) {
   } catch (e) {
     throw new ApiError(0, 'network_error', `The server did not answer (${e.message}). Is kiln serve running?`);
   }
-  if (!res.ok) throw await toError(res);
+  if (!res.ok) {
+    const err = await toError(res);
+    unauthorized(err, path);
+    throw err;
+  }
   if (res.status === 204) return null;
   return res.json();
 }
 
 export const get = (path) => request('GET', path);
 export const post = (path, body) => request('POST', path, body);
+export const del = (path) => request('DELETE', path);
 
 /* Uploads a dataset archive as multipart/form-data through XHR, so the browser
  * reports upload progress: onProgress(fraction). Resolves to the dataset. */
@@ -78,8 +91,10 @@ export function uploadDataset(name, file, onProgress, options = {}) {
       try { body = JSON.parse(xhr.responseText); } catch { body = null; }
       if (xhr.status >= 200 && xhr.status < 300 && body) { resolve(body); return; }
       const err = body && body.error;
-      reject(new ApiError(xhr.status, (err && err.code) || 'http_error',
-        (err && err.message) || `Upload failed: ${xhr.status} ${xhr.statusText}`));
+      const e = new ApiError(xhr.status, (err && err.code) || 'http_error',
+        (err && err.message) || `Upload failed: ${xhr.status} ${xhr.statusText}`);
+      unauthorized(e, '/datasets');
+      reject(e);
     });
     xhr.addEventListener('error', () => reject(new ApiError(0, 'network_error',
       'The upload was interrupted: the connection to the server closed.')));

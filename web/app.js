@@ -2,10 +2,13 @@
 //   #/              datasets and jobs (home.js)
 //   #/jobs/ID       one job, live (job.js)
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
-// Everything goes through the public REST API under /api/v1.
+// Everything goes through the public REST API under /api/v1. When the server
+// needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
+// page (login.js) takes the place of the views until the user has signed in.
 
-import { get } from './api.js';
+import { get, del } from './api.js';
 import { h, fill, fmtBytes } from './ui.js';
+import { renderLogin } from './login.js';
 import { renderHome } from './home.js';
 import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
@@ -13,8 +16,11 @@ import { renderDataset } from './dataset.js';
 const main = document.getElementById('main');
 let teardown = null;
 
+let signedIn = false;
+
 function route() {
   if (teardown) { teardown(); teardown = null; }
+  if (!signedIn) return;
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
@@ -55,6 +61,48 @@ async function loadInfo() {
   }
 }
 
+/* The header's user and sign-out control (none on an open server). */
+function showSession(session) {
+  const el = document.getElementById('session-info');
+  if (!session || !session.user) { fill(el); return; }
+  const out = h('button', { class: 'link-btn', type: 'button', id: 'sign-out' }, 'Sign out');
+  out.addEventListener('click', async () => {
+    try { await del('/session'); } catch { /* signed out either way */ }
+    showLogin(null);
+  });
+  fill(el,
+    h('span', { class: 'chip', id: 'session-user', title: session.user.admin ? 'admin' : 'user' },
+      session.user.name, session.user.admin ? ' · admin' : ''),
+    out);
+}
+
+function showApp(session) {
+  signedIn = true;
+  showSession(session);
+  route();
+  loadInfo();
+}
+
+function showLogin(notice) {
+  if (teardown) { teardown(); teardown = null; }
+  signedIn = false;
+  for (const k of Object.keys(main.dataset)) delete main.dataset[k];
+  showSession(null);
+  fill(document.getElementById('service-info'));
+  renderLogin(main, showApp, notice);
+}
+
+async function start() {
+  try {
+    showApp(await get('/session'));
+  } catch (e) {
+    if (e.status === 401) showLogin(null);
+    else showApp(null);         // an older server without sessions, or unreachable: the views say so
+  }
+}
+
 window.addEventListener('hashchange', route);
-route();
-loadInfo();
+window.addEventListener('kiln:unauthorized', (ev) => {
+  if (signedIn) showLogin(`You were signed out: ${ev.detail}`);
+});
+start();

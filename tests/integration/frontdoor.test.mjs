@@ -18,7 +18,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
-import { importDemo, readSSE, sleep, startServer, tempDir, waitFor } from './lib/kiln.mjs';
+import { FINAL_STATUSES, importDemo, readSSE, sleep, startServer, tempDir, waitFor } from './lib/kiln.mjs';
 
 const IDLE_S = 5;             // --limit idle-timeout (its minimum), on both servers
 
@@ -191,6 +191,9 @@ test('same-origin requests and requests without Origin (curl) still work', async
   const b = await request('POST', '/api/v1/jobs', { headers: JSON_CT, body: jobBody({ name, epochs: 50 }) });
   assert.equal(b.status, 201, b.text);
   assert.equal(b.body.config.name, name);
+  // A running job's cancel is asynchronous: delete once it has ended.
+  await waitFor(async () => FINAL_STATUSES.has((await request('GET', `/api/v1/jobs/${a.body.id}`)).body.status),
+    { timeoutMs: 30_000, intervalMs: 100, what: 'the cancelled job to end' });
   const del = await request('DELETE', `/api/v1/jobs/${a.body.id}`, { headers: { origin: self() } });
   assert.ok(del.status === 200 || del.status === 204, del.text);
   const cancel = await request('POST', `/api/v1/jobs/${b.body.id}/cancel`);

@@ -11,6 +11,10 @@ kiln_unit_test(test_server_upload
 kiln_unit_test(test_server_limits
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_limits.c
   LIBS kiln_server)
+# Users, tokens and owners in the store, and the secrets of server/auth.c.
+kiln_unit_test(test_users
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_users.c
+  LIBS kiln_server)
 # The front door's pure parts: Host names, same-origin, \u0000 in JSON.
 kiln_unit_test(test_server_guard
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_server_guard.c

@@ -1052,7 +1052,7 @@ static void run_in_background(job_fixture *j, const char *name, hook_log *h) {
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cond, NULL);
     pthread_mutex_t serial = PTHREAD_MUTEX_INITIALIZER;
-    const import_hooks hooks = { hook_checked, hook_finished, h, &serial };
+    const import_hooks hooks = { hook_checked, hook_finished, h, &serial, { 0, 0, NULL }, NULL };
     char err[256] = "";
     if (import_job_start(j->st, j->data, name, j->f->archive, NULL, &hooks, err, sizeof err) != 0)
         fail_msg("%s", err);

@@ -6,6 +6,8 @@
  * Archives are written here with libarchive. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,7 +100,8 @@ static int probe(const char *path, char *code)
 {
     api_error e;
     memset(&e, 0, sizeof e);
-    int rc = import_probe(path, &e);
+    import_check found;
+    int rc = import_probe(path, NULL, &found, &e);
     snprintf(code, 48, "%s", e.code);
     if (rc != 0)
         assert_true(strlen(e.message) > 0);  /* every refusal says why */
@@ -199,7 +202,8 @@ static void test_mtree_refused(void **state)
 
     api_error e;
     memset(&e, 0, sizeof e);
-    assert_int_equal(import_probe(f->path, &e), -1);
+    import_check found;
+    assert_int_equal(import_probe(f->path, NULL, &found, &e), -1);
     assert_int_equal(e.status, 400);
     assert_string_equal(e.code, "invalid_archive");
     if (!strstr(e.message, "not an archive") || !strstr(e.message, "tar"))
@@ -236,7 +240,8 @@ static void test_filters_as_the_importer(void **state)
         write_archive_as(f->path, png, 1, archive_write_set_format_pax_restricted, filters[i].add);
         api_error e;
         memset(&e, 0, sizeof e);
-        int rc = import_probe(f->path, &e);
+        import_check found;
+        int rc = import_probe(f->path, NULL, &found, &e);
         if (filters[i].readable && rc != 0)
             fail_msg("a tar through %s is refused: %s", filters[i].name, e.message);
         if (!filters[i].readable && (rc != -1 || strcmp(e.code, "invalid_archive") != 0))
@@ -250,6 +255,109 @@ static void test_filters_as_the_importer(void **state)
     }
 }
 
+/* The check counts every image of an archive it reads to its end (the
+ * estimate of an upload's prepared size starts from that count). */
+static void test_check_counts_images(void **state)
+{
+    fixture *f = *state;
+    const entry e[] = {
+        { "cats/1.png", png_head, sizeof png_head, false },
+        { "cats/notes.txt", "hello", 5, false },
+        { "dogs/2.jpg", jpeg_head, sizeof jpeg_head, false },
+        { "dogs/3.png", png_head, sizeof png_head, false },
+        { "loose.png", png_head, sizeof png_head, false },       /* outside a class folder */
+    };
+    write_archive(f->path, e, 5, false);
+    api_error err;
+    import_check found;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(import_probe(f->path, NULL, &found, &err), 0);
+    assert_int_equal(found.images, 3);
+    assert_true(found.complete);
+}
+
+/* A large entry before any image: the check stops at check-bytes (413
+ * naming it), having decompressed no more than that and a block; the same
+ * entry after an image ends the check with success, the count incomplete. */
+static void test_check_bytes_bound(void **state)
+{
+    fixture *f = *state;
+    const size_t big = 8u << 20;
+    unsigned char *zeros = calloc(1, big);
+    assert_non_null(zeros);
+    const entry first[] = {
+        { "cats/zero.bin", zeros, big, false },
+        { "cats/1.png", png_head, sizeof png_head, false },
+    };
+    write_archive_as(f->path, first, 2, archive_write_set_format_pax_restricted, archive_write_add_filter_zstd);
+    import_check_limits lim = { 1u << 20, 60, NULL };
+    api_error e;
+    import_check found;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(import_probe(f->path, &lim, &found, &e), -1);
+    assert_int_equal(e.status, 413);
+    assert_string_equal(e.code, "check_limit");
+    if (!strstr(e.message, "check-bytes"))
+        fail_msg("the refusal should name the limit: \"%s\"", e.message);
+
+    lim.max_bytes = 16u << 20;                       /* the whole archive fits: found */
+    assert_int_equal(import_probe(f->path, &lim, &found, &e), 0);
+    assert_true(found.complete);
+    assert_int_equal(found.images, 1);
+
+    const entry after[] = {
+        { "cats/1.png", png_head, sizeof png_head, false },
+        { "cats/zero.bin", zeros, big, false },
+        { "cats/2.png", png_head, sizeof png_head, false },
+    };
+    write_archive_as(f->path, after, 3, archive_write_set_format_pax_restricted, archive_write_add_filter_zstd);
+    lim.max_bytes = 1u << 20;
+    assert_int_equal(import_probe(f->path, &lim, &found, &e), 0);
+    assert_false(found.complete);
+    assert_int_equal(found.images, 1);
+    free(zeros);
+}
+
+/* The server's stop flag ends a check at once: 503 shutting_down. */
+static void test_check_stops(void **state)
+{
+    fixture *f = *state;
+    const entry e1[] = { { "cats/1.png", png_head, sizeof png_head, false } };
+    write_archive(f->path, e1, 1, false);
+    atomic_bool stop;
+    atomic_init(&stop, true);
+    import_check_limits lim = { 0, 0, &stop };
+    api_error e;
+    import_check found;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(import_probe(f->path, &lim, &found, &e), -1);
+    assert_int_equal(e.status, 503);
+    assert_string_equal(e.code, "shutting_down");
+}
+
+/* The estimate of a prepared dataset: over dataset-bytes is refused with
+ * the limit named, under it is not (the disk here has room for 1 MiB). */
+static void test_estimate(void **state)
+{
+    fixture *f = *state;
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.max_dataset_bytes = 100u << 20;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    /* 50 images of 4096x4096x3: 2.4 GiB */
+    assert_int_equal(import_estimate_check(50, 3, 4096, 4096, &o, f->dir, &e), -1);
+    assert_int_equal(e.status, 413);
+    assert_string_equal(e.code, "dataset_too_large");
+    if (!strstr(e.message, "dataset-bytes") || !strstr(e.message, "50 images"))
+        fail_msg("the refusal should give the count and name the limit: \"%s\"", e.message);
+    assert_int_equal(import_estimate_check(50, 1, 64, 64, &o, f->dir, &e), 0);
+    /* more than any disk has free */
+    o.max_dataset_bytes = 0xffffffffffffffffull;
+    assert_int_equal(import_estimate_check(1000000, 3, 4096, 4096, &o, f->dir, &e), -1);
+    if (!strstr(e.message, "free"))
+        fail_msg("the refusal should say what is free: \"%s\"", e.message);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +366,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_images_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mtree_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_filters_as_the_importer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_counts_images, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_bytes_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_stops, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_estimate, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
