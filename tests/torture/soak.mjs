@@ -22,7 +22,8 @@
 //   - RSS grew after the warm-up by more than the bound: max(--bound-mib,
 //     --bound-pct % of the RSS after the warm-up), comparing the medians of the
 //     30 s after the warm-up and of the last 30 s, or projecting the
-//     least-squares slope of every sample after the warm-up over that time.
+//     Theil-Sen slope of the second half of the samples after the warm-up (12
+//     at least) over the whole time after it (steady growth not yet stopped).
 //     Why this bound: once the clients are connected and a job has run,
 //     what the server holds is bounded (a ring of events per job, SQLite's
 //     page cache, malloc's arenas per thread); a leak of a few hundred bytes
@@ -278,16 +279,14 @@ function sample() {
 
 function median(xs) { const s = [...xs].sort((a, b) => a - b); return s.length ? s[Math.floor(s.length / 2)] : NaN; }
 
-/* Least-squares slope of rss over t: KiB per ms. */
+/* Theil-Sen slope of rss over t (the median of the slopes between every two
+ * samples: one dip or spike does not move it): KiB per ms. */
 function slope(pts) {
-  const n = pts.length;
-  if (n < 3) return 0;
-  const mt = pts.reduce((a, p) => a + p.t, 0) / n;
-  const mr = pts.reduce((a, p) => a + p.rss, 0) / n;
-  let num = 0;
-  let den = 0;
-  for (const p of pts) { num += (p.t - mt) * (p.rss - mr); den += (p.t - mt) ** 2; }
-  return den ? num / den : 0;
+  const all = [];
+  for (let i = 0; i < pts.length; i++) {
+    for (let j = i + 1; j < pts.length; j++) if (pts[j].t > pts[i].t) all.push((pts[j].rss - pts[i].rss) / (pts[j].t - pts[i].t));
+  }
+  return all.length ? median(all) : 0;
 }
 
 // ---- main -----------------------------------------------------------------------------
@@ -361,7 +360,8 @@ async function main() {
   const warmRss = median(warm);
   const endRss = median(end);
   const bound = Math.max(opts.boundMib * 1024, warmRss * opts.boundPct / 100);
-  const perMin = slope(post) * 60_000;
+  const late = post.filter((s) => s.t >= (warmupMs + lastT) / 2);   // still rising at the end?
+  const perMin = late.length >= 12 ? slope(late) * 60_000 : 0;     // a minute of samples at least
   const projected = perMin * ((lastT - warmupMs) / 60_000);
   const maxRss = Math.max(...samples.map((s) => s.rss));
   if (!(post.length >= 3)) violation(`too few samples after the warm-up (${post.length}): run longer`);
@@ -377,7 +377,7 @@ async function main() {
   console.log(`
 soak summary (${secs} s, ${opts.clients} SSE clients, seed ${opts.seed}):
   RSS:        start ${MiB(start.rss)} MiB, after the warm-up (${(warmupMs / 1000).toFixed(0)} s) ${MiB(warmRss)} MiB, end ${MiB(endRss)} MiB, max ${MiB(maxRss)} MiB
-  growth:     ${MiB(endRss - warmRss)} MiB after the warm-up, slope ${MiB(perMin)} MiB/min; bound ${MiB(bound)} MiB (max of ${opts.boundMib} MiB and ${opts.boundPct}%)
+  growth:     ${MiB(endRss - warmRss)} MiB after the warm-up, slope ${MiB(perMin)} MiB/min over its second half; bound ${MiB(bound)} MiB (max of ${opts.boundMib} MiB and ${opts.boundPct}%)
   fds:        ${fdsBefore} before the clients, ${Math.max(...samples.map((s) => s.fds || 0))} at most, ${fdsAfter} after they left; threads at most ${Math.max(...samples.map((s) => s.threads || 0))}
   SSE:        ${sse.ever.size} clients got a stream; ${sse.connects} connects, ${sse.badStatus} non-200, ${sse.errors} errors, ${sse.ended} streams ended, ${sse.events} events
   API:        ${apiStats.requests} requests ${JSON.stringify(apiStats.byStatus)}; after the warm-up ${after.length ? ms(after) : 'none'}
