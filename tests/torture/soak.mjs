@@ -53,12 +53,13 @@ const USAGE = `usage: node tests/torture/soak.mjs [options]
   --sample S       seconds between RSS samples (default 5)
   --bound-mib N    allowed RSS growth after the warm-up, MiB (default 16) ...
   --bound-pct P    ... or this percentage of the RSS after the warm-up, if larger (default 10)
-  --epochs N       each training job's epochs (default 2)
+  --epochs N       each training job's epochs (default 10: a job lasts long beside the clients'
+                   reconnects, from about 30 s on an idle 2-core machine to minutes under load)
   --seed N         seeds the clients' choices (default 1)
   --keep           keep the temporary data directory`;
 
 const opts = parseOptions(process.argv.slice(2), {
-  minutes: 10, clients: 1000, warmup: 0, sample: 5, boundMib: 16, boundPct: 10, epochs: 2, seed: 1, keep: false,
+  minutes: 10, clients: 1000, warmup: 0, sample: 5, boundMib: 16, boundPct: 10, epochs: 10, seed: 1, keep: false,
 }, USAGE);
 const runMs = opts.minutes * 60_000;
 let warmupMs = (opts.warmup || Math.min(120, opts.minutes * 60 / 5)) * 1000;   // and see firstEndMs
@@ -274,7 +275,7 @@ function sample() {
   if (rss === null) return;
   let threads = null;
   try { threads = Number(/Threads:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]); } catch { /* gone */ }
-  samples.push({ t: Date.now() - t0, rss, fds: openFds(pid), threads });
+  samples.push({ t: Date.now() - t0, rss, fds: openFds(pid), threads, open: sse.open });
 }
 
 function median(xs) { const s = [...xs].sort((a, b) => a - b); return s.length ? s[Math.floor(s.length / 2)] : NaN; }
@@ -354,9 +355,11 @@ async function main() {
   warmupMs = Math.max(warmupMs, Math.min(firstEndMs === null ? Infinity : firstEndMs + WINDOW_MS, runMs / 2));
   const start = samples[0];
   const post = samples.filter((s) => s.t >= warmupMs);
-  const warm = post.filter((s) => s.t < warmupMs + WINDOW_MS).map((s) => s.rss);
+  const warmS = post.filter((s) => s.t < warmupMs + WINDOW_MS);
+  const warm = warmS.map((s) => s.rss);
   const lastT = samples[samples.length - 1].t;
-  const end = post.filter((s) => s.t >= lastT - WINDOW_MS).map((s) => s.rss);
+  const endS = post.filter((s) => s.t >= lastT - WINDOW_MS);
+  const end = endS.map((s) => s.rss);
   const warmRss = median(warm);
   const endRss = median(end);
   const bound = Math.max(opts.boundMib * 1024, warmRss * opts.boundPct / 100);
@@ -379,7 +382,7 @@ soak summary (${secs} s, ${opts.clients} SSE clients, seed ${opts.seed}):
   RSS:        start ${MiB(start.rss)} MiB, after the warm-up (${(warmupMs / 1000).toFixed(0)} s) ${MiB(warmRss)} MiB, end ${MiB(endRss)} MiB, max ${MiB(maxRss)} MiB
   growth:     ${MiB(endRss - warmRss)} MiB after the warm-up, slope ${MiB(perMin)} MiB/min over its second half; bound ${MiB(bound)} MiB (max of ${opts.boundMib} MiB and ${opts.boundPct}%)
   fds:        ${fdsBefore} before the clients, ${Math.max(...samples.map((s) => s.fds || 0))} at most, ${fdsAfter} after they left; threads at most ${Math.max(...samples.map((s) => s.threads || 0))}
-  SSE:        ${sse.ever.size} clients got a stream; ${sse.connects} connects, ${sse.badStatus} non-200, ${sse.errors} errors, ${sse.ended} streams ended, ${sse.events} events
+  SSE:        ${median(warmS.map((s) => s.open))} streams open after the warm-up, ${median(endS.map((s) => s.open))} at the end (medians); ${sse.ever.size} clients got a stream; ${sse.connects} connects, ${sse.badStatus} non-200, ${sse.errors} errors, ${sse.ended} streams ended, ${sse.events} events
   API:        ${apiStats.requests} requests ${JSON.stringify(apiStats.byStatus)}; after the warm-up ${after.length ? ms(after) : 'none'}
   training:   ${finishedJobs.length} job(s) done, ${jobsCreated} created
   violations: ${violations.length}`);
