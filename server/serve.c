@@ -257,8 +257,9 @@ static void resolve_dir(const char *what, const char *dir, char *out, size_t n)
     snprintf(out, n, "%s", dir);
 }
 
-/* Datasets left "importing" by a server that stopped mid-import. */
-static void fail_interrupted_imports(store *st)
+/* Datasets left "importing" by a server that stopped mid-import: marked
+ * failed, and their folders' partial files removed, as a failed import's are. */
+static void fail_interrupted_imports(store *st, const char *data_dir)
 {
     store_dataset *list = NULL;
     size_t n = 0;
@@ -271,6 +272,9 @@ static void fail_interrupted_imports(store *st)
                 (long long)list[i].id, list[i].name);
         store_dataset_finish(st, list[i].id, "failed", NULL,
                              "the server stopped during the import; create the dataset again");
+        char dir[PATH_MAX];
+        if (layout_dataset_dir(dir, sizeof dir, data_dir, list[i].id) == 0)
+            fio_rm_rf(dir);
     }
     store_dataset_list_free(list, n);
 }
@@ -414,7 +418,7 @@ int serve_main(int argc, char **argv)
         return status;
     }
     status = 1;
-    fail_interrupted_imports(srv.st);
+    fail_interrupted_imports(srv.st, srv.data_dir);
     srv.hub = hub_create();
     if (!srv.hub) {
         fprintf(stderr, "kiln serve: out of memory\n");
