@@ -46,5 +46,6 @@ kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200
 kiln_node_test(integration_jobsafe tests/integration/jobsafe.test.mjs integration 600)
 set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_METRICS=$<TARGET_FILE:kiln_fill_metrics>")
 kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
+kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
