@@ -68,6 +68,7 @@ static const char fake_worker[] =
     "  exit 2;;\n"
     "wait)\n"
     "  trap 'echo \"{\\\"t\\\":\\\"status\\\",\\\"status\\\":\\\"cancelled\\\"}\"; exit 0' TERM\n"
+    "  : > \"$dir/trapped\"\n"               /* trapped_wait: the trap is set */
     "  while :; do sleep 0.02; done;;\n"
     "eval_done)\n"                      /* an evaluation: result.json, then done */
     "  echo '{\"t\":\"progress\",\"done\":3,\"total\":4}'\n"
@@ -77,6 +78,7 @@ static const char fake_worker[] =
     "  exit 0;;\n"
     "stubborn)\n"
     "  trap '' TERM\n"
+    "  : > \"$dir/trapped\"\n"
     "  while :; do sleep 0.02; done;;\n"
     "esac\n";
 
@@ -100,6 +102,19 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
+}
+
+/* Waits (up to 10 s) until job id's fake worker has set its SIGTERM trap (the
+ * "wait" and "stubborn" modes mark it with <job-dir>/trapped): a SIGTERM
+ * before that ends the shell itself, not the way the test means. */
+static void trapped_wait(const fixture *f, int64_t id)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    assert_int_equal(layout_job_dir(dir, sizeof dir, f->data, id), 0);
+    snprintf(path, sizeof path, "%s/trapped", dir);
+    for (int i = 0; i < 1000 && access(path, F_OK) != 0; i++)
+        sleep_ms(10);
+    assert_int_equal(access(path, F_OK), 0);
 }
 
 static void write_text(const char *path, const char *text)
@@ -369,7 +384,7 @@ static void cancel_queued_running_and_stubborn(void **state)
     clear_events(ev, n);
 
     /* The running one gets SIGTERM, reports cancelled and exits. */
-    sleep_ms(100);                 /* let the script set its trap */
+    trapped_wait(f, running);
     assert_int_equal(sched_cancel(f->s, running), 0);
     j = wait_status(f, running, "cancelled", 5);
     store_job_clear(&j);
@@ -388,7 +403,7 @@ static void cancel_queued_running_and_stubborn(void **state)
     sched_wake(f->s);
     j = wait_status(f, stubborn, "running", 10);
     store_job_clear(&j);
-    sleep_ms(100);
+    trapped_wait(f, stubborn);
     double t0 = now_s();
     assert_int_equal(sched_cancel(f->s, stubborn), 0);
     j = wait_status(f, stubborn, "cancelled", 5);
@@ -480,22 +495,25 @@ static void gpu_jobs_get_their_own_gpus(void **state)
     assert_queued(f, g);
     assert_queued(f, old);
 
-    sleep_ms(100);                        /* let the scripts set their traps */
+    trapped_wait(f, a);
     assert_int_equal(sched_cancel(f->s, a), 0);
     assert_gpus(f, b, "1");
     sleep_ms(300);
     assert_queued(f, e);                  /* only GPU 0 is free */
     assert_queued(f, g);                  /* and e waits for it first */
+    trapped_wait(f, d);
     assert_int_equal(sched_cancel(f->s, d), 0);
     assert_gpus(f, e, "0,2");
+    trapped_wait(f, b);
     assert_int_equal(sched_cancel(f->s, b), 0);
     assert_gpus(f, g, "1");
     assert_queued(f, old);
+    trapped_wait(f, e);
     assert_int_equal(sched_cancel(f->s, e), 0);
     assert_gpus(f, old, "2");             /* a job.json from before multi-GPU jobs */
     int64_t all[] = { c, g, old };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        sleep_ms(100);
+        trapped_wait(f, all[i]);
         assert_int_equal(sched_cancel(f->s, all[i]), 0);
         j = wait_status(f, all[i], "cancelled", 5);
         store_job_clear(&j);
@@ -595,7 +613,7 @@ static void stop_requeues_running_jobs(void **state)
     start(f, 2);
     store_job j = wait_status(f, id, "running", 10);
     store_job_clear(&j);
-    sleep_ms(100);
+    trapped_wait(f, id);
     double t0 = now_s();
     sched_stop(f->s);
     f->s = NULL;
