@@ -820,9 +820,11 @@ static int train(run *r, bool *cancelled)
             return stop_cancelled(r);
         }
         r->last_val_secs = mono_now() - t_val;
+        /* lr is not recorded again here: the training report of the epoch's
+         * last step (always made, i == steps_per_epoch) recorded it at this
+         * step, and a tag is recorded once a step. */
         if (metric(r, "val/loss", v.loss, r->step, epoch + 1) ||
-            metric(r, "val/accuracy", v.accuracy, r->step, epoch + 1) ||
-            metric(r, "lr", lr, r->step, epoch + 1))
+            metric(r, "val/accuracy", v.accuracy, r->step, epoch + 1))
             return -1;
         cJSON *item = epoch_item(epoch + 1, r->step, v.loss, v.accuracy,
                                  ep_count ? ep_loss / ep_count : NAN,

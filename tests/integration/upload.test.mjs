@@ -142,6 +142,9 @@ test('the stored metrics and a replayed stream match what was streamed live', as
   const live = stream.events.filter((e) => e.event === 'metric');
   assert.equal(r.body.items.length, live.length, 'every streamed metric is stored');
   for (const tag of TAGS) assert.ok(r.body.items.some((m) => m.tag === tag), `stored metrics include ${tag}`);
+  const keys = r.body.items.map((m) => `${m.step} ${m.tag}`);
+  assert.equal(new Set(keys).size, keys.length,
+    `each tag is recorded once a step: ${keys.filter((k, i) => keys.indexOf(k) !== i).slice(0, 5)}`);
 
   const replay = await readSSE(`${base}/api/v1/jobs/${jobId}/events`, { timeoutMs: 30_000 });
   assert.equal(replay.finalStatus, 'done', 'a finished job replays its final status');

@@ -124,19 +124,13 @@ async function metrics(id) {
   return { map: m, items: r.body.items };
 }
 
-/* "step|tag (n times)" for each step and tag listed more often than one run
- * records it: once, except "lr" at an epoch's last step, which the runner
- * reports with the training interval and again with the validation (twice). */
+/* "step|tag (n times)" for each step and tag listed more than once (a run
+ * records each tag once a step). */
 function repeated(items) {
   const count = new Map();
-  const valSteps = new Set(items.filter((m) => m.tag === 'val/loss').map((m) => m.step));
   for (const it of items) { const k = `${it.step}|${it.tag}`; count.set(k, (count.get(k) || 0) + 1); }
   const out = [];
-  for (const [k, n] of count) {
-    const [step, tag] = [Number(k.slice(0, k.indexOf('|'))), k.slice(k.indexOf('|') + 1)];
-    const allowed = tag === 'lr' && valSteps.has(step) ? 2 : 1;
-    if (n > allowed) out.push(`${k} (${n} times)`);
-  }
+  for (const [k, n] of count) if (n > 1) out.push(`${k} (${n} times)`);
   return out;
 }
 
