@@ -146,7 +146,7 @@ void serve_limits_usage(FILE *f)
 {
     for (size_t i = 0; i < SERVE_LIMIT_COUNT; i++) {
         const limit_def *d = &SERVE_LIMIT_DEFS[i];
-        fprintf(f, "  %-20s %s (default %" PRIu64 "%s)\n", d->name, d->what, d->def,
+        fprintf(f, "  %-24s %s (default %" PRIu64 "%s)\n", d->name, d->what, d->def,
                 d->unit == LIMIT_BYTES ? " bytes" : d->unit == LIMIT_SECONDS ? " s" : "");
     }
 }

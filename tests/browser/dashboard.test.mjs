@@ -10,14 +10,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
+import { openPage } from './lib.mjs';
 import { ROOT, importDemo, makeDigitArchive, startServer, tempDir, waitDataset } from '../integration/lib/kiln.mjs';
 
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
 
 const OUT = path.join(ROOT, 'tests', 'browser', 'out');
-const CHROMIUM = process.env.KILN_CHROMIUM || '/usr/bin/chromium';
 
 let tmp;
 let server;
@@ -36,29 +33,14 @@ before(async () => {
   datasetId = (await importDemo(dataDir)).id;
   server = await startServer({ dataDir });
   base = server.url;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
-  const origin = new URL(base).origin;
-  await page.route('**/*', (route) => {
-    const u = route.request().url();
-    if (u.startsWith(origin) || u.startsWith('data:')) return route.continue();
-    problems.push(`external request: ${u}`);
-    return route.abort();
-  });
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('request', (r) => {
-    if (r.method() === 'POST' && new URL(r.url()).pathname === '/api/v1/jobs') jobPosts.push(r.postDataJSON());
-  });
-  page.on('console', (m) => {
+  ({ browser, page } = await openPage(base, {
+    viewport: { width: 1360, height: 900 }, problems,
     // 4xx answers are expected here (the form-error case; /api/v1/networks may not
     // exist yet and the page falls back to its built-in list); anything else is not.
-    if (m.type() === 'error' && !/Failed to load resource: the server responded with a status of 4\d\d/.test(m.text()))
-      problems.push(`console error: ${m.text()}`);
+    allowConsole: (t) => /Failed to load resource: the server responded with a status of 4\d\d/.test(t),
+  }));
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && new URL(r.url()).pathname === '/api/v1/jobs') jobPosts.push(r.postDataJSON());
   });
 });
 

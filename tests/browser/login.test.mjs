@@ -10,14 +10,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
+import { openPage } from './lib.mjs';
 import { ROOT, api, importDemo, runKiln, startServer, tempDir } from '../integration/lib/kiln.mjs';
 
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
 
 const OUT = path.join(ROOT, 'tests', 'browser', 'out');
-const CHROMIUM = process.env.KILN_CHROMIUM || '/usr/bin/chromium';
 const CHEAP = ['--limit', 'password-ops=1', '--limit', 'password-mem=8K'];
 
 let tmp;
@@ -39,25 +36,11 @@ before(async () => {
   assert.equal(add.code, 0, add.stderr);
   server = await startServer({ dataDir, args: CHEAP });
   base = server.url;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
-  const origin = new URL(base).origin;
-  await page.route('**/*', (route) => {
-    const u = route.request().url();
-    if (u.startsWith(origin) || u.startsWith('data:')) return route.continue();
-    problems.push(`external request: ${u}`);
-    return route.abort();
-  });
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('console', (m) => {
-    // 401s are this test's subject; anything else is a problem.
-    if (m.type() === 'error' && !/status of 401/.test(m.text())) problems.push(`console error: ${m.text()}`);
-  });
+  ({ browser, page } = await openPage(base, {
+    viewport: { width: 1280, height: 800 }, problems,
+    // 401s are this test's subject; any other console error is a problem.
+    allowConsole: (t) => /status of 401/.test(t),
+  }));
 });
 
 after(async () => {

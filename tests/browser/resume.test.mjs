@@ -8,14 +8,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { createRequire } from 'node:module';
+import { openPage } from './lib.mjs';
 import { ROOT, api, importDemo, startServer, tempDir, waitFor } from '../integration/lib/kiln.mjs';
 
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
 
 const OUT = path.join(ROOT, 'tests', 'browser', 'out');
-const CHROMIUM = process.env.KILN_CHROMIUM || '/usr/bin/chromium';
 const STOP_AT = 20;
 const TINY = { name: 'tiny', layers: [{ type: 'flatten' }, { type: 'dense', units: 'classes' }] };
 
@@ -39,22 +36,7 @@ before(async () => {
     delete process.env.KILN_STOP_AFTER_STEP;
   }
   base = server.url;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-  const origin = new URL(base).origin;
-  await page.route('**/*', (route) => {
-    const u = route.request().url();
-    if (u.startsWith(origin) || u.startsWith('data:')) return route.continue();
-    problems.push(`external request: ${u}`);
-    return route.abort();
-  });
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+  ({ browser, page } = await openPage(base, { viewport: { width: 1280, height: 900 }, problems }));
 });
 
 after(async () => {
