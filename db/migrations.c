@@ -139,6 +139,48 @@ const store_migration store_migrations[] = {
             "CREATE INDEX jobs_by_owner ON jobs (owner_id);"
             "CREATE INDEX evaluations_by_owner ON evaluations (owner_id);",
     },
+    {
+        /* Hyper-parameter sweeps (issue 16; jobs/sweep.h, db/sweep_store.h).
+         * spec_json is the normalized sweep request; a trial row per trial
+         * made (trial = its number in the sweep), linked to its job; a job
+         * knows its sweep (jobs.sweep_id). Deleting a sweep deletes its trial
+         * rows; the jobs stay, as ordinary jobs (SET NULL); a deleted job
+         * leaves its trial row with no job. */
+        .version = 8,
+        .what = "sweeps and their trials",
+        .sql =
+            "CREATE TABLE sweeps ("
+            "  id           INTEGER PRIMARY KEY AUTOINCREMENT,"
+            "  name         TEXT NOT NULL DEFAULT '',"
+            "  method       TEXT NOT NULL CHECK (method IN ('grid', 'random', 'asha')),"
+            "  status       TEXT NOT NULL DEFAULT 'running'"
+            "               CHECK (status IN ('running', 'done', 'cancelled', 'failed')),"
+            "  spec_json    TEXT NOT NULL,"
+            "  best_trial   INTEGER,"
+            "  best_metric  REAL,"
+            "  error        TEXT,"
+            "  created_at   TEXT NOT NULL,"
+            "  finished_at  TEXT,"
+            "  owner_id     INTEGER REFERENCES users (id) ON DELETE SET NULL"
+            ");"
+            "CREATE INDEX sweeps_by_status ON sweeps (status, id);"
+            "CREATE INDEX sweeps_by_owner ON sweeps (owner_id);"
+            "CREATE TABLE sweep_trials ("
+            "  sweep_id      INTEGER NOT NULL REFERENCES sweeps (id) ON DELETE CASCADE,"
+            "  trial         INTEGER NOT NULL,"
+            "  job_id        INTEGER REFERENCES jobs (id) ON DELETE SET NULL,"
+            "  params_json   TEXT NOT NULL,"
+            "  rung          INTEGER NOT NULL DEFAULT 0,"
+            "  state         TEXT NOT NULL"
+            "                CHECK (state IN ('running', 'waiting', 'done', 'stopped', 'failed', 'cancelled')),"
+            "  metrics_json  TEXT NOT NULL DEFAULT '[]',"
+            "  message       TEXT,"
+            "  PRIMARY KEY (sweep_id, trial)"
+            ");"
+            "CREATE INDEX sweep_trials_by_job ON sweep_trials (job_id);"
+            "ALTER TABLE jobs ADD COLUMN sweep_id INTEGER REFERENCES sweeps (id) ON DELETE SET NULL;"
+            "CREATE INDEX jobs_by_sweep ON jobs (sweep_id);",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

@@ -84,7 +84,7 @@ enum stmt_id {
 #define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds, owner_id, shared"
 #define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
                  "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at, " \
-                 "stopped_epoch, stopped_best_epoch, stopped_message, owner_id"
+                 "stopped_epoch, stopped_best_epoch, stopped_message, owner_id, sweep_id"
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
 #define EVAL_COLS "id, job_id, dataset_id, split, selection, epoch, status, progress, result_json, " \
                   "error, created_at, started_at, finished_at, owner_id"
@@ -880,6 +880,7 @@ static int read_job(sqlite3_stmt *q, void *elem)
     j->stopped_best_epoch = sqlite3_column_int(q, 16);
     ok = col_dup(q, 17, &j->stopped_message) && ok;
     j->owner_id = sqlite3_column_int64(q, 18);
+    j->sweep_id = sqlite3_column_int64(q, 19);     /* NULL reads as 0 */
     if (!ok) {
         store_job_clear(j);
         return -1;

@@ -83,6 +83,7 @@ typedef struct store_job {
     int stopped_epoch, stopped_best_epoch;
     char *stopped_message;
     int64_t owner_id;      /* the user who made it; 0: none */
+    int64_t sweep_id;      /* the sweep it is a trial of (db/sweep_store.h); 0: none */
 } store_job;
 
 int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,

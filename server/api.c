@@ -36,6 +36,7 @@
 #include "server/openapi.h"        /* kiln_openapi_json */
 #include "server/render.h"
 #include "server/sse.h"            /* sse_handle */
+#include "server/sweeps.h"         /* the sweep routes */
 #include "server/upload.h"         /* upload_finish */
 
 #define MAX_DEVICES 64
@@ -775,6 +776,11 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/evaluations/:id", .fn = evaluation_get },
     { .method = "DELETE", .pattern = "/api/v1/evaluations/:id", .fn = evaluation_delete },
     { .method = "POST", .pattern = "/api/v1/evaluations/:id/cancel", .fn = evaluation_cancel },
+    { .method = "GET", .pattern = "/api/v1/sweeps", .fn = sweeps_list },
+    { .method = "POST", .pattern = "/api/v1/sweeps", .fn = sweeps_create, .body = BODY_JSON },
+    { .method = "GET", .pattern = "/api/v1/sweeps/:id", .fn = sweeps_get },
+    { .method = "DELETE", .pattern = "/api/v1/sweeps/:id", .fn = sweeps_delete },
+    { .method = "POST", .pattern = "/api/v1/sweeps/:id/cancel", .fn = sweeps_cancel },
     { .method = "GET", .pattern = "/api/v1/session", .fn = auth_session_get },
     { .method = "POST", .pattern = "/api/v1/session", .fn = auth_session_create, .body = BODY_JSON },
     { .method = "DELETE", .pattern = "/api/v1/session", .fn = auth_session_delete },

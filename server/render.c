@@ -164,6 +164,7 @@ cJSON *render_job(store *st, const store_job *j)
     ok &= add_str(o, "status", j->status);
     ok &= add_str(o, "created_at", j->created_at);
     ok &= add_num(o, "owner_id", j->owner_id > 0 ? (double)j->owner_id : NAN);
+    ok &= add_num(o, "sweep_id", j->sweep_id > 0 ? (double)j->sweep_id : NAN);   /* null: no sweep */
     ok &= add_str(o, "started_at", j->started_at);
     ok &= add_str(o, "finished_at", j->finished_at);
     ok &= add_num(o, "epoch", j->epoch);

@@ -46,6 +46,7 @@
 #include "jobs/import_job.h"   /* import_job_stop_all */
 #include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
 #include "server/infer.h"      /* infer_service_start, infer_service_stop */
+#include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
 
 #ifndef KILN_DEFAULT_WEB_DIR
 #define KILN_DEFAULT_WEB_DIR "web"
@@ -438,6 +439,10 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
     }
+    if (!(srv.sweeper = sweeper_start(&srv, err, sizeof err))) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
     if (sse_start(&srv) != 0) {
         fprintf(stderr, "kiln serve: cannot start the heartbeat thread\n");
         goto out;
@@ -481,6 +486,8 @@ out:
     if (srv.daemon)
         MHD_stop_daemon(srv.daemon);
     srv.daemon = NULL;
+    sweeper_stop(srv.sweeper);             /* before the scheduler: no trial is made or promoted after */
+    srv.sweeper = NULL;
     sched_stop(srv.sched);
     srv.sched = NULL;
     import_job_stop_all("the server stopped during the import; create the dataset again");

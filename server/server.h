@@ -64,6 +64,9 @@ typedef struct server {
 
     /* Classification (infer.c): its thread, queue and inference process. */
     struct infer_service *infer;
+
+    /* Sweeps (sweeps.c): the controller that drives their trials. */
+    struct sweeper *sweeper;
 } server;
 
 /* `kiln serve`: parses its options, runs until SIGINT/SIGTERM. Returns a
