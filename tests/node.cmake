@@ -49,3 +49,5 @@ kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     
 kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
+# Hyper-parameter sweeps (issue 16): grid, random, asha, a failing trial, cancel, restart.
+kiln_node_test(integration_sweeps tests/integration/sweeps.test.mjs integration 600)
