@@ -209,7 +209,9 @@ static int grid_size(sweep_spec *s, api_error *e)
     return 0;
 }
 
-/* asha: the rungs min_epochs * eta^k below max_epochs, then max_epochs. */
+/* asha: the rungs as Determined makes them, from the top down: max_epochs,
+ * then max_epochs / eta^k rounded while at least min_epochs (1/3/9 for 9
+ * epochs and eta 3; 1/3/10 for 10). */
 static int asha_rungs(const cJSON *body, sweep_spec *s, api_error *e)
 {
     bool have_min, have_max;
@@ -224,14 +226,19 @@ static int asha_rungs(const cJSON *body, sweep_spec *s, api_error *e)
     if (s->max_epochs < s->min_epochs)
         return api_fail(e, 400, "invalid_field", "max_epochs (%d) must be at least min_epochs (%d)",
                         s->max_epochs, s->min_epochs);
-    s->nrungs = 0;
-    for (long r = s->min_epochs; r < s->max_epochs; r *= s->eta) {
-        if (s->nrungs == SWEEP_MAX_RUNGS - 1)
+    int down[SWEEP_MAX_RUNGS], n = 0;
+    down[n++] = s->max_epochs;
+    for (double r = s->max_epochs / (double)s->eta; lround(r) >= s->min_epochs; r /= s->eta) {
+        if (lround(r) == down[n - 1])
+            continue;
+        if (n == SWEEP_MAX_RUNGS)
             return api_fail(e, 400, "invalid_field", "asha: more than %d rungs; raise min_epochs or eta",
                             SWEEP_MAX_RUNGS);
-        s->rungs[s->nrungs++] = (int)r;
+        down[n++] = (int)lround(r);
     }
-    s->rungs[s->nrungs++] = s->max_epochs;
+    s->nrungs = n;
+    for (int i = 0; i < n; i++)
+        s->rungs[i] = down[n - 1 - i];
     return 0;
 }
 
@@ -385,17 +392,50 @@ static cJSON *sample(const sweep_param *p, double u)
     return NULL;
 }
 
+/* The grid's size when every parameter is a list (else 0). */
+static long finite_points(const sweep_spec *s)
+{
+    long n = 1;
+    for (int k = 0; k < s->nparams; k++) {
+        if (s->params[k].dist != DIST_VALUES)
+            return 0;
+        n *= cJSON_GetArraySize(s->params[k].values);
+        if (n > SWEEP_MAX_TRIALS)
+            return 0;
+    }
+    return n;
+}
+
+/* random and asha over lists alone, with no more trials than points: trial i
+ * is point perm[i] of a permutation seeded by the sweep's seed (Fisher-Yates
+ * on (seed, j) alone), so no point is tried twice. */
+static int permuted_point(const sweep_spec *s, long points, int i)
+{
+    int perm[SWEEP_MAX_TRIALS];
+    for (int j = 0; j < points; j++)
+        perm[j] = j;
+    for (long j = points - 1; j > 0; j--) {
+        long k = (long)(unit(s->seed, (int)j, SWEEP_MAX_PARAMS) * (double)(j + 1));
+        int t = perm[j];
+        perm[j] = perm[k];
+        perm[k] = t;
+    }
+    return perm[i];
+}
+
 cJSON *sweep_trial_values(const sweep_spec *s, int i)
 {
     if (i < 0 || i >= s->trials)
         return NULL;
     cJSON *o = cJSON_CreateObject();
-    int rest = i;
+    long points = s->method == SWEEP_GRID ? 0 : finite_points(s);
+    bool as_grid = s->method == SWEEP_GRID || (points > 0 && s->trials <= points);
+    int rest = s->method == SWEEP_GRID || !as_grid ? i : permuted_point(s, points, i);
     cJSON *vals[SWEEP_MAX_PARAMS] = { 0 };
     /* a grid: mixed radix, the last parameter fastest */
     for (int k = s->nparams - 1; o && k >= 0; k--) {
         const sweep_param *p = &s->params[k];
-        if (s->method == SWEEP_GRID) {
+        if (as_grid) {
             int n = cJSON_GetArraySize(p->values);
             vals[k] = cJSON_Duplicate(cJSON_GetArrayItem(p->values, rest % n), 1);
             rest /= n;

@@ -7,15 +7,18 @@
  *   - each trial's values (sweep_trial_values): grid enumerates the product of
  *     the value lists (the last parameter varies fastest); random and asha
  *     sample trial i from (seed, i) alone, so a restarted server makes the
- *     same trial i again and no generator state needs storing;
+ *     same trial i again and no generator state needs storing; over a space
+ *     of lists alone with no more trials than points, they take the points
+ *     in a seeded random order instead (no point twice);
  *   - each trial's job request (sweep_trial_request): the base with the values
  *     set by path (jobs/jobreq.h), and for asha the rung's epochs;
  *   - what the controller does next with a free slot (sweep_next): start a
  *     new trial, promote a waiting asha trial, wait, or end.
  *
  * ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning",
- * as Determined runs it): rungs at min_epochs * eta^k epochs, capped by (and
- * ending at) max_epochs. A trial trains to its rung's epochs; when a slot is
+ * as Determined runs it): rungs from the top down, max_epochs and then
+ * max_epochs / eta^k (rounded) while at least min_epochs: 1/3/9 epochs for
+ * max 9, 1/3/10 for max 10. A trial trains to its rung's epochs; when a slot is
  * free the controller looks from the highest rung down for a trial waiting at
  * rung k that is among the top floor(n_k / eta) of the n_k trials that have
  * completed rung k so far (promoted ones included), and promotes the best

@@ -115,14 +115,47 @@ static void test_defaults_and_round_trip(void **state)
     sweep_spec_free(&s);
     sweep_spec_free(&s2);
 
-    /* rungs capped by max_epochs: 2, 8, then 10 */
-    assert_int_equal(parse("{" BASE ", \"method\": \"asha\", \"trials\": 9, \"min_epochs\": 2, \"max_epochs\": 10, "
-                           "\"eta\": 4, \"space\": {\"solver.lr\": {\"values\": [0.1]}}}", &s, &e), 0);
+    /* rungs from the top down as Determined makes them: 10, 10/3, 10/9 */
+    assert_int_equal(parse("{" BASE ", \"method\": \"asha\", \"trials\": 9, \"max_epochs\": 10, "
+                           "\"space\": {\"solver.lr\": {\"values\": [0.1]}}}", &s, &e), 0);
     assert_int_equal(s.nrungs, 3);
-    assert_int_equal(s.rungs[0], 2);
-    assert_int_equal(s.rungs[1], 8);
+    assert_int_equal(s.rungs[0], 1);
+    assert_int_equal(s.rungs[1], 3);
     assert_int_equal(s.rungs[2], 10);
     assert_true(s.maximize);
+    sweep_spec_free(&s);
+    /* min_epochs cuts the bottom: 16, 4 (1 < 2 is not a rung) */
+    assert_int_equal(parse("{" BASE ", \"method\": \"asha\", \"trials\": 9, \"min_epochs\": 2, \"max_epochs\": 16, "
+                           "\"eta\": 4, \"space\": {\"solver.lr\": {\"values\": [0.1]}}}", &s, &e), 0);
+    assert_int_equal(s.nrungs, 2);
+    assert_int_equal(s.rungs[0], 4);
+    assert_int_equal(s.rungs[1], 16);
+    sweep_spec_free(&s);
+}
+
+/* random over lists alone: the points in a seeded order, none twice */
+static void test_lists_without_replacement(void **state)
+{
+    (void)state;
+    sweep_spec s;
+    api_error e;
+    assert_int_equal(parse("{" BASE ", \"method\": \"asha\", \"trials\": 9, \"max_epochs\": 9, \"seed\": 5, "
+                           "\"space\": {\"solver.lr\": {\"values\": [0.1, 0.01, 0.001]}, "
+                           "\"solver.momentum\": {\"values\": [0.8, 0.9, 0.95]}}}", &s, &e), 0);
+    int seen[3][3] = { { 0 } }, in_grid_order = 0;
+    for (int i = 0; i < 9; i++) {
+        cJSON *v = sweep_trial_values(&s, i);
+        double lr = cJSON_GetObjectItem(v, "solver.lr")->valuedouble;
+        double m = cJSON_GetObjectItem(v, "solver.momentum")->valuedouble;
+        int a = lr == 0.1 ? 0 : lr == 0.01 ? 1 : 2, b = m == 0.8 ? 0 : m == 0.9 ? 1 : 2;
+        seen[a][b]++;
+        in_grid_order += a * 3 + b == i;
+        cJSON_Delete(v);
+    }
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            assert_int_equal(seen[a][b], 1);
+    assert_true(in_grid_order < 9);                   /* shuffled */
     sweep_spec_free(&s);
 }
 
@@ -382,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_bad_spaces),
         cmocka_unit_test(test_defaults_and_round_trip),
         cmocka_unit_test(test_grid_enumeration),
+        cmocka_unit_test(test_lists_without_replacement),
         cmocka_unit_test(test_random_sampling),
         cmocka_unit_test(test_trial_request),
         cmocka_unit_test(test_check_requests),
