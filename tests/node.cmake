@@ -51,3 +51,4 @@ kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
 # Hyper-parameter sweeps (issue 16): grid, random, asha, a failing trial, cancel, restart.
 kiln_node_test(integration_sweeps tests/integration/sweeps.test.mjs integration 600)
+kiln_node_test(browser_sweep      tests/browser/sweep.test.mjs      browser     600)

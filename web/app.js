@@ -2,6 +2,7 @@
 //   #/              datasets and jobs (home.js)
 //   #/jobs/ID       one job, live (job.js)
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
+//   #/sweep/ID      one hyper-parameter sweep; #/sweeps/new its form (sweep.js)
 // Everything goes through the public REST API under /api/v1. When the server
 // needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
 // page (login.js) takes the place of the views until the user has signed in.
@@ -12,6 +13,7 @@ import { renderLogin } from './login.js';
 import { renderHome } from './home.js';
 import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
+import { renderSweep, renderNewSweep } from './sweep.js';
 
 const main = document.getElementById('main');
 let teardown = null;
@@ -24,10 +26,18 @@ function route() {
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
+  const sw = /^#\/sweep\/(\d+)\/?$/.exec(hash);
+  const newSweep = /^#\/sweeps\/new\/?$/.test(hash);
   // a view's data-* marks (status, explored, ...) belong to that view only
   for (const k of Object.keys(main.dataset)) delete main.dataset[k];
-  main.dataset.view = m ? 'job' : ds ? 'dataset' : 'home';
-  if (m) {
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : sw ? 'sweep' : newSweep ? 'new-sweep' : 'home';
+  if (sw) {
+    document.title = `Sweep ${sw[1]} · kiln`;
+    teardown = renderSweep(main, Number(sw[1]));
+  } else if (newSweep) {
+    document.title = 'New sweep · kiln';
+    teardown = renderNewSweep(main);
+  } else if (m) {
     document.title = `Job ${m[1]} · kiln`;
     teardown = renderJob(main, Number(m[1]));
   } else if (ds) {

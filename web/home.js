@@ -4,6 +4,7 @@
 
 import { get, post, request, getSchema, uploadDataset, ApiError } from './api.js';
 import { buildJobForm } from './jobform.js';
+import { sweepsCard } from './sweep.js';
 import {
   h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes, fmtDuration, limit,
 } from './ui.js';
@@ -25,6 +26,7 @@ export function renderHome(root) {
 
   const uploadForm = buildUploadForm(state, refresh);
   const jobForm = buildJobForm(state);
+  const sweeps = sweepsCard();          // its own section and refresh (sweep.js)
 
   fill(root,
     h('section', { class: 'grid' },
@@ -58,7 +60,8 @@ export function renderHome(root) {
             datasetsBody))),
       h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
-        uploadForm)));
+        uploadForm),
+      h('div', { class: 'grid-full' }, sweeps.el)));
 
   async function refresh() {
     if (!state.alive) return;
@@ -95,7 +98,7 @@ export function renderHome(root) {
 
   refresh();
   state.timer = setInterval(refresh, REFRESH_MS);
-  return () => { state.alive = false; clearInterval(state.timer); };
+  return () => { state.alive = false; clearInterval(state.timer); sweeps.stop(); };
 }
 
 function showError(el, e) {
