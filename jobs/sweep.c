@@ -539,7 +539,10 @@ static int check_values(const sweep_spec *s, const cJSON *values, api_error *e)
         api_fail(e, 500, "internal", "out of memory");
     int rc = req ? 0 : -1;
     jobcfg c;
-    if (rc == 0 && s->method == SWEEP_ASHA && length_policy(req)) {
+    if (rc == 0 && s->method == SWEEP_ASHA && cJSON_GetObjectItemCaseSensitive(req, "early_stopping")) {
+        rc = api_fail(e, 400, "invalid_field", "base.early_stopping: asha decides when its trials stop; "
+                      "leave early_stopping out of an asha sweep");
+    } else if (rc == 0 && s->method == SWEEP_ASHA && length_policy(req)) {
         values_text(values, vt, sizeof vt);
         rc = api_fail(e, 400, "invalid_field", "base.lr_policy.type: a %s policy's rate depends on the "
                       "run's length, which asha changes at each promotion; use fixed, step, multistep "

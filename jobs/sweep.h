@@ -107,7 +107,8 @@ cJSON *sweep_trial_request(const sweep_spec *s, const cJSON *values, int epochs,
  * (jobcfg_from_json): every grid point; for random and asha the first 100
  * samples and, for each range, a trial at its low and its high end; for asha
  * also that the learning-rate policy does not depend on the run's length
- * (polynomial, cosine: each promotion would change it). Returns 0, or -1 with
+ * (polynomial, cosine: each promotion would change it) and that it has no
+ * early_stopping (the sweep decides when trials stop). Returns 0, or -1 with
  * e (400) naming the trial's values. */
 int sweep_check_requests(const sweep_spec *s, api_error *e);
 

@@ -3,12 +3,14 @@
 // that diverges and fails: the sweep still finishes), random, asha (promotions
 // resume a trial from its rung's checkpoint; the others are stopped by the
 // sweep), bad requests naming the path, cancel, delete, and a restart in the
-// middle of a sweep (the controller picks it up from the store).
+// middle of a sweep (the controller picks it up from the store); ownership
+// as for jobs (another user's sweep and its trials' jobs are 404s).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { api, describeResponse, importDemo, startServer, tempDir, waitFor } from './lib/kiln.mjs';
+import { writeFileSync } from 'node:fs';
+import { api, describeResponse, importDemo, runKiln, startServer, tempDir, waitFor } from './lib/kiln.mjs';
 
 // A softmax regression: fast, and it does not diverge at a high rate.
 const TINY = { name: 'tiny', layers: [{ type: 'flatten' }, { type: 'dense', units: 'classes' }] };
@@ -20,12 +22,14 @@ let dataDir;
 let server;
 let base;
 let datasetId;
+// cheap password hashing for the users of the last test
+const CHEAP = ['--limit', 'password-ops=1', '--limit', 'password-mem=8K'];
 
 before(async () => {
   tmp = tempDir('kiln-sweeps-');
   dataDir = path.join(tmp.dir, 'data');
   datasetId = (await importDemo(dataDir)).id;
-  server = await startServer({ dataDir });
+  server = await startServer({ dataDir, args: CHEAP });
   base = server.url;
 });
 
@@ -233,11 +237,45 @@ test('a sweep goes on after a server restart', async () => {
   await waitFor(async () => (await sweepNow(s0.id)).counts.done >= 1,
     { timeoutMs: 60_000, intervalMs: 200, what: 'a first trial to finish' });
   await server.stop();
-  server = await startServer({ dataDir });
+  server = await startServer({ dataDir, args: CHEAP });
   base = server.url;
   const s = await finished(s0.id);
   assert.equal(s.status, 'done');
   assert.equal(s.counts.done, 4);
   assert.equal(s.trials_made, 4);
   assert.equal(new Set(s.trials.map((t) => t.job_id)).size, 4);
+});
+
+test('another user\'s sweep and its trials are as missing; an admin sees them', async () => {
+  const user = async (name, admin) => {
+    const f = path.join(tmp.dir, `${name}.pw`);
+    writeFileSync(f, `${name}-secret-1\n`);
+    const r = await runKiln(['user', 'add', name, '--data', dataDir, '--password-file', f, ...CHEAP]);
+    assert.equal(r.code, 0, r.stderr);
+    const t = await api(base, 'POST', '/api/v1/tokens', { user: name, password: `${name}-secret-1` });
+    assert.equal(t.status, 201, describeResponse('POST', '/api/v1/tokens', t));
+    return { headers: { authorization: `Bearer ${t.body.token}` } };
+  };
+  const admin = await user('alice');                     // the first user is an admin
+  const bob = await user('bob');
+  const carol = await user('carol');
+  const as = (who, method, p, body) => api(base, method, p, body, who);
+  assert.equal((await as(admin, 'PATCH', `/api/v1/datasets/${datasetId}`, { shared: true })).status, 200);
+  const c = await as(bob, 'POST', '/api/v1/sweeps', { base: baseReq(), method: 'grid', parallel: 1, space: { 'solver.lr': { values: [0.01] } } });
+  assert.equal(c.status, 201, describeResponse('POST', '/api/v1/sweeps', c));
+  const id = c.body.id;
+  let s;
+  await waitFor(async () => (s = (await as(bob, 'GET', `/api/v1/sweeps/${id}`)).body).status === 'done',
+    { timeoutMs: 60_000, intervalMs: 300, what: 'bob\'s sweep to end' });
+  assert.ok(s.owner_id > 0);
+  const job = s.trials[0].job_id;
+  assert.equal((await as(bob, 'GET', `/api/v1/jobs/${job}`)).body.owner_id, s.owner_id);   // the trial is bob's job
+  for (const [m, p] of [['GET', `/api/v1/sweeps/${id}`], ['POST', `/api/v1/sweeps/${id}/cancel`], ['DELETE', `/api/v1/sweeps/${id}`], ['GET', `/api/v1/jobs/${job}`]]) {
+    const r = await as(carol, m, p);
+    assert.equal(r.status, 404, describeResponse(m, p, r));
+  }
+  assert.deepEqual((await as(carol, 'GET', '/api/v1/sweeps')).body.items, []);
+  assert.ok((await as(admin, 'GET', '/api/v1/sweeps')).body.items.some((x) => x.id === id));
+  assert.equal((await as(admin, 'GET', `/api/v1/sweeps/${id}`)).status, 200);
+  assert.equal((await as(bob, 'DELETE', `/api/v1/sweeps/${id}`)).status, 204);
 });

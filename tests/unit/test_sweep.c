@@ -286,6 +286,13 @@ static void test_check_requests(void **state)
     assert_int_equal(sweep_check_requests(&s, &e), -1);
     assert_non_null(strstr(e.message, "lr_policy.type"));
     sweep_spec_free(&s);
+    /* asha with early stopping: the sweep decides when its trials stop */
+    assert_int_equal(parse("{\"base\": {\"dataset_id\": 1, \"network\": \"lenet\", \"early_stopping\": {}}, "
+                           "\"method\": \"asha\", \"trials\": 2, \"max_epochs\": 3, \"space\": {\"solver.lr\": {\"values\": [0.1]}}}",
+                           &s, &e), 0);
+    assert_int_equal(sweep_check_requests(&s, &e), -1);
+    assert_non_null(strstr(e.message, "base.early_stopping"));
+    sweep_spec_free(&s);
     /* a good one */
     assert_int_equal(parse("{" BASE ", \"method\": \"random\", \"trials\": 5, \"space\": {\"solver.lr\": {\"log_uniform\": [0.001, 0.1]}, "
                            "\"solver.momentum\": {\"values\": [0.8, 0.9]}}}", &s, &e), 0);
