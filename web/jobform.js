@@ -475,8 +475,9 @@ export function buildJobForm(state) {
     return (c.type === 'checkbox' ? String(c.checked) : c.value) !== c.dataset.initial;
   }
   function countAdvanced() {
-    const n = [...advanced.querySelectorAll('input, select')]
-      .filter((c) => !c.closest('[hidden]') && changed(c)).length;
+    // (a field hidden inside Advanced does not count; the form itself may be hidden while it is filled)
+    const shown = (c) => { const x = c.closest('[hidden]'); return !x || !advanced.contains(x); };
+    const n = [...advanced.querySelectorAll('input, select')].filter((c) => shown(c) && changed(c)).length;
     fill(advancedCount, n ? ` · ${n} changed` : '');
   }
 
