@@ -944,7 +944,11 @@ export function buildJobForm(state) {
       }
     }
     const dv = deviceChoice(req.devices);
-    if (dv === null) notes.push(`The job ran on ${JSON.stringify(req.devices)} devices, which this machine's choices do not offer.`);
+    if (dv === null) {
+      const asked = Array.isArray(req.devices) ? `GPU${req.devices.length > 1 ? 's' : ''} ${req.devices.join(', ')}`
+        : `${req.devices} GPU${req.devices > 1 ? 's' : ''}`;
+      notes.push(`The job asked for ${asked}, which this machine does not offer: choose its device.`);
+    }
     else device.value = dv;
     name.value = typeof req.name === 'string' ? req.name : '';
     showNetwork();
