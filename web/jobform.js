@@ -939,8 +939,8 @@ export function buildJobForm(state) {
       const w = stepsPerEpoch > 0 ? p.warmup_steps / stepsPerEpoch : NaN;
       warmup.value = String(Number.isFinite(w) ? Math.max(1, Math.round(w)) : 0);
       if (!Number.isInteger(w)) {
-        notes.push(`The job warmed up for ${fmtCount(p.warmup_steps)} steps; the form counts whole epochs ` +
-          `(${Number.isFinite(w) ? `${warmup.value} here` : 'check the warm-up'}).`);
+        notes.push(`The job warmed up for ${fmtCount(p.warmup_steps)} steps; the form counts whole epochs` +
+          (Number.isFinite(w) ? ` of ${fmtCount(stepsPerEpoch)} steps, so it shows ${warmup.value}.` : ': check the warm-up.'));
       }
     }
     const dv = deviceChoice(req.devices);
