@@ -3,6 +3,7 @@
 //   #/jobs/ID       one job, live (job.js)
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
 //   #/sweep/ID      one hyper-parameter sweep; #/sweeps/new its form (sweep.js)
+//   #/jobs/ID/clone the new-job form filled with job ID's settings (clone.js)
 // Everything goes through the public REST API under /api/v1. When the server
 // needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
 // page (login.js) takes the place of the views until the user has signed in.
@@ -14,6 +15,7 @@ import { renderHome } from './home.js';
 import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
 import { renderSweep, renderNewSweep } from './sweep.js';
+import { renderClone } from './clone.js';
 
 const main = document.getElementById('main');
 let teardown = null;
@@ -28,15 +30,19 @@ function route() {
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
   const sw = /^#\/sweep\/(\d+)\/?$/.exec(hash);
   const newSweep = /^#\/sweeps\/new\/?$/.test(hash);
+  const clone = /^#\/jobs\/(\d+)\/clone\/?$/.exec(hash);
   // a view's data-* marks (status, explored, ...) belong to that view only
   for (const k of Object.keys(main.dataset)) delete main.dataset[k];
-  main.dataset.view = m ? 'job' : ds ? 'dataset' : sw ? 'sweep' : newSweep ? 'new-sweep' : 'home';
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : sw ? 'sweep' : newSweep ? 'new-sweep' : 'home';
   if (sw) {
     document.title = `Sweep ${sw[1]} · kiln`;
     teardown = renderSweep(main, Number(sw[1]));
   } else if (newSweep) {
     document.title = 'New sweep · kiln';
     teardown = renderNewSweep(main);
+  } else if (clone) {
+    document.title = `Clone job ${clone[1]} · kiln`;
+    teardown = renderClone(main, Number(clone[1]));
   } else if (m) {
     document.title = `Job ${m[1]} · kiln`;
     teardown = renderJob(main, Number(m[1]));
