@@ -113,8 +113,10 @@ static int drive_load(drive *d, struct server *srv, int64_t id)
     cJSON *spec = cJSON_Parse(d->sw.spec_json);
     rc = spec ? sweep_spec_parse(spec, &d->spec, &e) : -1;
     cJSON_Delete(spec);
-    if (rc != 0) {
-        fprintf(stderr, "kiln: sweep %lld: its stored request cannot be read\n", (long long)id);
+    if (rc != 0) {                            /* written by another kiln, or by hand: it cannot go on */
+        if (!strcmp(d->sw.status, "running") &&
+            store_sweep_finish(srv->st, id, "failed", "its stored request cannot be read") == 0)
+            fprintf(stderr, "kiln: sweep %lld: its stored request cannot be read; failed\n", (long long)id);
         store_sweep_clear(&d->sw);
         return -1;
     }
@@ -192,12 +194,16 @@ static int name_trial(drive *d, cJSON *req, int i, api_error *e)
 {
     char name[SWEEP_NAME_MAX + 48];
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(d->spec.base, "name");
-    if (cJSON_IsString(base) && base->valuestring[0])
-        snprintf(name, sizeof name, "%.150s · trial %d", base->valuestring, i);
-    else if (d->sw.name && d->sw.name[0])
-        snprintf(name, sizeof name, "%.150s · trial %d", d->sw.name, i);
-    else
+    const char *stem = cJSON_IsString(base) && base->valuestring[0] ? base->valuestring
+                     : d->sw.name && d->sw.name[0] ? d->sw.name : NULL;
+    if (stem) {
+        int n = (int)strnlen(stem, 150);      /* room for the suffix within a job name's 200 bytes */
+        while (n > 0 && stem[n] && ((unsigned char)stem[n] & 0xC0) == 0x80)
+            n--;                              /* cut at a character, not inside one */
+        snprintf(name, sizeof name, "%.*s · trial %d", n, stem, i);
+    } else {
         snprintf(name, sizeof name, "sweep %lld · trial %d", (long long)d->sw.id, i);
+    }
     cJSON *s = cJSON_CreateString(name);
     int rc = s ? jobreq_set(req, "name", s, e) : api_fail(e, 500, "internal", "out of memory");
     cJSON_Delete(s);

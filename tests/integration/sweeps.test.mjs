@@ -91,6 +91,16 @@ test('bad sweeps are 400s that name the problem; nothing is made', async () => {
   assert.equal((await api(base, 'GET', '/api/v1/sweeps/12345')).status, 404);
 });
 
+test('a long name in two-byte characters names the trials\' jobs, cut at a character', async () => {
+  const name = `a${'é'.repeat(99)}`;                     // 199 bytes: byte 150 is inside an é
+  const s = await create({ name, base: baseReq(), method: 'grid', parallel: 1, space: { 'solver.lr': { values: [0.01] } } });
+  assert.equal(s.trials[0].state, 'running', JSON.stringify(s.trials[0]));
+  const j = (await api(base, 'GET', `/api/v1/jobs/${s.trials[0].job_id}`)).body;
+  assert.equal(j.config.name, `a${'é'.repeat(74)} · trial 0`);
+  await api(base, 'POST', `/api/v1/sweeps/${s.id}/cancel`);
+  assert.equal((await api(base, 'DELETE', `/api/v1/sweeps/${s.id}`)).status, 204);
+});
+
 test('grid: every point runs as an ordinary job; a diverging trial fails and the sweep still finishes', async () => {
   const s0 = await create({
     name: 'grid with a bad rate', base: { ...baseReq(), network: LIN2 }, method: 'grid', parallel: 2,
