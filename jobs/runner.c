@@ -19,6 +19,30 @@
  * The learning rate of each step comes from job.json's "lr_policy"
  * (engine/lr.h) and is reported with every train report.
  *
+ * Train reports (report_due): every `interval` = steps_per_epoch /
+ * REPORTS_PER_EPOCH steps of an epoch (at least 1), the epoch's last
+ * report absorbing the remainder, so that no report covers fewer than
+ * `interval` steps unless the epoch itself is shorter. train/loss and
+ * train/accuracy are the image-weighted means over the steps since the
+ * previous report (each step's images counted once); at the epoch's last
+ * step train/epoch_loss and train/epoch_accuracy are the epoch's
+ * image-weighted means (epochs.json and the log line give the same
+ * figures). A run resumed part-way through an epoch has that epoch's
+ * earlier steps only as the interrupted run reported them: its first
+ * report and the epoch means cover the steps trained since the resume.
+ * Each tag is recorded once a step.
+ *
+ * TensorBoard (jobs/tbevents.h): each run writes its own event file. A
+ * resumed run's file begins with a SessionLog START at the first step it
+ * records (the checkpoint's step + 1), so that TensorBoard drops what an
+ * interrupted run recorded after the checkpoint and shows every step once.
+ * Every file carries the job's hyper-parameters (jobs/hparams.h) for the
+ * HParams dashboard ("_hparams_/experiment" and
+ * "_hparams_/session_start_info", at the file's first step); the run that
+ * ends the job writes "_hparams_/session_end_info" (success, or failure). A
+ * cancel writes none: the job may be resumed, and TensorBoard keeps the first
+ * session_end_info it reads.
+ *
  * Data (engine/dataset.h): the training loader shuffles every epoch, applies
  * job.json's "augmentation" (the network is built for the crop's size) and
  * drops an epoch's last short batch, so that no step sees a batch of one
@@ -88,9 +112,19 @@
 #include "jobs/snapshots.h"   /* snap_list_load, snap_list_save */
 #include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
 #include "jobs/report.h"      /* report_start, report_emit, report_log, report_stopping */
-#include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
+#include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_session_start, tb_hparams_*, tb_close */
+#include "jobs/hparams.h"     /* hparams_from_config: the job's hyper-parameters */
 
 #define REPORTS_PER_EPOCH 20
+
+/* The metrics TensorBoard's HParams dashboard shows beside the
+ * hyper-parameters (each job's last value of the tag). */
+static const tb_metric_info hparams_metrics[] = {
+    { "val/accuracy", true },
+    { "val/loss", true },
+    { "train/epoch_loss", false },
+    { "train/epoch_accuracy", false },
+};
 
 static int64_t stop_after;    /* > 0: act as if SIGTERM came during this step (tests) */
 
@@ -157,6 +191,17 @@ typedef struct run {
     char stop_msg[256];
     char err[1024];
 } run;
+
+/* Whether the train report falls after epoch_step (1-based) of an epoch of
+ * steps_per_epoch steps: every interval steps, the last report of an epoch
+ * taking the remainder (an epoch of 41 steps, interval 2: after 2, 4, ...,
+ * 38 and 41). */
+static bool report_due(int64_t epoch_step, int64_t steps_per_epoch, int64_t interval)
+{
+    if (epoch_step == steps_per_epoch)
+        return true;
+    return epoch_step % interval == 0 && steps_per_epoch - epoch_step >= interval;
+}
 
 /* Reports one metric on stdout and to TensorBoard. Returns 0 or -1 (r->err). */
 static int metric(run *r, const char *tag, double value, int64_t step, double epoch)
@@ -552,6 +597,28 @@ static int write_preprocess(run *r, char *err, size_t errlen)
     return rc;
 }
 
+/* The event file's first records: a resumed run's SessionLog START at the
+ * first step it records, then the HParams experiment and session start at
+ * that step (0 for a fresh run). 0, or -1 with err set. */
+static int tb_begin(run *r, char *err, size_t errlen)
+{
+    double now = wall_now();
+    int64_t first = r->step > 0 ? r->step + 1 : 0;
+    if (r->step > 0 && tb_session_start(r->tb, first, now, err, errlen) != 0)
+        return -1;
+    cJSON *cfg = jobcfg_to_json(&r->cfg);
+    cJSON *hp = cfg ? hparams_from_config(cfg) : NULL;
+    cJSON_Delete(cfg);
+    if (!hp)
+        return set_err(err, errlen, "out of memory");
+    int rc = tb_hparams_experiment(r->tb, first, hp, hparams_metrics,
+                                   sizeof hparams_metrics / sizeof hparams_metrics[0], now, err, errlen);
+    if (rc == 0)
+        rc = tb_hparams_start(r->tb, first, hp, NULL, now, now, err, errlen);
+    cJSON_Delete(hp);
+    return rc;
+}
+
 static int open_run(run *r, char *err, size_t errlen)
 {
     char e[512], path[PATH_MAX + 32];
@@ -642,6 +709,10 @@ static int open_run(run *r, char *err, size_t errlen)
     for (int k = 0; k < 5 && !r->tb; k++)
         r->tb = tb_open(r->dir, wall_now() + k, e, sizeof e);
     if (!r->tb) {
+        set_err(err, errlen, "TensorBoard file: %s", e);
+        return -1;
+    }
+    if (tb_begin(r, e, sizeof e) != 0) {
         set_err(err, errlen, "TensorBoard file: %s", e);
         return -1;
     }
@@ -780,7 +851,7 @@ static int train(run *r, bool *cancelled)
             }
             int_images += st.count;
 
-            if (i % interval == 0 || i == r->steps_per_epoch) {
+            if (report_due(i, r->steps_per_epoch, interval)) {
                 double now = mono_now(), dt = now - t_int;
                 double loss = int_count ? int_loss / int_count : NAN;
                 if (!isfinite(loss) && int_count) {
@@ -797,6 +868,10 @@ static int train(run *r, bool *cancelled)
                     metric(r, "lr", lr, r->step, ep) ||
                     metric(r, "perf/images_per_sec", ips, r->step, ep) ||
                     amp_metrics(r, r->step, ep) != 0)
+                    return -1;
+                if (i == r->steps_per_epoch && ep_count &&
+                    (metric(r, "train/epoch_loss", ep_loss / ep_count, r->step, ep) ||
+                     metric(r, "train/epoch_accuracy", (double)ep_correct / ep_count, r->step, ep)))
                     return -1;
                 progress(r, epoch, ips, eta_of(r, secs_per_step, epoch, false, ips));
                 int_loss = 0;
@@ -1054,6 +1129,7 @@ int runner_run(const char *dir, bool human_output)
     r.dir = dir;
     char err[1024];
     int status = 1;
+    tb_status end = TB_STATUS_UNKNOWN;   /* what session_end_info says at out: (unknown: none) */
 
     int lock_fd = lock_job_dir(dir, err, sizeof err);
     if (lock_fd < 0) {
@@ -1118,12 +1194,14 @@ int runner_run(const char *dir, bool human_output)
         goto out;
     }
 
+    end = TB_STATUS_FAILURE;        /* from here an error ends the job's session */
     bool cancelled = false;
     if (train(&r, &cancelled) != 0) {
         report_error(r.err);
         goto out;
     }
     if (cancelled) {
+        end = TB_STATUS_UNKNOWN;
         status = 0;
         goto out;
     }
@@ -1142,9 +1220,16 @@ int runner_run(const char *dir, bool human_output)
     }
     report_log("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
           mono_now() - t0);
+    end = TB_STATUS_UNKNOWN;
+    if (tb_hparams_end(r.tb, r.step, TB_STATUS_SUCCESS, wall_now(), err, sizeof err) != 0) {
+        report_error(err);
+        goto out;
+    }
     report_emit("{\"t\":\"done\"}");
     status = 0;
 out:
+    if (end != TB_STATUS_UNKNOWN && r.tb)
+        tb_hparams_end(r.tb, r.step, end, wall_now(), err, sizeof err);   /* the error is reported */
     close_run(&r);
     close(lock_fd);            /* everything is written: the folder is free */
     return status;
