@@ -18,6 +18,9 @@ import {
 const FINAL = new Set(['done', 'failed', 'cancelled']);
 const LOG_LINES = 200;
 
+// the metrics that change the headline figures
+const HEADLINE_TAGS = new Set(['train/loss', 'train/epoch_loss', 'train/epoch_accuracy', 'val/accuracy']);
+
 export function renderJob(root, id) {
   const st = {
     job: null, es: null, alive: true, charts: [], stepsPerEpoch: 0, pendingMetrics: [],
@@ -42,6 +45,8 @@ export function renderJob(root, id) {
     eta: h('dd', { id: 'stat-eta' }, '—'),
     ips: h('dd', { id: 'stat-ips' }, '—'),
     loss: h('dd', { id: 'stat-loss' }, '—'),
+    // which train loss the headline shows: the last epoch's mean, or the running one before it
+    lossLabel: h('dt', { id: 'stat-loss-label' }, 'Train loss'),
     valacc: h('dd', { id: 'stat-valacc' }, '—'),
   };
   const errorBox = h('div', { class: 'error-box', role: 'alert', id: 'job-error', hidden: true });
@@ -88,7 +93,7 @@ export function renderJob(root, id) {
       bar,
       h('dl', { class: 'stats' },
         stat('Epoch', stats.epoch), stat('Step', stats.step), stat('ETA', stats.eta),
-        stat('Images/s', stats.ips), stat('Train loss', stats.loss), stat('Val accuracy', stats.valacc))),
+        stat('Images/s', stats.ips), h('div', { class: 'stat' }, stats.lossLabel, stats.loss), stat('Val accuracy', stats.valacc))),
     h('section', { class: 'grid charts' },
       h('section', { class: 'card', 'aria-labelledby': 'loss-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'loss-title' }, 'Loss')), lossBox),
@@ -158,7 +163,7 @@ export function renderJob(root, id) {
     for (const c of st.charts) c.add(m.tag, x, m.value);
     const prev = st.latest[m.tag];
     if (!prev || m.step >= prev.step) st.latest[m.tag] = m;
-    if (m.tag === 'train/loss' || m.tag === 'val/accuracy') renderLatest();
+    if (HEADLINE_TAGS.has(m.tag)) renderLatest();
     if (m.tag === 'amp/loss_scale' || m.tag === 'amp/skipped_steps') renderAmp();
   }
 
@@ -169,10 +174,30 @@ export function renderJob(root, id) {
     if (skipped) fill(ampSkipped, fmtCount(skipped.value));
   }
 
+  /* The headline's train figures: the latest epoch's image-weighted means
+   * (train/epoch_loss, train/epoch_accuracy) once an epoch has ended, else
+   * the running train/loss (the mean since the previous report), labelled
+   * so that a reader knows which. metrics: tag -> {value, epoch}. */
+  function renderTrain(metrics) {
+    const ep = metrics['train/epoch_loss'];
+    const epAcc = metrics['train/epoch_accuracy'];
+    const run = metrics['train/loss'];
+    if (ep) {
+      const n = Number.isFinite(ep.epoch) ? Math.round(ep.epoch) : null;
+      fill(stats.lossLabel, n ? `Train loss · epoch ${n}` : 'Train loss · epoch');
+      stats.lossLabel.title = `The mean over ${n ? `epoch ${n}'s` : 'the last epoch\'s'} training images`;
+      fill(stats.loss, fmtNumber(ep.value),
+        epAcc ? h('span', { class: 'muted small', id: 'stat-train-acc' }, ` · acc ${fmtPercent(epAcc.value, 1)}`) : '');
+    } else if (run) {
+      fill(stats.lossLabel, 'Train loss · running');
+      stats.lossLabel.title = 'The mean over the steps since the previous report; the epoch\'s mean follows when it ends';
+      fill(stats.loss, fmtNumber(run.value));
+    }
+  }
+
   function renderLatest() {
-    const loss = st.latest['train/loss'];
+    renderTrain(st.latest);
     const acc = st.latest['val/accuracy'];
-    if (loss) fill(stats.loss, fmtNumber(loss.value));
     if (acc) fill(stats.valacc, fmtPercent(acc.value, 2));
   }
 
@@ -276,7 +301,12 @@ export function renderJob(root, id) {
     renderStatus(job.status, job.error);
     renderStoppedEarly(job.stopped_early);
     if (job.metrics) {
-      if (job.metrics['train/loss'] !== undefined && !st.latest['train/loss']) fill(stats.loss, fmtNumber(job.metrics['train/loss']));
+      if (!st.latest['train/loss'] && !st.latest['train/epoch_loss']) {
+        const m = {};
+        for (const tag of ['train/loss', 'train/epoch_loss', 'train/epoch_accuracy'])
+          if (job.metrics[tag] !== undefined) m[tag] = { value: job.metrics[tag], epoch: tag === 'train/loss' ? NaN : job.epoch };
+        renderTrain(m);
+      }
       if (job.metrics['val/accuracy'] !== undefined && !st.latest['val/accuracy']) fill(stats.valacc, fmtPercent(job.metrics['val/accuracy'], 2));
     }
   }
