@@ -645,6 +645,32 @@ static void test_resume_tensorboard(void **state)
     for (size_t t = 0; t < 4; t++)
         for (int e = 0; e < 2; e++)
             assert_true(value_at(v, epoch_tags[t], ends[e]) == value_at(u, epoch_tags[t], ends[e]));
+
+    /* Cancelled at step 50 (a checkpoint there, with the train sums beside
+     * it) and resumed part-way through epoch 2: the report at step 51 covers
+     * steps 50 and 51 and the epoch's means all of its 41 steps, as in the
+     * uninterrupted run, though step 50 was trained by the first process. */
+    char c[128];
+    snprintf(c, sizeof c, "%s/tb-c", root);
+    make_job_req(c, TRAINING_REQUEST, "dsm", 1);
+    assert_int_equal(run_job(c, 50), 0);
+    assert_true(exists(c, "checkpoints/step-50.safetensors"));
+    assert_true(exists(c, "checkpoints/step-50.means.json"));
+    assert_int_equal(run_job(c, 0), 0);
+    tb_read(c, v, true);
+    assert_int_equal(v->files, 2);
+    assert_int_equal(v->starts, 1);
+    assert_int_equal(v->start_step[0], 51);
+    once_each(v);
+    for (size_t t = 0; t < 4; t++)
+        steps_are(v, train_tags[t], steps, ns);
+    for (int i = 0; i < ns; i++) {
+        assert_true(value_at(v, "train/loss", steps[i]) == value_at(u, "train/loss", steps[i]));
+        assert_true(value_at(v, "train/accuracy", steps[i]) == value_at(u, "train/accuracy", steps[i]));
+    }
+    for (size_t t = 0; t < 4; t++)
+        for (int e = 0; e < 2; e++)
+            assert_true(value_at(v, epoch_tags[t], ends[e]) == value_at(u, epoch_tags[t], ends[e]));
     free(u);
     free(v);
 }
