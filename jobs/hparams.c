@@ -7,9 +7,11 @@
 
 /* Top-level fields that are not hyper-parameters: the job's identity and
  * bookkeeping, the network spec (its name is "network_name"), where files
- * are. Arrays (input, classes, device lists) are left out by kind. */
+ * are, and the loader's threads (they change how fast batches come, never
+ * what is in them). Arrays (input, classes, device lists) are left out by
+ * kind. */
 static const char *const not_hparams[] = {
-    "id", "name", "description", "notes", "tags", "network", "dataset_dir",
+    "id", "name", "description", "notes", "tags", "network", "dataset_dir", "loader_threads",
 };
 
 static bool skipped(const char *key, int depth)

@@ -15,7 +15,7 @@
 /* Returns a new flat object (the caller's, cJSON_Delete) of name -> number,
  * string or bool, in the config's order: nested objects are walked with
  * their keys joined by "."; arrays, nulls, the network spec, paths and
- * bookkeeping fields (id, name, the folders) are left out. NULL only when
+ * bookkeeping fields (id, name, the folders, loader_threads) are left out. NULL only when
  * out of memory; a config that is not an object gives an empty object. */
 cJSON *hparams_from_config(const cJSON *resolved);
 

@@ -32,6 +32,7 @@
 #include "jobs/runner.h"
 #include "jobs/tbevents.h"      /* crc32c, tb_masked_crc */
 #include "hparams.pb-c.h"       /* Tensorboard__Hparams__HParamsPluginData */
+#include "struct.pb-c.h"        /* Google__Protobuf__Value */
 #include "tensorboard.pb-c.h"   /* Tensorflow__Event */
 
 static char root[64];
@@ -330,7 +331,15 @@ typedef struct tb_view {
     int files;
     int starts;                 /* SessionLog START events seen */
     int64_t start_step[8];
+    Tensorboard__Hparams__HParamsPluginData *start_info;   /* the first session_start_info */
 } tb_view;
+
+static void tb_view_clear(tb_view *v)
+{
+    if (v->start_info)
+        tensorboard__hparams__hparams_plugin_data__free_unpacked(v->start_info, NULL);
+    v->start_info = NULL;
+}
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -372,6 +381,7 @@ static int end_status(const Tensorflow__Summary__Value *v)
  * all (what a reader without the rule would show). */
 static void tb_read(const char *dir, tb_view *v, bool purge)
 {
+    tb_view_clear(v);
     memset(v, 0, sizeof *v);
     DIR *d = opendir(dir);
     assert_non_null(d);
@@ -429,6 +439,11 @@ static void tb_read(const char *dir, tb_view *v, bool purge)
                     it->value = sv->value_case == TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE
                                     ? sv->simple_value : NAN;
                     it->status = end_status(sv);
+                    if (!v->start_info && !strcmp(sv->tag, "_hparams_/session_start_info")) {
+                        const ProtobufCBinaryData *c = &sv->metadata->plugin_data->content;
+                        v->start_info = tensorboard__hparams__hparams_plugin_data__unpack(NULL, c->len, c->data);
+                        assert_non_null(v->start_info);
+                    }
                 }
             }
             tensorflow__event__free_unpacked(e, NULL);
@@ -510,7 +525,7 @@ static void test_epoch_means(void **state)
     make_job_req(dir, FROZEN_REQUEST, "dsm", 1);
     assert_int_equal(run_job(dir, 0), 0);
 
-    tb_view *v = malloc(sizeof *v);
+    tb_view *v = calloc(1, sizeof *v);
     assert_non_null(v);
     tb_read(dir, v, true);
     assert_int_equal(v->files, 1);
@@ -571,6 +586,38 @@ static void test_epoch_means(void **state)
     assert_int_equal(tb_series(v, "_hparams_/session_end_info", s, 4), 1);
     assert_int_equal(s[0]->status, TENSORBOARD__HPARAMS__STATUS__STATUS_SUCCESS);
     assert_int_equal(s[0]->step, M_STEPS);
+
+    /* and its hyper-parameters, as job.json resolved them */
+    assert_non_null(v->start_info);
+    assert_int_equal(v->start_info->data_case,
+                     TENSORBOARD__HPARAMS__HPARAMS_PLUGIN_DATA__DATA_SESSION_START_INFO);
+    const Tensorboard__Hparams__SessionStartInfo *si = v->start_info->session_start_info;
+    int found = 0;
+    for (size_t i = 0; i < si->n_hparams; i++) {
+        const char *k = si->hparams[i]->key;
+        const Google__Protobuf__Value *hv = si->hparams[i]->value;
+        if (!strcmp(k, "solver.lr") || !strcmp(k, "batch_size") || !strcmp(k, "epochs") ||
+            !strcmp(k, "seed") || !strcmp(k, "solver.momentum")) {
+            assert_int_equal(hv->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE);
+            double want = !strcmp(k, "solver.lr") ? 1e-30 : !strcmp(k, "batch_size") ? M_BATCH
+                          : !strcmp(k, "epochs") ? 1 : !strcmp(k, "seed") ? 5 : 0;
+            assert_true(hv->number_value == want);
+            found++;
+        } else if (!strcmp(k, "solver.type") || !strcmp(k, "precision") || !strcmp(k, "lr_policy.type")) {
+            assert_int_equal(hv->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE);
+            assert_string_equal(hv->string_value, !strcmp(k, "solver.type") ? "sgd"
+                                                  : !strcmp(k, "precision") ? "fp32" : "fixed");
+            found++;
+        } else if (!strcmp(k, "augmentation.mirror")) {
+            assert_int_equal(hv->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE);
+            assert_false(hv->bool_value);
+            found++;
+        }
+        assert_null(strstr(k, "dataset_dir"));
+        assert_int_not_equal(strncmp(k, "network.", 8), 0);
+    }
+    assert_int_equal(found, 9);
+    tb_view_clear(v);
     free(v);
 }
 
@@ -596,7 +643,7 @@ static void test_resume_tensorboard(void **state)
     snprintf(ck, sizeof ck, "%s/checkpoints/step-50.safetensors", b);
     assert_int_equal(unlink(ck), 0);
     assert_true(exists(b, "checkpoints/epoch-1.safetensors"));
-    tb_view *v = malloc(sizeof *v);
+    tb_view *v = calloc(1, sizeof *v);
     assert_non_null(v);
     tb_read(b, v, true);
     const tb_item *s[64];
@@ -634,7 +681,7 @@ static void test_resume_tensorboard(void **state)
     assert_int_equal(s[0]->status, TENSORBOARD__HPARAMS__STATUS__STATUS_SUCCESS);
     assert_int_equal(s[0]->file, 1);
 
-    tb_view *u = malloc(sizeof *u);
+    tb_view *u = calloc(1, sizeof *u);
     assert_non_null(u);
     tb_read(a, u, true);
     assert_int_equal(u->files, 1);
@@ -671,6 +718,8 @@ static void test_resume_tensorboard(void **state)
     for (size_t t = 0; t < 4; t++)
         for (int e = 0; e < 2; e++)
             assert_true(value_at(v, epoch_tags[t], ends[e]) == value_at(u, epoch_tags[t], ends[e]));
+    tb_view_clear(u);
+    tb_view_clear(v);
     free(u);
     free(v);
 }
