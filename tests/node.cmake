@@ -49,3 +49,6 @@ kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     
 kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
+# Comparing runs (issue 16): the page's pure functions in node, then the page in Chromium.
+kiln_node_test(web_compare        tests/unit/web_compare.test.mjs   unit        60)
+kiln_node_test(browser_compare    tests/browser/compare.test.mjs    browser     600)

@@ -15,6 +15,7 @@
 // window.kilnCharts[name] is the chart object (flush() draws it now).
 
 const COLORS = { train: '#2563eb', val: '#ea580c' };
+const FEW_POINTS = 40;         // series of at most this many points get dots (dots: 'auto')
 
 /* The x-axis choices: a point's x under each, and the axis label. */
 export const X_AXES = {
@@ -120,8 +121,8 @@ export function chartControls(idPrefix, initial, onChange) {
 }
 
 /* A line chart of keyed series. series: [{key, label, color?, width?, dots?,
- * run?}] (run: the key of the run whose start is wall time 0, default the
- * series' own key; runs' starts are their earliest point). xMax(axis): the
+ * run?}] (dots: true, false or 'auto', dots on a series of few points; run:
+ * the key of the run whose start is wall time 0, default the series' own key; runs' starts are their earliest point). xMax(axis): the
  * x the frame reaches at least (or null: the data's). yLog: always a log
  * scale (a number: its base, 2 for a loss scale; the view's log applies otherwise); yRange: fixed y on a linear scale. */
 export function createChart(container, {
@@ -135,6 +136,7 @@ export function createChart(container, {
   container.dataset.points = '0';
   let cur = { ...view };
   let plot = null;
+  let sizes = series.map(() => 0);                      // points per series, as last drawn
 
   function options() {
     const log = yLog || cur.log;
@@ -146,7 +148,13 @@ export function createChart(container, {
       height,
       scales: {
         // From 0 to the job's last epoch or step, so the curve grows into a fixed frame.
-        x: { time: false, range: (u, min, max) => [Math.min(0, min ?? 0), Math.max(max ?? 1, (xMax && xMax(axisName)) || 1)] },
+        // (from the data's own ends: uPlot widens a single x to about 0..2x)
+        x: { time: false, range: (u) => {
+          const xs = u.data[0];
+          const lo = xs.length ? Math.min(0, xs[0]) : 0;
+          const hi = Math.max(xs.length ? xs[xs.length - 1] : 0, (xMax && xMax(axisName)) || 0);
+          return [lo, hi > lo ? hi : lo + 1];
+        } },
         y: log ? { distr: 3, log: typeof yLog === 'number' && !cur.log ? yLog : 10 } : yRange ? { range: yRange } : { auto: true },
       },
       axes: [
@@ -168,7 +176,9 @@ export function createChart(container, {
             stroke: color,
             width: s.width ?? (isVal ? 2 : 1.5),
             spanGaps: true,
-            points: { show: dots, size: 7, fill: color, stroke: color },
+            // 'auto': dots where a series has few points (a line needs two)
+            points: { show: dots === 'auto' ? (u, si) => (sizes[si - 1] || 0) <= FEW_POINTS : dots,
+              size: dots === 'auto' ? 5 : 7, fill: color, stroke: color },
             value: (u, v) => (v === null || v === undefined ? '—' : formatValue(v)),
           };
         }),
@@ -192,6 +202,7 @@ export function createChart(container, {
     const t0 = cur.x === 'wall' ? origins() : null;
     const tables = series.map((s, i) => seriesXY([...points[i].values()], cur,
       t0 ? t0.get(s.run ?? s.key ?? s.tag) ?? 0 : 0));
+    sizes = tables.map(([xs]) => xs.length);
     if (tables.length === 0) return [[]];
     return alignSeries(tables);
   }
@@ -283,6 +294,8 @@ function register(name, chart, plot, ro) {
 function formatTick(v) {
   const a = Math.abs(v);
   if (a === 0) return '0';
+  if (a >= 1e6) return `${+(v / 1e6).toFixed(1)}M`;
+  if (a >= 1e5) return `${+(v / 1e3).toFixed(0)}k`;
   if (a >= 100) return v.toFixed(0);
   if (a >= 1) return v.toFixed(a >= 10 ? 1 : 2).replace(/\.?0+$/, '');
   return v.toPrecision(2).replace(/\.?0+$/, '');

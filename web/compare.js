@@ -134,6 +134,13 @@ export function renderCompare(root, query) {
     return sortTags(tags);
   }
 
+  /* Every chart's frame reaches the longest run's last step or epoch. */
+  function xMax(axis) {
+    const key = axis === 'step' ? 'steps' : axis === 'epoch' ? 'epochs' : null;
+    if (!key) return null;
+    return Math.max(0, ...[...st.runs.values()].map((r) => (r.job && r.job[key]) || 0)) || null;
+  }
+
   function renderCharts() {
     for (const c of st.charts.values()) c.destroy();
     st.charts.clear();
@@ -150,8 +157,8 @@ export function renderCompare(root, query) {
     for (const { tag, box } of cards) {
       const runs = st.order.map((id) => st.runs.get(id)).filter((r) => r.tags.has(tag));
       const chart = createChart(box, {
-        name: `compare:${tag}`, yLabel: tag.split('/').pop(), view: st.view,
-        series: runs.map((r) => ({ key: r.id, label: runLabel(r), color: r.color, width: 1, dots: false })),
+        name: `compare:${tag}`, yLabel: tag.split('/').pop(), view: st.view, xMax,
+        series: runs.map((r) => ({ key: r.id, label: runLabel(r), color: r.color, width: 1, dots: 'auto' })),
       });
       for (const r of runs) chart.addAll(r.id, r.tags.get(tag).values());   // drawn in view
       st.charts.set(tag, chart);
