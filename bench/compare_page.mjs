@@ -3,8 +3,10 @@
  * (issue 16: "smooth with 20 runs of 10,000 points each"). Not a test.
  *
  *   node bench/compare_page.mjs [--kiln build/server/kiln] [--seed build/tests/kiln_seed_runs]
- *        [--runs 20] [--steps 10000] [--loads 5] [--moves 10]
+ *        [--runs 20] [--steps 10000] [--loads 5] [--moves 10] [--db FILE]
  *
+ * (--db: a copy of a store kiln_seed_runs filled before, instead of seeding
+ * one again, which takes a minute or more on a busy machine.)
  * Fills a fresh store with --runs finished runs of --steps steps each
  * (kiln_seed_runs: train/loss, train/accuracy and lr every step, four tags
  * every epoch), starts `kiln serve` on it and, in headless Chromium
@@ -19,7 +21,7 @@
  * each as {n, min, median, max}.
  */
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -48,8 +50,14 @@ const dir = mkdtempSync(path.join(os.tmpdir(), 'kiln-compare-bench-'));
 const data = path.join(dir, 'data');
 mkdirSync(data);
 const t0 = performance.now();
-const seeded = execFileSync(seed, [path.join(data, 'kiln.db'), String(runs), String(steps)], { encoding: 'utf8' });
-const ids = seeded.trim().split(/\s+/).slice(1).map(Number);
+let ids;
+if (args.db) {
+  copyFileSync(path.resolve(args.db), path.join(data, 'kiln.db'));
+  ids = Array.from({ length: runs }, (_, i) => i + 1);
+} else {
+  const seeded = execFileSync(seed, [path.join(data, 'kiln.db'), String(runs), String(steps)], { encoding: 'utf8' });
+  ids = seeded.trim().split(/\s+/).slice(1).map(Number);
+}
 const seedMs = performance.now() - t0;
 const srv = spawn(kiln, ['serve', '--port', '0', '--host', '127.0.0.1', '--data', data], { stdio: ['ignore', 'pipe', 'pipe'] });
 let out = '';

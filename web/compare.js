@@ -98,8 +98,8 @@ export function renderCompare(root, query) {
 
   async function loadRun(run) {
     try {
-      run.job = await get(`/jobs/${run.id}`);
-      const m = await get(`/jobs/${run.id}/metrics?max_points=${MAX_POINTS}`);
+      const [job, m] = await Promise.all([get(`/jobs/${run.id}`), get(`/jobs/${run.id}/metrics?max_points=${MAX_POINTS}`)]);
+      run.job = job;
       run.tags = new Map();
       run.lastStep = -1;
       putPoints(run, m.items || []);
