@@ -2,6 +2,7 @@
 //   #/              datasets and jobs (home.js)
 //   #/jobs/ID       one job, live (job.js)
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
+//   #/jobs/ID/clone the new-job form filled with job ID's settings (clone.js)
 //   #/compare?runs=1,2,3  runs side by side (compare.js)
 // Everything goes through the public REST API under /api/v1. When the server
 // needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
@@ -13,6 +14,7 @@ import { renderLogin } from './login.js';
 import { renderHome } from './home.js';
 import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
+import { renderClone } from './clone.js';
 import { renderCompare } from './compare.js';
 
 const main = document.getElementById('main');
@@ -26,13 +28,17 @@ function route() {
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
+  const clone = /^#\/jobs\/(\d+)\/clone\/?$/.exec(hash);
   const cmp = /^#\/compare\/?(\?.*)?$/.exec(hash);
   // a view's data-* marks (status, explored, ...) belong to that view only
   for (const k of Object.keys(main.dataset)) delete main.dataset[k];
-  main.dataset.view = m ? 'job' : ds ? 'dataset' : cmp ? 'compare' : 'home';
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : cmp ? 'compare' : 'home';
   if (cmp) {
     document.title = 'Compare runs · kiln';
     teardown = renderCompare(main, cmp[1] || '');
+  } else if (clone) {
+    document.title = `Clone job ${clone[1]} · kiln`;
+    teardown = renderClone(main, Number(clone[1]));
   } else if (m) {
     document.title = `Job ${m[1]} · kiln`;
     teardown = renderJob(main, Number(m[1]));
