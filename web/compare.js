@@ -24,6 +24,7 @@ import { parseRuns, flattenConfig, differingKeys, finalAndBest, lowerIsBetter, s
  * runs; bench/compare_page.mjs measures it). */
 export const MAX_POINTS = 500;
 const POLL_MS = 5000;
+const LEGEND_RUNS = 8;                 // charts of more runs show no legend of their own
 const LIVE = new Set(['queued', 'running']);
 // 20 colours that stay apart (Tableau 10 and its lighter/darker partners)
 const RUN_COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
@@ -157,7 +158,8 @@ export function renderCompare(root, query) {
     for (const { tag, box } of cards) {
       const runs = st.order.map((id) => st.runs.get(id)).filter((r) => r.tags.has(tag));
       const chart = createChart(box, {
-        name: `compare:${tag}`, yLabel: tag.split('/').pop(), view: st.view, xMax,
+        // past LEGEND_RUNS runs the chips above (swatch and name) are the legend
+        name: `compare:${tag}`, yLabel: tag.split('/').pop(), view: st.view, xMax, legend: runs.length <= LEGEND_RUNS,
         series: runs.map((r) => ({ key: r.id, label: runLabel(r), color: r.color, width: 1, dots: 'auto' })),
       });
       for (const r of runs) chart.addAll(r.id, r.tags.get(tag).values());   // drawn in view
