@@ -121,10 +121,13 @@ export function chartControls(idPrefix, initial, onChange) {
 }
 
 /* A line chart of keyed series. series: [{key, label, color?, width?, dots?,
- * run?}] (dots: true, false or 'auto', dots on a series of few points; run:
- * the key of the run whose start is wall time 0, default the series' own key; runs' starts are their earliest point). xMax(axis): the
- * x the frame reaches at least (or null: the data's). yLog: always a log
- * scale (a number: its base, 2 for a loss scale; the view's log applies otherwise); yRange: fixed y on a linear scale. */
+ * run?, start?}]: dots true, false or 'auto' (dots on a series of few
+ * points); run, the key of the run whose start is wall time 0 (default the
+ * series' own key); start, when that run started (unix seconds; else, or if
+ * later, its earliest point). xMax(axis): the x the frame reaches at least
+ * (or null: the data's). yLog: always a log scale (a number: its base, 2 for
+ * a loss scale; the view's log applies otherwise); yRange: fixed y on a
+ * linear scale. legend: uPlot's legend under the chart. */
 export function createChart(container, {
   name, title, yLabel, series, yRange, xMax, yLog, view = DEFAULT_VIEW, height = 260, legend = true,
 }) {
@@ -186,11 +189,13 @@ export function createChart(container, {
     };
   }
 
-  /* The runs' wall-time origins: each run's earliest point. */
+  /* The runs' wall-time origins: each run's start (a series' `start`, unix
+   * seconds) or its earliest point, whichever is earlier. */
   function origins() {
     const t0 = new Map();
     series.forEach((s, i) => {
       const run = s.run ?? s.key ?? s.tag;
+      if (Number.isFinite(s.start) && !(t0.get(run) <= s.start)) t0.set(run, s.start);
       for (const p of points[i].values()) {
         if (Number.isFinite(p.wall) && !(t0.get(run) <= p.wall)) t0.set(run, p.wall);
       }

@@ -161,7 +161,8 @@ export function renderCompare(root, query) {
       const chart = createChart(box, {
         // past LEGEND_RUNS runs the chips above (swatch and name) are the legend
         name: `compare:${tag}`, yLabel: tag.split('/').pop(), view: st.view, xMax, legend: runs.length <= LEGEND_RUNS,
-        series: runs.map((r) => ({ key: r.id, label: runLabel(r), color: r.color, width: 1, dots: 'auto' })),
+        series: runs.map((r) => ({ key: r.id, label: runLabel(r), color: r.color, width: 1, dots: 'auto',
+          start: r.job.started_at ? Date.parse(r.job.started_at) / 1000 : undefined })),
       });
       for (const r of runs) chart.addAll(r.id, r.tags.get(tag).values());   // drawn in view
       st.charts.set(tag, chart);
