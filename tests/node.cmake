@@ -52,3 +52,6 @@ kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     
 kiln_node_test(integration_clone  tests/integration/clone.test.mjs  integration 300)
 kiln_node_test(browser_clone      tests/browser/clone.test.mjs      browser     300)
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
+# Comparing runs (issue 16): the page's pure functions in node, then the page in Chromium.
+kiln_node_test(web_compare        tests/unit/web_compare.test.mjs   unit        60)
+kiln_node_test(browser_compare    tests/browser/compare.test.mjs    browser     600)

@@ -3,6 +3,7 @@
 //   #/jobs/ID       one job, live (job.js)
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
 //   #/jobs/ID/clone the new-job form filled with job ID's settings (clone.js)
+//   #/compare?runs=1,2,3  runs side by side (compare.js)
 // Everything goes through the public REST API under /api/v1. When the server
 // needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
 // page (login.js) takes the place of the views until the user has signed in.
@@ -14,6 +15,7 @@ import { renderHome } from './home.js';
 import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
 import { renderClone } from './clone.js';
+import { renderCompare } from './compare.js';
 
 const main = document.getElementById('main');
 let teardown = null;
@@ -27,10 +29,14 @@ function route() {
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
   const clone = /^#\/jobs\/(\d+)\/clone\/?$/.exec(hash);
+  const cmp = /^#\/compare\/?(\?.*)?$/.exec(hash);
   // a view's data-* marks (status, explored, ...) belong to that view only
   for (const k of Object.keys(main.dataset)) delete main.dataset[k];
-  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : 'home';
-  if (clone) {
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : cmp ? 'compare' : 'home';
+  if (cmp) {
+    document.title = 'Compare runs · kiln';
+    teardown = renderCompare(main, cmp[1] || '');
+  } else if (clone) {
     document.title = `Clone job ${clone[1]} · kiln`;
     teardown = renderClone(main, Number(clone[1]));
   } else if (m) {

@@ -8,7 +8,7 @@
 // the new-job form filled with the job's settings (#/jobs/ID/clone, clone.js).
 
 import { get, post, API, ApiError } from './api.js';
-import { createChart } from './charts.js';
+import { createChart, chartControls } from './charts.js';
 import { classifyCard } from './classify.js';
 import { snapshotsCard } from './snapshots.js';
 import { evaluationCard } from './evaluation.js';
@@ -75,6 +75,8 @@ export function renderJob(root, id) {
     h('div', { class: 'card-head' }, h('h2', { id: 'log-title' }, 'Log')), log);
 
   const stat = (label, dd) => h('div', { class: 'stat' }, h('dt', {}, label), dd);
+  // the charts' x-axis, smoothing and log scale (web/charts.js), for all three
+  const controls = chartControls('job-charts', {}, (view) => { for (const c of st.charts) c.setView(view); });
   // the trained model in use: classify images with the final weights or a snapshot
   const classify = classifyCard(id, async () => {
     const snaps = await get(`/jobs/${id}/snapshots`);
@@ -98,6 +100,7 @@ export function renderJob(root, id) {
       h('dl', { class: 'stats' },
         stat('Epoch', stats.epoch), stat('Step', stats.step), stat('ETA', stats.eta),
         stat('Images/s', stats.ips), h('div', { class: 'stat' }, stats.lossLabel, stats.loss), stat('Val accuracy', stats.valacc))),
+    controls.el,
     h('section', { class: 'grid charts' },
       h('section', { class: 'card', 'aria-labelledby': 'loss-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'loss-title' }, 'Loss')), lossBox),
@@ -112,16 +115,19 @@ export function renderJob(root, id) {
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'config-title' }, 'Configuration')), config)));
 
+  // the frame reaches the job's last epoch or step; wall time: the data's
+  const xMax = (axis) => (!st.job ? null : axis === 'epoch' ? st.job.epochs : axis === 'step' ? st.job.steps : null);
+  const view = controls.view();
   const lossChart = createChart(lossBox, {
-    name: 'loss', yLabel: 'loss', xMax: () => (st.job && st.job.epochs) || 1,
+    name: 'loss', yLabel: 'loss', xMax, view,
     series: [{ tag: 'train/loss', label: 'train loss' }, { tag: 'val/loss', label: 'val loss' }],
   });
   const accChart = createChart(accBox, {
-    name: 'accuracy', yLabel: 'accuracy', yRange: [0, 1], xMax: () => (st.job && st.job.epochs) || 1,
+    name: 'accuracy', yLabel: 'accuracy', yRange: [0, 1], xMax, view,
     series: [{ tag: 'train/accuracy', label: 'train accuracy' }, { tag: 'val/accuracy', label: 'val accuracy' }],
   });
   const ampChart = createChart(ampBox, {
-    name: 'loss-scale', yLabel: 'loss scale', yLog: true, xMax: () => (st.job && st.job.epochs) || 1,
+    name: 'loss-scale', yLabel: 'loss scale', yLog: 2, xMax, view,
     series: [{ tag: 'amp/loss_scale', label: 'loss scale' }],
   });
   st.charts = [lossChart, accChart, ampChart];
@@ -163,8 +169,8 @@ export function renderJob(root, id) {
 
   function addMetric(m) {
     if (!st.stepsPerEpoch) { st.pendingMetrics.push(m); return; }
-    const x = xOf(m);
-    for (const c of st.charts) c.add(m.tag, x, m.value);
+    const p = { step: m.step, epoch: xOf(m), wall: m.wall_time, value: m.value };
+    for (const c of st.charts) c.add(m.tag, p);
     const prev = st.latest[m.tag];
     if (!prev || m.step >= prev.step) st.latest[m.tag] = m;
     if (HEADLINE_TAGS.has(m.tag)) renderLatest();
@@ -420,7 +426,10 @@ export function renderJob(root, id) {
         // A job that ended without a step count: plot against the reported epoch.
         const pend = st.pendingMetrics;
         st.pendingMetrics = [];
-        for (const x of pend) for (const c of st.charts) c.add(x.tag, x.epoch, x.value);
+        for (const x of pend) {
+          const p = { step: x.step, epoch: x.epoch, wall: x.wall_time, value: x.value };
+          for (const c of st.charts) c.add(x.tag, p);
+        }
       }
       connect();
     } catch (e) {
