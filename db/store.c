@@ -54,6 +54,7 @@ enum stmt_id {
     ST_JOB_DELETE,
     ST_METRIC_INSERT,
     ST_METRIC_LIST,
+    ST_METRIC_LIST_ALL,
     ST_METRIC_DELETE,
     ST_METRIC_LATEST,
     ST_METRIC_PAGE,
@@ -124,6 +125,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_METRIC_INSERT] = "INSERT INTO metrics (job_id, step, epoch, tag, value, wall_time) "
                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_METRIC_LIST] = "SELECT " METRIC_COLS " FROM metrics WHERE job_id = ?1 AND step > ?2 ORDER BY id",
+    /* all of a job's metrics: read in id order off metrics_by_job_id (the "+"
+     * keeps SQLite off the step index, whose rows it would then have to sort) */
+    [ST_METRIC_LIST_ALL] = "SELECT " METRIC_COLS " FROM metrics WHERE job_id = ?1 AND +step > ?2 ORDER BY id",
     [ST_METRIC_DELETE] = "DELETE FROM metrics WHERE job_id = ?1 AND step > ?2",
     [ST_METRIC_LATEST] = "SELECT " METRIC_COLS " FROM metrics WHERE id IN "
                          "(SELECT MAX(id) FROM metrics WHERE job_id = ?1 GROUP BY tag) ORDER BY tag",
@@ -1009,7 +1013,7 @@ int store_metric_list(store *s, int64_t job_id, int64_t since_step, store_metric
     *n = 0;
     lock(s);
     int ret = -1;
-    sqlite3_stmt *q = stmt_get(s, ST_METRIC_LIST, NULL, 0);
+    sqlite3_stmt *q = stmt_get(s, since_step < 0 ? ST_METRIC_LIST_ALL : ST_METRIC_LIST, NULL, 0);
     if (q) {
         int b = sqlite3_bind_int64(q, 1, job_id);
         if (b == SQLITE_OK)

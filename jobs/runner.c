@@ -19,6 +19,32 @@
  * The learning rate of each step comes from job.json's "lr_policy"
  * (engine/lr.h) and is reported with every train report.
  *
+ * Train reports (report_due): every `interval` = steps_per_epoch /
+ * REPORTS_PER_EPOCH steps of an epoch (at least 1), the epoch's last
+ * report absorbing the remainder, so that no report covers fewer than
+ * `interval` steps unless the epoch itself is shorter. train/loss and
+ * train/accuracy are the image-weighted means over the steps since the
+ * previous report (each step's images counted once); at the epoch's last
+ * step train/epoch_loss and train/epoch_accuracy are the epoch's
+ * image-weighted means (epochs.json and the log line give the same
+ * figures). A cancel saves these sums beside its checkpoint
+ * (checkpoints/step-<S>.means.json), so that a run resumed part-way
+ * through an epoch reports the same means as the uninterrupted run (a
+ * checkpoint without the file, from an older kiln: the epoch's means cover
+ * the steps from the resume on, and the log says so). Each tag is recorded
+ * once a step.
+ *
+ * TensorBoard (jobs/tbevents.h): each run writes its own event file. A
+ * resumed run's file begins with a SessionLog START at the first step it
+ * records (the checkpoint's step + 1), so that TensorBoard drops what an
+ * interrupted run recorded after the checkpoint and shows every step once.
+ * Every file carries the job's hyper-parameters (jobs/hparams.h) for the
+ * HParams dashboard ("_hparams_/experiment" and
+ * "_hparams_/session_start_info", at the file's first step); the run that
+ * ends the job writes "_hparams_/session_end_info" (success, or failure). A
+ * cancel writes none: the job may be resumed, and TensorBoard keeps the first
+ * session_end_info it reads.
+ *
  * Data (engine/dataset.h): the training loader shuffles every epoch, applies
  * job.json's "augmentation" (the network is built for the crop's size) and
  * drops an epoch's last short batch, so that no step sees a batch of one
@@ -88,9 +114,19 @@
 #include "jobs/snapshots.h"   /* snap_list_load, snap_list_save */
 #include "jobs/model_bundle.h" /* model_prep_from_job: the job's preprocess.json */
 #include "jobs/report.h"      /* report_start, report_emit, report_log, report_stopping */
-#include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_close */
+#include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_session_start, tb_hparams_*, tb_close */
+#include "jobs/hparams.h"     /* hparams_from_config: the job's hyper-parameters */
 
 #define REPORTS_PER_EPOCH 20
+
+/* The metrics TensorBoard's HParams dashboard shows beside the
+ * hyper-parameters (each job's last value of the tag). */
+static const tb_metric_info hparams_metrics[] = {
+    { "val/accuracy", true },
+    { "val/loss", true },
+    { "train/epoch_loss", false },
+    { "train/epoch_accuracy", false },
+};
 
 static int64_t stop_after;    /* > 0: act as if SIGTERM came during this step (tests) */
 
@@ -132,6 +168,16 @@ static void fmt_num(char *buf, size_t n, double v)
 
 /* ---- a training run ------------------------------------------------------- */
 
+/* Image-weighted sums of the training steps' losses and correct answers,
+ * since the last train report (int_) and over the epoch (ep_); a step
+ * skipped for overflow does not count. A cancel saves them beside its
+ * checkpoint (save_sums) so that a run resumed part-way through an epoch
+ * reports the means the uninterrupted run would have. */
+typedef struct train_sums {
+    double int_loss, ep_loss;
+    long int_correct, int_count, ep_correct, ep_count;
+} train_sums;
+
 typedef struct run {
     const char *dir;
     jobcfg cfg;
@@ -149,6 +195,8 @@ typedef struct run {
     int64_t skip;                /* ...and its batches already trained */
     int epoch;                   /* the epoch in progress (0-based) */
     int64_t epoch_step;          /* its steps done */
+    train_sums sums;             /* of the epoch in progress */
+    bool sums_restored;          /* resumed part-way: sums hold the interrupted run's */
     double last_loss, last_acc, last_lr;   /* for human progress lines */
     double last_val_secs;        /* < 0 until the first validation */
     cJSON *record;               /* epochs.json's items (jobs/snap_keep.h) */
@@ -157,6 +205,17 @@ typedef struct run {
     char stop_msg[256];
     char err[1024];
 } run;
+
+/* Whether the train report falls after epoch_step (1-based) of an epoch of
+ * steps_per_epoch steps: every interval steps, the last report of an epoch
+ * taking the remainder (an epoch of 41 steps, interval 2: after 2, 4, ...,
+ * 38 and 41). */
+static bool report_due(int64_t epoch_step, int64_t steps_per_epoch, int64_t interval)
+{
+    if (epoch_step == steps_per_epoch)
+        return true;
+    return epoch_step % interval == 0 && steps_per_epoch - epoch_step >= interval;
+}
 
 /* Reports one metric on stdout and to TensorBoard. Returns 0 or -1 (r->err). */
 static int metric(run *r, const char *tag, double value, int64_t step, double epoch)
@@ -231,13 +290,96 @@ static int save_checkpoint(run *r, const char *name, bool final)
     return 0;
 }
 
+/* checkpoints/step-S.means.json beside a cancel's step-S checkpoint: r->sums. */
+#define SUMS_SUFFIX ".means.json"
+
+static void sums_path(char *buf, size_t n, const char *ckpt_path)
+{
+    size_t len = strlen(ckpt_path), ext = strlen(".safetensors");
+    if (len >= ext && !strcmp(ckpt_path + len - ext, ".safetensors"))
+        len -= ext;
+    snprintf(buf, n, "%.*s%s", (int)len, ckpt_path, SUMS_SUFFIX);
+}
+
+/* Adds {"loss_sum","correct","images"} to o as key; false when out of memory. */
+static bool add_part(cJSON *o, const char *key, double loss_sum, long correct, long images)
+{
+    cJSON *p = cJSON_AddObjectToObject(o, key);
+    return p && cJSON_AddNumberToObject(p, "loss_sum", loss_sum) &&
+           cJSON_AddNumberToObject(p, "correct", (double)correct) &&
+           cJSON_AddNumberToObject(p, "images", (double)images);
+}
+
+/* Writes r->sums for the checkpoint of r->step (atomically; cJSON prints a
+ * double so that it reads back the same). 0 or -1 (r->err). */
+static int save_sums(run *r)
+{
+    char ck[PATH_MAX + 64], path[PATH_MAX + 80], e[512];
+    snprintf(ck, sizeof ck, "%s/checkpoints/step-%lld.safetensors", r->dir, (long long)r->step);
+    sums_path(path, sizeof path, ck);
+    const train_sums *t = &r->sums;
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddNumberToObject(o, "step", (double)r->step) &&
+              add_part(o, "since_report", t->int_loss, t->int_correct, t->int_count) &&
+              add_part(o, "epoch", t->ep_loss, t->ep_correct, t->ep_count);
+    char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    int rc = -1;
+    if (!text)
+        snprintf(r->err, sizeof r->err, "out of memory saving the train means");
+    else if ((rc = fio_write_atomic(path, text, strlen(text), e, sizeof e)) != 0)
+        snprintf(r->err, sizeof r->err, "saving the train means: %s", e);
+    cJSON_free(text);
+    return rc;
+}
+
+static bool read_part(const cJSON *o, double *loss_sum, long *correct, long *images)
+{
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss_sum");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "correct");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "images");
+    if (!cJSON_IsNumber(l) || !cJSON_IsNumber(c) || !cJSON_IsNumber(n) || c->valuedouble < 0 ||
+        n->valuedouble < c->valuedouble)
+        return false;
+    *loss_sum = l->valuedouble;
+    *correct = (long)c->valuedouble;
+    *images = (long)n->valuedouble;
+    return true;
+}
+
+/* Restores r->sums from the file beside the checkpoint at ckpt_path (of
+ * step), when there is one that reads; otherwise logs that the epoch's
+ * means start at the resume. */
+static void restore_sums(run *r, const char *ckpt_path, int64_t step)
+{
+    char path[PATH_MAX + 80], e[512];
+    sums_path(path, sizeof path, ckpt_path);
+    size_t len;
+    char *text = fio_read_file(path, 1 << 16, &len, e, sizeof e);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
+    train_sums t;
+    memset(&t, 0, sizeof t);
+    r->sums_restored = cJSON_IsNumber(s) && (int64_t)s->valuedouble == step &&
+        read_part(cJSON_GetObjectItemCaseSensitive(o, "since_report"), &t.int_loss, &t.int_correct,
+                  &t.int_count) &&
+        read_part(cJSON_GetObjectItemCaseSensitive(o, "epoch"), &t.ep_loss, &t.ep_correct, &t.ep_count);
+    cJSON_Delete(o);
+    if (r->sums_restored)
+        r->sums = t;
+    else
+        report_log("no train means saved with this checkpoint (%s): this epoch's train/loss until the "
+                   "next report and its train/epoch_* cover the steps from the resume on", path);
+}
+
 /* Stops for a cancel: a checkpoint of where it got to, then the report. */
 static int stop_cancelled(run *r)
 {
     if (r->net && r->step > 0) {
         char name[64];
         snprintf(name, sizeof name, "checkpoints/step-%lld.safetensors", (long long)r->step);
-        if (save_checkpoint(r, name, false) == 0)
+        if (save_checkpoint(r, name, false) == 0 && save_sums(r) == 0)
             report_log("cancelled at step %lld; saved %s", (long long)r->step, name);
         else
             report_log("cancelled at step %lld; %s", (long long)r->step, r->err);
@@ -276,6 +418,8 @@ static int resume(run *r, const char *ckdir, char *err, size_t errlen)
     r->step = ci.step;
     r->start_epoch = r->epoch = ci.epoch;
     r->skip = r->epoch_step = ci.epoch_step;
+    if (ci.epoch_step > 0)
+        restore_sums(r, path, ci.step);
     report_log("resuming from %s: step %lld, epoch %d%s", path, (long long)ci.step, ci.epoch + 1,
           ci.epoch_step ? " (part-way)" : "");
     return 0;
@@ -394,8 +538,8 @@ static void drop_old_step_checkpoints(run *r, int64_t step)
     while (d && (de = readdir(d))) {
         long long s;
         char tail[32], path[PATH_MAX + 300];
-        if (sscanf(de->d_name, "step-%lld.%31s", &s, tail) == 2 && !strcmp(tail, "safetensors") &&
-            s < step) {
+        if (sscanf(de->d_name, "step-%lld.%31s", &s, tail) == 2 &&
+            (!strcmp(tail, "safetensors") || !strcmp(tail, SUMS_SUFFIX + 1)) && s < step) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             if (unlink(path) == 0)
                 report_log("removed %s/%s: a later snapshot replaces it (keep_checkpoints)",
@@ -552,6 +696,28 @@ static int write_preprocess(run *r, char *err, size_t errlen)
     return rc;
 }
 
+/* The event file's first records: a resumed run's SessionLog START at the
+ * first step it records, then the HParams experiment and session start at
+ * that step (0 for a fresh run). 0, or -1 with err set. */
+static int tb_begin(run *r, char *err, size_t errlen)
+{
+    double now = wall_now();
+    int64_t first = r->step > 0 ? r->step + 1 : 0;
+    if (r->step > 0 && tb_session_start(r->tb, first, now, err, errlen) != 0)
+        return -1;
+    cJSON *cfg = jobcfg_to_json(&r->cfg);
+    cJSON *hp = cfg ? hparams_from_config(cfg) : NULL;
+    cJSON_Delete(cfg);
+    if (!hp)
+        return set_err(err, errlen, "out of memory");
+    int rc = tb_hparams_experiment(r->tb, first, hp, hparams_metrics,
+                                   sizeof hparams_metrics / sizeof hparams_metrics[0], now, err, errlen);
+    if (rc == 0)
+        rc = tb_hparams_start(r->tb, first, hp, NULL, now, now, err, errlen);
+    cJSON_Delete(hp);
+    return rc;
+}
+
 static int open_run(run *r, char *err, size_t errlen)
 {
     char e[512], path[PATH_MAX + 32];
@@ -645,6 +811,10 @@ static int open_run(run *r, char *err, size_t errlen)
         set_err(err, errlen, "TensorBoard file: %s", e);
         return -1;
     }
+    if (tb_begin(r, e, sizeof e) != 0) {
+        set_err(err, errlen, "TensorBoard file: %s", e);
+        return -1;
+    }
     return 0;
 }
 
@@ -732,8 +902,10 @@ static int train(run *r, bool *cancelled)
 
     for (int epoch = r->start_epoch; epoch < c->epochs; epoch++) {
         double t_epoch = mono_now(), t_int = t_epoch;
-        double int_loss = 0, ep_loss = 0;
-        long int_correct = 0, int_count = 0, ep_correct = 0, ep_count = 0, int_images = 0;
+        train_sums *t = &r->sums;
+        if (!(epoch == r->start_epoch && r->sums_restored))
+            memset(t, 0, sizeof *t);
+        long int_images = 0, ep_images = 0;     /* trained by this process: throughput */
         int64_t int_steps = 0, i = 0;
         double ips = 0, secs_per_step = 0;
         int n = 0;
@@ -771,19 +943,20 @@ static int train(run *r, bool *cancelled)
             /* A step skipped for overflow (mixed precision's loss scaler) may
              * have a non-finite loss; it does not count in the means. */
             if (!st.skipped || isfinite(st.loss)) {
-                int_loss += st.loss * st.count;
-                int_correct += st.correct;
-                int_count += st.count;
-                ep_loss += st.loss * st.count;
-                ep_correct += st.correct;
-                ep_count += st.count;
+                t->int_loss += st.loss * st.count;
+                t->int_correct += st.correct;
+                t->int_count += st.count;
+                t->ep_loss += st.loss * st.count;
+                t->ep_correct += st.correct;
+                t->ep_count += st.count;
             }
             int_images += st.count;
+            ep_images += st.count;
 
-            if (i % interval == 0 || i == r->steps_per_epoch) {
+            if (report_due(i, r->steps_per_epoch, interval)) {
                 double now = mono_now(), dt = now - t_int;
-                double loss = int_count ? int_loss / int_count : NAN;
-                if (!isfinite(loss) && int_count) {
+                double loss = t->int_count ? t->int_loss / t->int_count : NAN;
+                if (!isfinite(loss) && t->int_count) {
                     snprintf(r->err, sizeof r->err, "training diverged at step %lld: the loss is %g; "
                              "try a lower learning rate", (long long)r->step, loss);
                     return -1;
@@ -791,16 +964,21 @@ static int train(run *r, bool *cancelled)
                 ips = dt > 0 ? int_images / dt : 0;
                 secs_per_step = int_steps ? dt / int_steps : 0;
                 double ep = epoch + (double)i / r->steps_per_epoch;
-                if ((int_count && (metric(r, "train/loss", loss, r->step, ep) ||
-                                   metric(r, "train/accuracy", (double)int_correct / int_count,
+                if ((t->int_count && (metric(r, "train/loss", loss, r->step, ep) ||
+                                      metric(r, "train/accuracy", (double)t->int_correct / t->int_count,
                                           r->step, ep))) ||
                     metric(r, "lr", lr, r->step, ep) ||
                     metric(r, "perf/images_per_sec", ips, r->step, ep) ||
                     amp_metrics(r, r->step, ep) != 0)
                     return -1;
+                if (i == r->steps_per_epoch && t->ep_count &&
+                    (metric(r, "train/epoch_loss", t->ep_loss / t->ep_count, r->step, ep) ||
+                     metric(r, "train/epoch_accuracy", (double)t->ep_correct / t->ep_count, r->step, ep)))
+                    return -1;
                 progress(r, epoch, ips, eta_of(r, secs_per_step, epoch, false, ips));
-                int_loss = 0;
-                int_correct = int_count = int_images = 0;
+                t->int_loss = 0;
+                t->int_correct = t->int_count = 0;
+                int_images = 0;
                 int_steps = 0;
                 t_int = now;
             }
@@ -827,8 +1005,8 @@ static int train(run *r, bool *cancelled)
             metric(r, "val/accuracy", v.accuracy, r->step, epoch + 1))
             return -1;
         cJSON *item = epoch_item(epoch + 1, r->step, v.loss, v.accuracy,
-                                 ep_count ? ep_loss / ep_count : NAN,
-                                 ep_count ? (double)ep_correct / ep_count : NAN);
+                                 t->ep_count ? t->ep_loss / t->ep_count : NAN,
+                                 t->ep_count ? (double)t->ep_correct / t->ep_count : NAN);
         if (record_epoch(r, &item) != 0)
             return -1;
 
@@ -845,12 +1023,12 @@ static int train(run *r, bool *cancelled)
             if (update_snapshots(r, epoch + 1, r->step, name) != 0)
                 return -1;
         }
-        double epoch_ips = train_secs > 0 ? ep_count / train_secs : 0;
+        double epoch_ips = train_secs > 0 ? ep_images / train_secs : 0;
         progress(r, epoch + 1, epoch_ips, eta_of(r, secs_per_step, epoch, true, epoch_ips));
         report_log("epoch %d/%d: train loss %.4f accuracy %.4f | val loss %.4f accuracy %.4f | %.1f s "
               "(train %.1f s at %.0f images/s, validation %.1f s)",
-              epoch + 1, c->epochs, ep_count ? ep_loss / ep_count : NAN,
-              ep_count ? (double)ep_correct / ep_count : NAN, v.loss, v.accuracy,
+              epoch + 1, c->epochs, t->ep_count ? t->ep_loss / t->ep_count : NAN,
+              t->ep_count ? (double)t->ep_correct / t->ep_count : NAN, v.loss, v.accuracy,
               mono_now() - t_epoch, train_secs, epoch_ips, r->last_val_secs);
         early_stop_feed(r, item);
         if (r->stopped_early) {
@@ -1054,6 +1232,7 @@ int runner_run(const char *dir, bool human_output)
     r.dir = dir;
     char err[1024];
     int status = 1;
+    tb_status end = TB_STATUS_UNKNOWN;   /* what session_end_info says at out: (unknown: none) */
 
     int lock_fd = lock_job_dir(dir, err, sizeof err);
     if (lock_fd < 0) {
@@ -1118,12 +1297,14 @@ int runner_run(const char *dir, bool human_output)
         goto out;
     }
 
+    end = TB_STATUS_FAILURE;        /* from here an error ends the job's session */
     bool cancelled = false;
     if (train(&r, &cancelled) != 0) {
         report_error(r.err);
         goto out;
     }
     if (cancelled) {
+        end = TB_STATUS_UNKNOWN;
         status = 0;
         goto out;
     }
@@ -1142,9 +1323,16 @@ int runner_run(const char *dir, bool human_output)
     }
     report_log("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
           mono_now() - t0);
+    end = TB_STATUS_UNKNOWN;
+    if (tb_hparams_end(r.tb, r.step, TB_STATUS_SUCCESS, wall_now(), err, sizeof err) != 0) {
+        report_error(err);
+        goto out;
+    }
     report_emit("{\"t\":\"done\"}");
     status = 0;
 out:
+    if (end != TB_STATUS_UNKNOWN && r.tb)
+        tb_hparams_end(r.tb, r.step, end, wall_now(), err, sizeof err);   /* the error is reported */
     close_run(&r);
     close(lock_fd);            /* everything is written: the folder is free */
     return status;

@@ -32,6 +32,7 @@
 #include "server/infer.h"          /* infer_handle, infer_upload */
 #include "server/job_clone.h"      /* job_clone_request, job_request_handle */
 #include "server/lookup.h"         /* lookup_job, lookup_dataset, lookup_not_found */
+#include "server/metric_select.h"  /* metric_select: tag= and max_points= of GET .../metrics */
 #include "server/model.h"          /* model_handle */
 #include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
@@ -718,13 +719,21 @@ static int h_job_resume(request *r)
     return answer_job(r, MHD_HTTP_ACCEPTED, r->id);
 }
 
+/* GET /api/v1/jobs/{id}/metrics[?since=STEP][&tag=A,B][&max_points=N]: the
+ * stored metrics in insertion order; tag= keeps the tags named, max_points=
+ * downsamples each tag's series (server/metric_select.h). */
 static int h_job_metrics(request *r)
 {
-    int64_t since = -1;
+    int64_t since = -1, max_points = 0;
     const char *s = http_arg(r, "since");
     if (s && !http_parse_i64(s, -1, INT64_MAX, &since))
         return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
                           "since must be a step number (an integer >= -1), not \"%.32s\"", s);
+    const char *mp = http_arg(r, "max_points");
+    if (mp && !http_parse_i64(mp, 2, INT64_MAX, &max_points))
+        return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_field",
+                          "max_points must be an integer >= 2 (the most points per tag), not \"%.32s\"", mp);
+    const char *tags = http_arg(r, "tag");
     store_job j;
     enum MHD_Result answered;
     if (!lookup_job(r, r->id, &j, &answered))
@@ -734,6 +743,11 @@ static int h_job_metrics(request *r)
     size_t n = 0;
     if (store_metric_list(r->srv->st, r->id, since, &ms, &n) != 0)
         return http_store_error(r, "reading metrics");
+    api_error e = { 0 };
+    if (metric_select(ms, &n, tags, max_points, &e) != 0) {
+        free(ms);
+        return http_api_error(r, &e, "the metrics could not be selected");
+    }
     cJSON *items = cJSON_CreateArray();
     for (size_t i = 0; items && i < n; i++)
         items = list_add(items, render_metric(&ms[i]));

@@ -55,3 +55,6 @@ kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integratio
 # Hyper-parameter sweeps (issue 16): grid, random, asha, a failing trial, cancel, restart.
 kiln_node_test(integration_sweeps tests/integration/sweeps.test.mjs integration 600)
 kiln_node_test(browser_sweep      tests/browser/sweep.test.mjs      browser     600)
+# Comparing runs (issue 16): the page's pure functions in node, then the page in Chromium.
+kiln_node_test(web_compare        tests/unit/web_compare.test.mjs   unit        60)
+kiln_node_test(browser_compare    tests/browser/compare.test.mjs    browser     600)

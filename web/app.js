@@ -4,6 +4,7 @@
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
 //   #/sweep/ID      one hyper-parameter sweep; #/sweeps/new its form (sweep.js)
 //   #/jobs/ID/clone the new-job form filled with job ID's settings (clone.js)
+//   #/compare?runs=1,2,3  runs side by side (compare.js)
 // Everything goes through the public REST API under /api/v1. When the server
 // needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
 // page (login.js) takes the place of the views until the user has signed in.
@@ -16,6 +17,7 @@ import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
 import { renderSweep, renderNewSweep } from './sweep.js';
 import { renderClone } from './clone.js';
+import { renderCompare } from './compare.js';
 
 const main = document.getElementById('main');
 let teardown = null;
@@ -31,15 +33,20 @@ function route() {
   const sw = /^#\/sweep\/(\d+)\/?$/.exec(hash);
   const newSweep = /^#\/sweeps\/new\/?$/.test(hash);
   const clone = /^#\/jobs\/(\d+)\/clone\/?$/.exec(hash);
+  const cmp = /^#\/compare\/?(\?.*)?$/.exec(hash);
   // a view's data-* marks (status, explored, ...) belong to that view only
   for (const k of Object.keys(main.dataset)) delete main.dataset[k];
-  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : sw ? 'sweep' : newSweep ? 'new-sweep' : 'home';
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : cmp ? 'compare' : sw ? 'sweep'
+    : newSweep ? 'new-sweep' : 'home';
   if (sw) {
     document.title = `Sweep ${sw[1]} · kiln`;
     teardown = renderSweep(main, Number(sw[1]));
   } else if (newSweep) {
     document.title = 'New sweep · kiln';
     teardown = renderNewSweep(main);
+  } else if (cmp) {
+    document.title = 'Compare runs · kiln';
+    teardown = renderCompare(main, cmp[1] || '');
   } else if (clone) {
     document.title = `Clone job ${clone[1]} · kiln`;
     teardown = renderClone(main, Number(clone[1]));

@@ -8,7 +8,7 @@
 // the new-job form filled with the job's settings (#/jobs/ID/clone, clone.js).
 
 import { get, post, API, ApiError } from './api.js';
-import { createChart } from './charts.js';
+import { createChart, chartControls } from './charts.js';
 import { classifyCard } from './classify.js';
 import { snapshotsCard } from './snapshots.js';
 import { evaluationCard } from './evaluation.js';
@@ -18,6 +18,9 @@ import {
 
 const FINAL = new Set(['done', 'failed', 'cancelled']);
 const LOG_LINES = 200;
+
+// the metrics that change the headline figures
+const HEADLINE_TAGS = new Set(['train/loss', 'train/epoch_loss', 'train/epoch_accuracy', 'val/accuracy']);
 
 export function renderJob(root, id) {
   const st = {
@@ -46,6 +49,8 @@ export function renderJob(root, id) {
     eta: h('dd', { id: 'stat-eta' }, '—'),
     ips: h('dd', { id: 'stat-ips' }, '—'),
     loss: h('dd', { id: 'stat-loss' }, '—'),
+    // which train loss the headline shows: the last epoch's mean, or the running one before it
+    lossLabel: h('dt', { id: 'stat-loss-label' }, 'Train loss'),
     valacc: h('dd', { id: 'stat-valacc' }, '—'),
   };
   const errorBox = h('div', { class: 'error-box', role: 'alert', id: 'job-error', hidden: true });
@@ -70,6 +75,8 @@ export function renderJob(root, id) {
     h('div', { class: 'card-head' }, h('h2', { id: 'log-title' }, 'Log')), log);
 
   const stat = (label, dd) => h('div', { class: 'stat' }, h('dt', {}, label), dd);
+  // the charts' x-axis, smoothing and log scale (web/charts.js), for all three
+  const controls = chartControls('job-charts', {}, (view) => { for (const c of st.charts) c.setView(view); });
   // the trained model in use: classify images with the final weights or a snapshot
   const classify = classifyCard(id, async () => {
     const snaps = await get(`/jobs/${id}/snapshots`);
@@ -92,7 +99,8 @@ export function renderJob(root, id) {
       bar,
       h('dl', { class: 'stats' },
         stat('Epoch', stats.epoch), stat('Step', stats.step), stat('ETA', stats.eta),
-        stat('Images/s', stats.ips), stat('Train loss', stats.loss), stat('Val accuracy', stats.valacc))),
+        stat('Images/s', stats.ips), h('div', { class: 'stat' }, stats.lossLabel, stats.loss), stat('Val accuracy', stats.valacc))),
+    controls.el,
     h('section', { class: 'grid charts' },
       h('section', { class: 'card', 'aria-labelledby': 'loss-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'loss-title' }, 'Loss')), lossBox),
@@ -107,16 +115,19 @@ export function renderJob(root, id) {
       h('section', { class: 'card', 'aria-labelledby': 'config-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'config-title' }, 'Configuration')), config)));
 
+  // the frame reaches the job's last epoch or step; wall time: the data's
+  const xMax = (axis) => (!st.job ? null : axis === 'epoch' ? st.job.epochs : axis === 'step' ? st.job.steps : null);
+  const view = controls.view();
   const lossChart = createChart(lossBox, {
-    name: 'loss', yLabel: 'loss', xMax: () => (st.job && st.job.epochs) || 1,
+    name: 'loss', yLabel: 'loss', xMax, view,
     series: [{ tag: 'train/loss', label: 'train loss' }, { tag: 'val/loss', label: 'val loss' }],
   });
   const accChart = createChart(accBox, {
-    name: 'accuracy', yLabel: 'accuracy', yRange: [0, 1], xMax: () => (st.job && st.job.epochs) || 1,
+    name: 'accuracy', yLabel: 'accuracy', yRange: [0, 1], xMax, view,
     series: [{ tag: 'train/accuracy', label: 'train accuracy' }, { tag: 'val/accuracy', label: 'val accuracy' }],
   });
   const ampChart = createChart(ampBox, {
-    name: 'loss-scale', yLabel: 'loss scale', yLog: true, xMax: () => (st.job && st.job.epochs) || 1,
+    name: 'loss-scale', yLabel: 'loss scale', yLog: 2, xMax, view,
     series: [{ tag: 'amp/loss_scale', label: 'loss scale' }],
   });
   st.charts = [lossChart, accChart, ampChart];
@@ -158,11 +169,11 @@ export function renderJob(root, id) {
 
   function addMetric(m) {
     if (!st.stepsPerEpoch) { st.pendingMetrics.push(m); return; }
-    const x = xOf(m);
-    for (const c of st.charts) c.add(m.tag, x, m.value);
+    const p = { step: m.step, epoch: xOf(m), wall: m.wall_time, value: m.value };
+    for (const c of st.charts) c.add(m.tag, p);
     const prev = st.latest[m.tag];
     if (!prev || m.step >= prev.step) st.latest[m.tag] = m;
-    if (m.tag === 'train/loss' || m.tag === 'val/accuracy') renderLatest();
+    if (HEADLINE_TAGS.has(m.tag)) renderLatest();
     if (m.tag === 'amp/loss_scale' || m.tag === 'amp/skipped_steps') renderAmp();
   }
 
@@ -173,10 +184,30 @@ export function renderJob(root, id) {
     if (skipped) fill(ampSkipped, fmtCount(skipped.value));
   }
 
+  /* The headline's train figures: the latest epoch's image-weighted means
+   * (train/epoch_loss, train/epoch_accuracy) once an epoch has ended, else
+   * the running train/loss (the mean since the previous report), labelled
+   * so that a reader knows which. metrics: tag -> {value, epoch}. */
+  function renderTrain(metrics) {
+    const ep = metrics['train/epoch_loss'];
+    const epAcc = metrics['train/epoch_accuracy'];
+    const run = metrics['train/loss'];
+    if (ep) {
+      const n = Number.isFinite(ep.epoch) ? Math.round(ep.epoch) : null;
+      fill(stats.lossLabel, n ? `Train loss · epoch ${n}` : 'Train loss · epoch');
+      stats.lossLabel.title = `The mean over ${n ? `epoch ${n}'s` : 'the last epoch\'s'} training images`;
+      fill(stats.loss, fmtNumber(ep.value),
+        epAcc ? h('span', { class: 'muted small', id: 'stat-train-acc' }, ` · acc ${fmtPercent(epAcc.value, 1)}`) : '');
+    } else if (run) {
+      fill(stats.lossLabel, 'Train loss · running');
+      stats.lossLabel.title = 'The mean over the steps since the previous report; the epoch\'s mean follows when it ends';
+      fill(stats.loss, fmtNumber(run.value));
+    }
+  }
+
   function renderLatest() {
-    const loss = st.latest['train/loss'];
+    renderTrain(st.latest);
     const acc = st.latest['val/accuracy'];
-    if (loss) fill(stats.loss, fmtNumber(loss.value));
     if (acc) fill(stats.valacc, fmtPercent(acc.value, 2));
   }
 
@@ -280,7 +311,12 @@ export function renderJob(root, id) {
     renderStatus(job.status, job.error);
     renderStoppedEarly(job.stopped_early);
     if (job.metrics) {
-      if (job.metrics['train/loss'] !== undefined && !st.latest['train/loss']) fill(stats.loss, fmtNumber(job.metrics['train/loss']));
+      if (!st.latest['train/loss'] && !st.latest['train/epoch_loss']) {
+        const m = {};
+        for (const tag of ['train/loss', 'train/epoch_loss', 'train/epoch_accuracy'])
+          if (job.metrics[tag] !== undefined) m[tag] = { value: job.metrics[tag], epoch: tag === 'train/loss' ? NaN : job.epoch };
+        renderTrain(m);
+      }
       if (job.metrics['val/accuracy'] !== undefined && !st.latest['val/accuracy']) fill(stats.valacc, fmtPercent(job.metrics['val/accuracy'], 2));
     }
   }
@@ -390,7 +426,10 @@ export function renderJob(root, id) {
         // A job that ended without a step count: plot against the reported epoch.
         const pend = st.pendingMetrics;
         st.pendingMetrics = [];
-        for (const x of pend) for (const c of st.charts) c.add(x.tag, x.epoch, x.value);
+        for (const x of pend) {
+          const p = { step: x.step, epoch: x.epoch, wall: x.wall_time, value: x.value };
+          for (const c of st.charts) c.add(x.tag, p);
+        }
       }
       connect();
     } catch (e) {

@@ -404,7 +404,7 @@ export function renderSweep(root, id) {
       const have = st.curves.get(t.job_id);
       if (have && have.final) return;
       try {
-        const r = await get(`/jobs/${t.job_id}/metrics`);
+        const r = await get(`/jobs/${t.job_id}/metrics?tag=${encodeURIComponent(s.metric)}`);
         const pts = r.items.filter((m) => m.tag === s.metric).map((m) => [m.epoch, m.value]);
         st.curves.set(t.job_id, { points: pts, final: t.state !== 'running' && s.status !== 'running' });
       } catch { /* a deleted job: no curve */ }

@@ -61,6 +61,9 @@ test('a job stopped at a checkpoint shows Resume; a click runs it on to the end 
   await page.waitForSelector('#job-resume:not([hidden])', { timeout: 15_000 });
   assert.equal(await page.textContent('#job-status'), 'cancelled');
   assert.equal(await page.isHidden('#job-cancel'), true);
+  // stopped in its first epoch: the headline's train loss is the running one, and says so
+  await page.waitForFunction(() => document.querySelector('#stat-loss')?.textContent !== '—', null, { timeout: 15_000 });
+  assert.equal(await page.textContent('#stat-loss-label'), 'Train loss · running');
   await page.screenshot({ path: path.join(OUT, 'job-resume.png'), fullPage: true });
 
   await page.click('#job-resume');
@@ -68,6 +71,9 @@ test('a job stopped at a checkpoint shows Resume; a click runs it on to the end 
   await page.waitForFunction(() => document.querySelector('#job-status')?.textContent === 'done', null,
     { timeout: 120_000 });
   assert.equal(await page.isHidden('#job-resume'), true);
+  // the epoch ended: the headline is its mean (train/epoch_loss), and says so
+  await page.waitForFunction(() => /epoch 1/.test(document.querySelector('#stat-loss-label')?.textContent), null,
+    { timeout: 15_000 });
   await page.screenshot({ path: path.join(OUT, 'job-resumed.png'), fullPage: true });
 
   const done = await jobNow(id);
@@ -77,5 +83,10 @@ test('a job stopped at a checkpoint shows Resume; a click runs it on to the end 
   assert.match(log, new RegExp(`resuming from .*step ${STOP_AT}`), 'the run went on from the checkpoint');
   const metrics = (await api(base, 'GET', `/api/v1/jobs/${id}/metrics`)).body.items;
   assert.ok(metrics.some((m) => m.step > STOP_AT), 'metrics past the checkpoint');
+  const epochLoss = metrics.find((m) => m.tag === 'train/epoch_loss');
+  assert.ok(epochLoss, 'train/epoch_loss recorded at the epoch\'s end');
+  const epochAcc = metrics.find((m) => m.tag === 'train/epoch_accuracy');
+  assert.equal(await page.textContent('#stat-loss'),
+    `${Number(epochLoss.value.toPrecision(4))} · acc ${(epochAcc.value * 100).toFixed(1)}%`);
   assert.deepEqual(problems, []);
 });
