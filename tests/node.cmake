@@ -49,3 +49,8 @@ kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     
 kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
+# The jobs list (issue 16): filters, search, sort, keyset paging, PATCH; the dashboard's table.
+kiln_node_test(integration_jobs_list tests/integration/jobs_list.test.mjs integration 300)
+set_property(TEST integration_jobs_list APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
+kiln_node_test(browser_jobs_table tests/browser/jobs_table.test.mjs browser 300)
+set_property(TEST browser_jobs_table APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
