@@ -247,7 +247,10 @@ static void build_page(sqlbuf *sb, const store_job_query *q, const char *like, i
         } else {
             int pv = sb_bind(sb, sort_keys[q->sort].numeric ? BIND_NUM(q->after->num)
                                                              : BIND_TEXT(q->after->text ? q->after->text : ""));
-            sb_add(sb, "%s(%s, id) %s (?%d, ?%d)", sep, key, cmp, pv, sb_bind(sb, BIND_INT(q->after->id)));
+            /* Not the row value (key, id) > (?, ?): SQLite does not take that
+             * as an index range when the key has a collation. */
+            sb_add(sb, "%s%s %s= ?%d AND (%s %s ?%d OR id %s ?%d)", sep, key, cmp, pv, key, cmp, pv, cmp,
+                   sb_bind(sb, BIND_INT(q->after->id)));
         }
     }
     if (q->sort == STORE_JOB_SORT_CREATED)

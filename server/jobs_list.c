@@ -3,7 +3,8 @@
  * jobs_list.h).
  *
  * The cursor is opaque to clients: base64url (no padding) of
- * {"s": sort, "o": "asc"|"desc", "id": last id, "v": last sort value}. It
+ * {"s": sort, "o": "asc"|"desc", "id": last id, "v": last sort value (a
+ * number as text with 17 significant digits, so that it reads back exact)}. It
  * holds the place, not an offset, so a page costs the same at any depth and
  * jobs created meanwhile neither shift nor repeat the rows (db/job_list.c).
  * A cursor made for another sort or order is refused (400) rather than
@@ -143,11 +144,12 @@ static int read_cursor(const char *v, list_args *a, api_error *e)
               cJSON_IsString(o) && !strcmp(o->valuestring, a->q.desc ? "desc" : "asc") &&
               cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble <= JOBCFG_ID_MAX &&
               id->valuedouble == (double)(int64_t)id->valuedouble &&
-              (numeric ? cJSON_IsNumber(val) : cJSON_IsString(val));
+              cJSON_IsString(val);
     if (ok) {
         a->after.id = (int64_t)id->valuedouble;
+        char *end = NULL;
         if (numeric)
-            a->after.num = val->valuedouble;
+            ok = (a->after.num = strtod(val->valuestring, &end), end != val->valuestring && !*end);
         else
             ok = (a->after.text = strdup(val->valuestring)) != NULL;
         a->have_after = ok;
@@ -218,12 +220,16 @@ static int read_args(request *r, list_args *a, api_error *e)
  * or NULL when out of memory. */
 static cJSON *make_cursor(const store_job_query *q, const store_job_key *k)
 {
+    /* A number as text with 17 digits: it reads back as the same double
+     * (cJSON prints 15 when they compare equal within an epsilon). */
+    char num[40];
+    snprintf(num, sizeof num, "%.17g", k->num);
+    const char *value = store_job_sort_numeric(q->sort) ? num : k->text ? k->text : "";
     cJSON *c = cJSON_CreateObject();
     bool ok = c && cJSON_AddStringToObject(c, "s", store_job_sort_names[q->sort]) &&
               cJSON_AddStringToObject(c, "o", q->desc ? "desc" : "asc") &&
               cJSON_AddNumberToObject(c, "id", (double)k->id) &&
-              (store_job_sort_numeric(q->sort) ? cJSON_AddNumberToObject(c, "v", k->num) != NULL
-                                               : cJSON_AddStringToObject(c, "v", k->text ? k->text : "") != NULL);
+              cJSON_AddStringToObject(c, "v", value) != NULL;
     char *text = ok ? cJSON_PrintUnformatted(c) : NULL;
     cJSON_Delete(c);
     if (!text)
