@@ -24,17 +24,39 @@
 
 #include "db/store.h"
 
+/* A LeNet job's resolved config (a real job.json, its dataset_dir made up):
+ * the precision and the name (",\"name\":...", or "") go in. */
+#define CONFIG_FMT \
+    "{\"id\":0,\"dataset_id\":1,\"dataset_dir\":\"/nonexistent/datasets/1\"," \
+    "\"network_name\":\"lenet\",\"network\":{\"name\":\"lenet\"," \
+    "\"description\":\"LeNet for 28x28 digits, as in Caffe's MNIST example\"," \
+    "\"layers\":[{\"type\":\"conv2d\",\"name\":\"conv1\",\"filters\":20,\"kernel\":5}," \
+    "{\"type\":\"maxpool\",\"name\":\"pool1\",\"kernel\":2,\"stride\":2},{\"type\":\"conv2d\"," \
+    "\"name\":\"conv2\",\"filters\":50,\"kernel\":5},{\"type\":\"maxpool\",\"name\":\"pool2\"," \
+    "\"kernel\":2,\"stride\":2},{\"type\":\"flatten\",\"name\":\"flatten\"},{\"type\":\"dense\"," \
+    "\"name\":\"fc1\",\"units\":500},{\"type\":\"relu\",\"name\":\"relu1\"},{\"type\":\"dense\"," \
+    "\"name\":\"fc2\",\"units\":\"classes\"}]},\"input\":[1,28,28],\"classes\":[\"0\",\"1\",\"2\",\"3\"," \
+    "\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"],\"epochs\":10,\"batch_size\":64,\"seed\":1," \
+    "\"snapshot_interval\":1,\"checkpoint_metric\":\"val/accuracy\"," \
+    "\"keep_checkpoints\":null,\"loader_threads\":0,\"precision\":\"%s\"," \
+    "\"loss_scaling\":\"off\",\"backend\":\"cpu\",\"solver\":{\"type\":\"sgd\",\"lr\":0.01," \
+    "\"momentum\":0.9,\"nesterov\":false,\"weight_decay\":0,\"decay_bias\":false," \
+    "\"clip_norm\":0,\"label_smoothing\":0},\"augmentation\":{\"crop\":0,\"pad\":0," \
+    "\"mirror\":false},\"lr_policy\":{\"type\":\"fixed\",\"warmup_steps\":0}%s}"
+
 static const char *const networks[] = { "lenet", "resnet20", "cifar10-cnn", "alexnet" };
 static const char *const precisions[] = { "fp32", "amp-bf16", "amp-fp16" };
 static const char *const statuses[] = { "done", "done", "done", "failed", "cancelled" };
 
 static int add_job(store *st, const int64_t *ds, long long i, int64_t owner, int64_t *id)
 {
-    char cfg[256], name[32] = "", tags[64], notes[32];
+    char cfg[sizeof CONFIG_FMT + 64], name[32] = "", tags[64], notes[32];
     if (i % 7 != 0)
         snprintf(name, sizeof name, "run-%05lld", i);
-    snprintf(cfg, sizeof cfg, "{\"precision\":\"%s\"%s%s%s}", precisions[(i / 3) % 3],
-             name[0] ? ",\"name\":\"" : "", name, name[0] ? "\"" : "");
+    char named[48] = "";
+    if (name[0])
+        snprintf(named, sizeof named, ",\"name\":\"%s\"", name);
+    snprintf(cfg, sizeof cfg, CONFIG_FMT, precisions[(i / 3) % 3], named);
     int epochs = 1 + (int)(i % 20);
     int64_t steps = 100 * (int64_t)epochs;
     const char *status = statuses[i % 5];
