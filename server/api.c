@@ -30,6 +30,7 @@
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/http.h"
 #include "server/infer.h"          /* infer_handle, infer_upload */
+#include "server/job_clone.h"      /* job_clone_request, job_request_handle */
 #include "server/jobs_list.h"      /* jobs_list_handle, job_edit_parse, the list's schema */
 #include "server/lookup.h"         /* lookup_job, lookup_dataset, lookup_not_found */
 #include "server/model.h"          /* model_handle */
@@ -566,28 +567,60 @@ static int h_job_patch(request *r)
     return answer_job(r, MHD_HTTP_OK, r->id);
 }
 
+/* A new job from the request doc (POST /api/v1/jobs, or a clone's), owned by
+ * the caller: 201 with the job, or jobspec_create's error. */
+static int create_job(request *r, const cJSON *doc)
+{
+    int64_t id = 0;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    /* Another user's dataset that is not shared is as missing (jobspec's answer). */
+    int64_t ds;
+    if (lookup_body_dataset_hidden(r, doc, &ds))
+        return http_error(r, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds);
+    if (jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e) != 0)
+        return http_api_error(r, &e, "the job request is not valid");
+    auth_own(r, STORE_OWNED_JOB, id);
+    sched_wake(r->srv->sched);
+    return answer_job(r, MHD_HTTP_CREATED, id);
+}
+
 static int h_job_create(request *r)
 {
     enum MHD_Result answered;
     cJSON *doc = http_body_json(r, &answered);
     if (!doc)
         return answered;
-    int64_t id = 0;
+    int rc = create_job(r, doc);
+    cJSON_Delete(doc);
+    return rc;
+}
+
+/* POST /api/v1/jobs/{id}/clone: a new job from job id's request, the body's
+ * overrides (optional: no body is a plain copy) merged and named as
+ * server/job_clone.h says, created as POST /api/v1/jobs creates one. */
+static int h_job_clone(request *r)
+{
+    enum MHD_Result answered;
+    cJSON *overrides = NULL;
+    if (r->body_len && !(overrides = http_body_json(r, &answered)))
+        return answered;
+    store_job j;
+    if (!lookup_job(r, r->id, &j, &answered)) {
+        cJSON_Delete(overrides);
+        return answered;
+    }
+    cJSON *req = NULL;
     api_error e;
     memset(&e, 0, sizeof e);
-    /* Another user's dataset that is not shared is as missing (jobspec's answer). */
-    int64_t ds;
-    if (lookup_body_dataset_hidden(r, doc, &ds)) {
-        cJSON_Delete(doc);
-        return http_error(r, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds);
-    }
-    int rc = jobspec_create(r->srv->st, r->srv->data_dir, doc, &id, &e);
-    cJSON_Delete(doc);
+    int rc = job_clone_request(&j, overrides, &req, &e);
+    store_job_clear(&j);
+    cJSON_Delete(overrides);
     if (rc != 0)
-        return http_api_error(r, &e, "the job request is not valid");
-    auth_own(r, STORE_OWNED_JOB, id);
-    sched_wake(r->srv->sched);
-    return answer_job(r, MHD_HTTP_CREATED, id);
+        return http_api_error(r, &e, "the overrides are not valid");
+    rc = create_job(r, req);
+    cJSON_Delete(req);
+    return rc;
 }
 
 static int h_job_get(request *r)
@@ -789,6 +822,8 @@ const route http_routes[] = {
     { .method = "DELETE", .pattern = "/api/v1/jobs/:id", .fn = h_job_delete },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/cancel", .fn = h_job_cancel },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/resume", .fn = h_job_resume },
+    { .method = "POST", .pattern = "/api/v1/jobs/:id/clone", .fn = h_job_clone, .body = BODY_JSON },
+    { .method = "GET", .pattern = "/api/v1/jobs/:id/request", .fn = job_request_handle },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/metrics", .fn = h_job_metrics },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/log", .fn = h_job_log },
     { .method = "GET", .pattern = "/api/v1/jobs/:id/events", .fn = sse_handle },

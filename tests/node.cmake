@@ -48,6 +48,9 @@ set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_MET
 kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
 kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
+# Clone (issue 16): POST /jobs/{id}/clone with overrides, GET /jobs/{id}/request; the dashboard's Clone.
+kiln_node_test(integration_clone  tests/integration/clone.test.mjs  integration 300)
+kiln_node_test(browser_clone      tests/browser/clone.test.mjs      browser     300)
 kiln_node_test(torture_kill9_short tests/torture/kill9_short.test.mjs integration 600)
 # The jobs list (issue 16): filters, search, sort, keyset paging, PATCH; the dashboard's table.
 kiln_node_test(integration_jobs_list tests/integration/jobs_list.test.mjs integration 300)

@@ -2,6 +2,7 @@
 //   #/              datasets and jobs (home.js)
 //   #/jobs/ID       one job, live (job.js)
 //   #/datasets/ID   one dataset: its import report and classes (dataset.js)
+//   #/jobs/ID/clone the new-job form filled with job ID's settings (clone.js)
 // Everything goes through the public REST API under /api/v1. When the server
 // needs a sign-in (GET /api/v1/session, or any call, answers 401) the sign-in
 // page (login.js) takes the place of the views until the user has signed in.
@@ -12,6 +13,7 @@ import { renderLogin } from './login.js';
 import { renderHome } from './home.js';
 import { renderJob } from './job.js';
 import { renderDataset } from './dataset.js';
+import { renderClone } from './clone.js';
 
 const main = document.getElementById('main');
 let teardown = null;
@@ -24,10 +26,14 @@ function route() {
   const hash = location.hash || '#/';
   const m = /^#\/jobs\/(\d+)\/?$/.exec(hash);
   const ds = /^#\/datasets\/(\d+)\/?$/.exec(hash);
+  const clone = /^#\/jobs\/(\d+)\/clone\/?$/.exec(hash);
   // a view's data-* marks (status, explored, ...) belong to that view only
   for (const k of Object.keys(main.dataset)) delete main.dataset[k];
-  main.dataset.view = m ? 'job' : ds ? 'dataset' : 'home';
-  if (m) {
+  main.dataset.view = m ? 'job' : ds ? 'dataset' : clone ? 'clone' : 'home';
+  if (clone) {
+    document.title = `Clone job ${clone[1]} · kiln`;
+    teardown = renderClone(main, Number(clone[1]));
+  } else if (m) {
     document.title = `Job ${m[1]} · kiln`;
     teardown = renderJob(main, Number(m[1]));
   } else if (ds) {

@@ -4,7 +4,8 @@
 // cancelled jobs included), why early stopping ended it, and its snapshots
 // (web/snapshots.js) with the best marked. Curves are filled from GET /metrics first, then live from
 // the SSE stream /events (EventSource), which ends after the final status.
-// A failed or cancelled job with a checkpoint has a Resume button.
+// A failed or cancelled job with a checkpoint has a Resume button; Clone opens
+// the new-job form filled with the job's settings (#/jobs/ID/clone, clone.js).
 
 import { get, post, API, ApiError } from './api.js';
 import { createChart } from './charts.js';
@@ -37,6 +38,9 @@ export function renderJob(root, id) {
   // a failed or cancelled job with a checkpoint goes on from it (POST /jobs/{id}/resume)
   const resumeBtn = h('button', { type: 'button', class: 'btn btn-primary', id: 'job-resume', hidden: true,
     title: 'Continue training from the latest checkpoint' }, 'Resume');
+  // a new job with this one's settings, in the new-job form (web/clone.js)
+  const cloneBtn = h('a', { class: 'btn', id: 'job-clone', href: `#/jobs/${id}/clone`,
+    title: 'Open the new-job form filled with this job\'s settings' }, 'Clone');
   const download = h('a', { class: 'btn btn-primary', id: 'job-download', hidden: true,
     href: `${API}/jobs/${id}/model?format=tar`, download: `kiln-job-${id}-model.tar` }, 'Download model (.tar)');
   const bar = progressBar(0, 'training progress');
@@ -87,7 +91,7 @@ export function renderJob(root, id) {
     h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
     h('div', { class: 'page-head' },
       h('div', {}, h('div', { class: 'title-row' }, title, badge), subtitle),
-      h('div', { class: 'page-actions' }, cancelBtn, resumeBtn, download)),
+      h('div', { class: 'page-actions' }, cancelBtn, resumeBtn, cloneBtn, download)),
     actionError,
     errorBox,
     stoppedBox,

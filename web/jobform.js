@@ -375,7 +375,8 @@ export function buildJobForm(state) {
       loading.hidden = true;
     }
   }
-  retry.addEventListener('click', load);
+  let loaded = null;                    // load()'s promise: the schema applied, or its failure shown
+  retry.addEventListener('click', () => { loaded = load(); });
 
   // ---- what shows when ------------------------------------------------------
   function showSolver() {
@@ -474,8 +475,9 @@ export function buildJobForm(state) {
     return (c.type === 'checkbox' ? String(c.checked) : c.value) !== c.dataset.initial;
   }
   function countAdvanced() {
-    const n = [...advanced.querySelectorAll('input, select')]
-      .filter((c) => !c.closest('[hidden]') && changed(c)).length;
+    // (a field hidden inside Advanced does not count; the form itself may be hidden while it is filled)
+    const shown = (c) => { const x = c.closest('[hidden]'); return !x || !advanced.contains(x); };
+    const n = [...advanced.querySelectorAll('input, select')].filter((c) => shown(c) && changed(c)).length;
     fill(advancedCount, n ? ` · ${n} changed` : '');
   }
 
@@ -844,7 +846,7 @@ export function buildJobForm(state) {
 
   setNetworks(state.networks);
   setDevices([]);
-  load();
+  loaded = load();
   el.addEventListener('input', countAdvanced);
   el.addEventListener('change', countAdvanced);
 
@@ -872,7 +874,102 @@ export function buildJobForm(state) {
     }
   });
 
-  return { el, setDatasets, setNetworks, setDevices, requestBody };
+  // ---- filled from a job's request (Clone) ----------------------------------
+  /* The device choice for a request's "devices" among the options on view:
+   * 0 or [] the CPU, [i] GPU i, N any N GPUs; null when none says it. */
+  function deviceChoice(d) {
+    const has = (v) => [...device.options].some((o) => o.value === v);
+    if (d === undefined || d === null) return '';
+    if (d === 0 || (Array.isArray(d) && !d.length)) return 'cpu';
+    if (Array.isArray(d) && d.length === 1 && has(String(d[0]))) return String(d[0]);
+    const n = Array.isArray(d) ? d.length : d;
+    if (n === 1) return has('any') ? 'any' : (deviceField.hidden ? null : '');
+    return has(`n${n}`) ? `n${n}` : null;
+  }
+
+  /* Fills the form with a POST /api/v1/jobs body (GET /api/v1/jobs/{id}/request),
+   * every field the form has; the rest keep the schema's defaults. A warm-up
+   * in steps shows in epochs of stepsPerEpoch steps. Call it once the
+   * datasets, networks and devices are set. Resolves to notes on what the
+   * form could not show as the request has it (none: []); rejects when the
+   * schema could not be loaded. */
+  async function prefill(req, { stepsPerEpoch = 0 } = {}) {
+    await loaded;
+    if (!S) throw new Error('the job form could not load the API\'s settings');
+    applySchema(S);                     // from the defaults: what the request leaves out keeps them
+    const notes = [];
+    const at = (path) => path.split('.').reduce((o, k) => (o && typeof o === 'object' ? o[k] : undefined), req);
+    const ds = String(req.dataset_id);
+    if ([...dataset.options].some((o) => o.value === ds)) dataset.value = ds;
+    else notes.push(`The job's dataset #${req.dataset_id} is not ready or no longer exists: choose another.`);
+    if (typeof req.network === 'string') {
+      if (builtin(req.network)) network.value = req.network;
+      else notes.push(`This server has no built-in network “${req.network}”.`);
+    } else if (req.network && typeof req.network === 'object') {
+      network.value = CUSTOM;
+      spec.value = specText(req.network, false);
+    }
+    setChoice(precision, req.precision);
+    setChoice(lossScaling, req.loss_scaling ?? '');
+    setChoice(solver, at('solver.type'));
+    lastSolver = solver.value;
+    setChoice(larc, at('solver.larc.policy') ?? '');
+    setChoice(checkpointMetric, req.checkpoint_metric);
+    const es = req.early_stopping;
+    earlyStop.input.checked = !!(es && typeof es === 'object');
+    setChoice(esMetric, at('early_stopping.metric'));
+    for (const [path, input] of numberFields) {
+      const v = at(path);
+      if (v === null) input.value = '';
+      else if (v !== undefined) input.value = String(v);
+    }
+    for (const [path, box] of [['solver.nesterov', nesterov.input], ['solver.decay_bias', decayBias.input],
+      ['augmentation.mirror', mirror.input]]) {
+      if (typeof at(path) === 'boolean') box.checked = at(path);
+    }
+    // The policy: its own fields through policyValues, which showPolicy reads.
+    const p = req.lr_policy && typeof req.lr_policy === 'object' ? req.lr_policy : { type: 'fixed' };
+    setChoice(policy, p.type || 'fixed');
+    for (const [k, v] of Object.entries(p)) {
+      if (k !== 'type' && k !== 'warmup_epochs' && k !== 'warmup_steps' && v !== null) {
+        policyValues[`${policy.value}.${k}`] = Array.isArray(v) ? v.join(', ') : String(v);
+      }
+    }
+    if (p.warmup_steps > 0 && p.warmup_epochs === undefined) {
+      const w = stepsPerEpoch > 0 ? p.warmup_steps / stepsPerEpoch : NaN;
+      warmup.value = String(Number.isFinite(w) ? Math.max(1, Math.round(w)) : 0);
+      if (!Number.isInteger(w)) {
+        notes.push(`The job warmed up for ${fmtCount(p.warmup_steps)} steps; the form counts whole epochs` +
+          (Number.isFinite(w) ? ` of ${fmtCount(stepsPerEpoch)} steps, so it shows ${warmup.value}.` : ': check the warm-up.'));
+      }
+    }
+    const dv = deviceChoice(req.devices);
+    if (dv === null) {
+      const asked = Array.isArray(req.devices) ? `GPU${req.devices.length > 1 ? 's' : ''} ${req.devices.join(', ')}`
+        : `${req.devices} GPU${req.devices > 1 ? 's' : ''}`;
+      notes.push(`The job asked for ${asked}, which this machine does not offer: choose its device.`);
+    }
+    else device.value = dv;
+    name.value = typeof req.name === 'string' ? req.name : '';
+    showNetwork();
+    showCrop();
+    showSolver();
+    showLarc();
+    showPrecision();
+    showPolicy();
+    showEarlyStop();
+    hideSummary();
+    drawSchedule();
+    countAdvanced();
+    advanced.open = advancedCount.textContent !== '';
+    return notes;
+  }
+  /* A select's value when it offers it (else the select keeps its own). */
+  function setChoice(select, v) {
+    if (v !== undefined && v !== null && [...select.options].some((o) => o.value === String(v))) select.value = String(v);
+  }
+
+  return { el, setDatasets, setNetworks, setDevices, requestBody, prefill };
 }
 
 /* The rate at step t of `total`, as engine/lr.c computes it (warm-up last). */
@@ -909,12 +1006,14 @@ function fmtSI(x) {
   return String(x);
 }
 
-/* A built-in's spec as editable text, one layer per line; without its input
- * shape (the copy takes the chosen dataset's) and its description. */
-function specText(spec) {
+/* A spec as editable text, one layer per line. A built-in's copy (asCopy)
+ * is renamed and loses its input shape (the copy takes the chosen dataset's)
+ * and its description; a job's own spec (a clone's) stays as it is. */
+function specText(spec, asCopy = true) {
   const lines = ['{'];
-  const top = { ...spec, name: spec.name ? `${spec.name}-custom` : undefined };
-  const keys = Object.keys(top).filter((k) => !['layers', 'input', 'description'].includes(k) && top[k] !== undefined);
+  const top = asCopy ? { ...spec, name: spec.name ? `${spec.name}-custom` : undefined } : spec;
+  const skip = asCopy ? ['layers', 'input', 'description'] : ['layers'];
+  const keys = Object.keys(top).filter((k) => !skip.includes(k) && top[k] !== undefined);
   for (const k of keys) lines.push(`  ${JSON.stringify(k)}: ${JSON.stringify(top[k])},`);
   const layers = Array.isArray(spec.layers) ? spec.layers : [];
   lines.push('  "layers": [');

@@ -20,6 +20,7 @@
 #include "engine/dataset.h"
 #include "engine/net.h"       /* engine_devices */
 #include "base/layout.h"
+#include "jobs/jobreq.h"
 #include "jobs/jobspec.h"
 #include "tests/unit/jobcfg_util.h"
 
@@ -546,6 +547,115 @@ static const bad_case bad_cases[] = {
 };
 
 /* body with {R}, {I} and {F} replaced by the datasets' ids. */
+/* job.json read back; the caller frees it. */
+static cJSON *job_json(const fixture *f, int64_t id)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    layout_job_dir(dir, sizeof dir, f->data, id);
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    char *text = slurp(path);
+    assert_non_null(text);
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    assert_non_null(c);
+    return c;
+}
+
+/* jobreq_from_config: the request rebuilt from a job's job.json makes the
+ * same job again (every field but the id), built-in or custom network, and
+ * overrides merged or set by path change only what they name. */
+static void a_request_rebuilt_from_job_json_makes_the_same_job(void **state)
+{
+    fixture *f = *state;
+    const char *const bodies[] = {
+        "{\"dataset_id\": %lld, \"network\": \"lenet\", \"epochs\": 3, \"batch_size\": 16, "
+        "\"seed\": 11, \"name\": \"try 2\", \"precision\": \"amp-bf16\", \"devices\": 0, "
+        "\"solver\": {\"type\": \"sgd\", \"lr\": 0.02, \"momentum\": 0.8, \"nesterov\": true, "
+        "\"weight_decay\": 0.0001, \"larc\": {\"policy\": \"clip\"}}, "
+        "\"lr_policy\": {\"type\": \"cosine\", \"warmup_epochs\": 1}, "
+        "\"augmentation\": {\"mirror\": true}, \"early_stopping\": {\"patience\": 2}}",
+        "{\"dataset_id\": %lld, \"network\": {\"name\": \"tiny\", \"layers\": ["
+        "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 16}, {\"type\": \"relu\"}, "
+        "{\"type\": \"dense\", \"units\": \"classes\"}]}, \"keep_checkpoints\": 2}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body, bodies[i], (long long)f->ready);
+        int64_t a = 0, b = 0;
+        api_error e;
+        if (create_from(f, body, &a, &e) != 0)
+            fail_msg("jobspec_create: %d %s: %s", e.status, e.code, e.message);
+        cJSON *ca = job_json(f, a);
+        cJSON *req = jobreq_from_config(ca, &e);
+        if (!req)
+            fail_msg("jobreq_from_config: %s", e.message);
+        const cJSON *rnet = cJSON_GetObjectItemCaseSensitive(req, "network");
+        assert_true(i == 0 ? cJSON_IsString(rnet) : cJSON_IsObject(rnet));
+        assert_null(cJSON_GetObjectItemCaseSensitive(req, "dataset_dir"));
+        if (jobspec_create(f->st, f->data, req, &b, &e) != 0)
+            fail_msg("the rebuilt request: %d %s: %s", e.status, e.code, e.message);
+        cJSON *cb = job_json(f, b);
+        assert_int_not_equal(a, b);
+        cJSON_DeleteItemFromObjectCaseSensitive(ca, "id");
+        cJSON_DeleteItemFromObjectCaseSensitive(cb, "id");
+        if (!cJSON_Compare(ca, cb, true)) {
+            char *x = cJSON_PrintUnformatted(ca), *y = cJSON_PrintUnformatted(cb);
+            fail_msg("job %zu made again differs:\n%s\n%s", i, x, y);
+        }
+
+        /* Overrides: a nested field, a removed one (back to its default), a path. */
+        cJSON *o = cJSON_Parse("{\"solver\": {\"lr\": 0.5}, \"name\": null, \"epochs\": 1}");
+        cJSON *v = cJSON_CreateNumber(64);
+        assert_int_equal(jobreq_merge(req, o, &e), 0);
+        assert_int_equal(jobreq_set(req, "batch_size", v, &e), 0);
+        int64_t c = 0;
+        if (jobspec_create(f->st, f->data, req, &c, &e) != 0)
+            fail_msg("the overridden request: %d %s: %s", e.status, e.code, e.message);
+        cJSON *cc = job_json(f, c);
+        cJSON *solver = cJSON_GetObjectItemCaseSensitive(cc, "solver");
+        assert_true(num(solver, "lr") == 0.5);
+        assert_int_equal((int)num(cc, "epochs"), 1);
+        assert_int_equal((int)num(cc, "batch_size"), 64);
+        assert_null(cJSON_GetObjectItemCaseSensitive(cc, "name"));
+        if (i == 0)   /* the rest of the solver is the source's */
+            assert_true(num(solver, "momentum") == 0.8);
+        cJSON_Delete(o);
+        cJSON_Delete(v);
+        cJSON_Delete(cc);
+        cJSON_Delete(req);
+        cJSON_Delete(ca);
+        cJSON_Delete(cb);
+    }
+}
+
+/* jobreq_set and jobreq_merge refuse what cannot be a request's change. */
+static void bad_overrides_are_refused(void **state)
+{
+    (void)state;
+    cJSON *req = cJSON_Parse("{\"network\": \"lenet\", \"solver\": {\"lr\": 0.1}}");
+    cJSON *v = cJSON_CreateNumber(1);
+    api_error e;
+    const char *const paths[] = { "", "solver.", ".lr", "a..b", "network.layers" };
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        memset(&e, 0, sizeof e);
+        assert_int_equal(jobreq_set(req, paths[i], v, &e), -1);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.code, "invalid_field");
+    }
+    cJSON *arr = cJSON_CreateArray();
+    assert_int_equal(jobreq_merge(req, arr, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_int_equal(jobreq_set(req, "solver.lr", v, &e), 0);
+    assert_true(num(cJSON_GetObjectItemCaseSensitive(req, "solver"), "lr") == 1);
+    cJSON *bad = cJSON_Parse("{\"lr_policy\": {\"type\": \"step\"}}");
+    assert_null(jobreq_from_config(bad, &e));
+    assert_int_equal(e.status, 400);
+    cJSON_Delete(bad);
+    cJSON_Delete(arr);
+    cJSON_Delete(v);
+    cJSON_Delete(req);
+}
+
 static void fill_ids(const fixture *f, const char *tmpl, char *out, size_t n)
 {
     size_t used = 0;
@@ -602,6 +712,9 @@ int main(void)
         cmocka_unit_test(gpus_of_job_json),
         cmocka_unit_test_setup_teardown(a_spec_object_is_validated_and_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_requests_are_refused_by_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_request_rebuilt_from_job_json_makes_the_same_job, setup,
+                                        teardown),
+        cmocka_unit_test(bad_overrides_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
