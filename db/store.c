@@ -310,6 +310,22 @@ fail:
     return -1;
 }
 
+/* The query planner's statistics of the jobs table (sqlite_stat1), which
+ * the jobs list needs to choose between a filter's index and the sort's
+ * (db/job_list.c: without them a filter on a few big datasets sorts thousands
+ * of rows instead of reading 51 in order). Taken at open and every
+ * JOB_STATS_EVERY jobs created; analysis_limit keeps each under a few ms at
+ * any size. A failure only costs speed: logged. Call with s->mu held, or
+ * before the store is shared. */
+#define JOB_STATS_EVERY 1000
+
+static void refresh_job_stats(store *s)
+{
+    char msg[256];
+    if (exec_sql(s, "PRAGMA analysis_limit = 1000; ANALYZE jobs;", msg, sizeof msg) != 0)
+        fprintf(stderr, "kiln: store: analyzing jobs: %s\n", msg);
+}
+
 store *store_open(const char *path, char *err, size_t errlen)
 {
     char msg[512];
@@ -355,6 +371,7 @@ store *store_open(const char *path, char *err, size_t errlen)
     }
     if (migrate(s, path, err, errlen) != 0)
         goto fail;
+    refresh_job_stats(s);
     return s;
 fail:
     store_close(s);
@@ -783,6 +800,8 @@ int store_job_insert(store *s, int64_t dataset_id, const char *network, const ch
     ret = 0;
 out:
     stmt_done(q);
+    if (ret == 0 && *id % JOB_STATS_EVERY == 0)
+        refresh_job_stats(s);
     unlock(s);
     return ret;
 }
