@@ -15,12 +15,14 @@
  *   deep      pages 100..199 of 200 (by created, name and progress) through their cursors
  *   baseline  GET /api/v1/jobs/{id} (one job: the floor of the server's answer path)
  * --requests of each, in --rounds rounds (p50/p90/p99/max per set over all
- * rounds; the p99 of each round shows the spread). Then the dashboard in
+ * rounds; the p99 of each round shows the spread; and the server's CPU time
+ * per request, which a busy machine disturbs less). Then the dashboard in
  * headless Chromium (playwright-core, Debian's chromium): --loads fresh loads of
  * #/ until the table's first row shows (from navigation start), a header click
  * until the re-sorted rows show, and Next until page 2 shows. Prints a JSON
  * object; run it on an idle machine.
  */
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -71,16 +73,27 @@ async function cursors(base, qs, from, to) {
   return out;
 }
 
+/* The server's CPU time so far (utime + stime of /proc/<pid>/stat), in ms:
+ * what a request costs it, less sensitive than latency to a busy machine. */
+let serverPid = 0;
+function cpuMs() {
+  const f = readFileSync(`/proc/${serverPid}/stat`, 'utf8');
+  const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  return ((Number(rest[11]) + Number(rest[12])) * 1000) / 100;      // USER_HZ = 100
+}
+
 async function measure(urls) {
   const perRound = [];
   const all = [];
+  const cpu0 = cpuMs();
   for (let round = 0; round < ROUNDS; round++) {
     const ms = [];
     for (let i = 0; i < REQUESTS; i++) ms.push((await timed(urls[i % urls.length])).ms);
     perRound.push(stats(ms).p99);
     all.push(...ms);
   }
-  return { ...stats(all), p99_per_round: perRound };
+  return { ...stats(all), p99_per_round: perRound,
+    server_cpu_ms_per_request: Math.round(((cpuMs() - cpu0) / all.length) * 1000) / 1000 };
 }
 
 async function browserLoads(base) {
@@ -126,6 +139,7 @@ try {
   const fill = fillJobs(dataDir, JOBS);
   const fillS = (performance.now() - t0) / 1000;
   server = await startServer({ dataDir });
+  serverPid = server.child.pid;
   const base = server.url;
   const one = `${base}/api/v1/jobs/${fill.first + Math.floor(JOBS / 2)}`;
   const first = [`${base}/api/v1/jobs?limit=50`];

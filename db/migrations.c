@@ -163,7 +163,9 @@ const store_migration store_migrations[] = {
             "CREATE INDEX jobs_by_name ON jobs (name COLLATE NOCASE);"
             "CREATE INDEX jobs_by_network ON jobs (network);"
             "CREATE INDEX jobs_by_epochs ON jobs (epochs);"
-            "CREATE INDEX jobs_by_progress ON jobs (progress);",
+            "CREATE INDEX jobs_by_progress ON jobs (progress);"
+            /* the tag filter and the search scan this instead of the rows (db/job_list.c) */
+            "CREATE INDEX jobs_text ON jobs (name, network, tags, notes);",
     },
 };
 
