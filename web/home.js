@@ -39,7 +39,6 @@ export function renderHome(root) {
           'New job'))),
       jobsTable.el),
     h('section', { class: 'grid' },
-      newJobCard,
       h('section', { class: 'card span-2', 'aria-labelledby': 'datasets-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'datasets-title' }, 'Datasets')),
         datasetsError,
@@ -51,9 +50,12 @@ export function renderHome(root) {
               h('th', { scope: 'col', class: 'num' }, 'Val'), h('th', { scope: 'col' }, 'Shape'),
               h('th', { scope: 'col' }, 'Created'))),
             datasetsBody))),
-      h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
-        h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
-        uploadForm)));
+      // the two forms in the narrow column, beside the datasets
+      h('div', { class: 'stack' },
+        newJobCard,
+        h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
+          h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
+          uploadForm))));
 
   async function refresh() {
     if (!state.alive) return;
