@@ -140,6 +140,34 @@ const store_migration store_migrations[] = {
             "CREATE INDEX evaluations_by_owner ON evaluations (owner_id);",
     },
     {
+        /* The jobs table (issue 16): a job's name (initialised from its
+         * config's "name" at insert, then the user's: PATCH renames it here,
+         * job.json keeps what the job was created with), the user's tags (a
+         * JSON array of strings) and notes, its precision (from the config),
+         * and its progress as a generated column so that it can be indexed.
+         * Each sort key has an index ending in id (the keyset), which SQLite
+         * gives every index: (key, rowid); status and dataset_id have theirs. */
+        .version = 7,
+        .what = "job names, tags, notes, precision; list indexes",
+        .sql =
+            "ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '';"
+            "ALTER TABLE jobs ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';"
+            "ALTER TABLE jobs ADD COLUMN notes TEXT NOT NULL DEFAULT '';"
+            "ALTER TABLE jobs ADD COLUMN precision TEXT NOT NULL DEFAULT 'fp32';"
+            "ALTER TABLE jobs ADD COLUMN progress REAL GENERATED ALWAYS AS ("
+            "  CASE WHEN status = 'done' THEN 1.0 WHEN steps <= 0 THEN 0.0"
+            "       ELSE MIN(MAX(CAST(step AS REAL) / steps, 0.0), 1.0) END) VIRTUAL;"
+            "UPDATE jobs SET name = COALESCE(json_extract(config_json, '$.name'), ''),"
+            "  precision = COALESCE(json_extract(config_json, '$.precision'), 'fp32')"
+            "  WHERE json_valid(config_json);"
+            "CREATE INDEX jobs_by_name ON jobs (name COLLATE NOCASE);"
+            "CREATE INDEX jobs_by_network ON jobs (network);"
+            "CREATE INDEX jobs_by_epochs ON jobs (epochs);"
+            "CREATE INDEX jobs_by_progress ON jobs (progress);"
+            /* the tag filter and the search scan this instead of the rows (db/job_list.c) */
+            "CREATE INDEX jobs_text ON jobs (name, network, tags, notes);",
+    },
+    {
         /* Hyper-parameter sweeps (issue 16; jobs/sweep.h, db/sweep_store.h).
          * spec_json is the normalized sweep request; a trial row per trial
          * made (trial = its number in the sweep), linked to its job; a job

@@ -79,13 +79,12 @@ enum stmt_id {
     ST_DS_OWNER,
     ST_JOB_OWNER,
     ST_EVAL_OWNER,
+    ST_JOB_META,
     ST_COUNT
 };
 
 #define DS_COLS "id, name, status, progress, info_json, error, created_at, eta_seconds, owner_id, shared"
-#define JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
-                 "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at, " \
-                 "stopped_epoch, stopped_best_epoch, stopped_message, owner_id, sweep_id"
+#define JOB_COLS STORE_JOB_COLS
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
 #define EVAL_COLS "id, job_id, dataset_id, split, selection, epoch, status, progress, result_json, " \
                   "error, created_at, started_at, finished_at, owner_id"
@@ -108,8 +107,14 @@ static const char *const stmt_sql[ST_COUNT] = {
                       "ORDER BY (status = 'ready') DESC, id DESC LIMIT 1",
     [ST_DS_LIST] = "SELECT " DS_COLS " FROM datasets ORDER BY id DESC",
     [ST_DS_DELETE] = "DELETE FROM datasets WHERE id = ?1",
-    [ST_JOB_INSERT] = "INSERT INTO jobs (dataset_id, status, network, config_json, epochs, created_at) "
-                      "VALUES (?1, 'queued', ?2, ?3, ?4, " NOW_SQL ")",
+    /* The name and precision start as the config's (migration 7). */
+    [ST_JOB_INSERT] = "INSERT INTO jobs (dataset_id, status, network, config_json, epochs, created_at, "
+                      "name, precision) VALUES (?1, 'queued', ?2, ?3, ?4, " NOW_SQL ", "
+                      "CASE WHEN json_valid(?3) THEN COALESCE(json_extract(?3, '$.name'), '') ELSE '' END, "
+                      "CASE WHEN json_valid(?3) THEN COALESCE(json_extract(?3, '$.precision'), 'fp32') "
+                      "ELSE 'fp32' END)",
+    [ST_JOB_META] = "UPDATE jobs SET name = COALESCE(?2, name), tags = COALESCE(?3, tags), "
+                    "notes = COALESCE(?4, notes) WHERE id = ?1",
     [ST_JOB_STATUS] =
         "UPDATE jobs SET status = ?2, error = ?3, " STATUS_STAMPS_SQL "WHERE id = ?1",
     [ST_JOB_PROGRESS] = "UPDATE jobs SET epoch = ?2, step = ?3, steps = ?4, images_per_sec = ?5, "
@@ -309,6 +314,22 @@ fail:
     return -1;
 }
 
+/* The query planner's statistics of the jobs table (sqlite_stat1), which
+ * the jobs list needs to choose between a filter's index and the sort's
+ * (db/job_list.c: without them a filter on a few big datasets sorts thousands
+ * of rows instead of reading 51 in order). Taken at open and every
+ * JOB_STATS_EVERY jobs created; analysis_limit keeps each under a few ms at
+ * any size. A failure only costs speed: logged. Call with s->mu held, or
+ * before the store is shared. */
+#define JOB_STATS_EVERY 1000
+
+static void refresh_job_stats(store *s)
+{
+    char msg[256];
+    if (exec_sql(s, "PRAGMA analysis_limit = 1000; ANALYZE jobs;", msg, sizeof msg) != 0)
+        fprintf(stderr, "kiln: store: analyzing jobs: %s\n", msg);
+}
+
 store *store_open(const char *path, char *err, size_t errlen)
 {
     char msg[512];
@@ -354,6 +375,7 @@ store *store_open(const char *path, char *err, size_t errlen)
     }
     if (migrate(s, path, err, errlen) != 0)
         goto fail;
+    refresh_job_stats(s);
     return s;
 fail:
     store_close(s);
@@ -782,6 +804,8 @@ int store_job_insert(store *s, int64_t dataset_id, const char *network, const ch
     ret = 0;
 out:
     stmt_done(q);
+    if (ret == 0 && *id % JOB_STATS_EVERY == 0)
+        refresh_job_stats(s);
     unlock(s);
     return ret;
 }
@@ -860,10 +884,33 @@ int store_job_set_config(store *s, int64_t id, const char *config_json)
     return ret;
 }
 
-/* Fills a store_job from a row of JOB_COLS. Returns 0, or -1 when out of memory. */
+int store_job_set_meta(store *s, int64_t id, const char *name, const char *tags_json,
+                       const char *notes)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_META, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 2, name);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 3, tags_json);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 4, notes);
+        ret = step_change(s, q, b, "job name, tags and notes");
+    }
+    unlock(s);
+    return ret;
+}
+
 static int read_job(sqlite3_stmt *q, void *elem)
 {
-    store_job *j = elem;
+    return store_db_read_job(q, elem);
+}
+
+int store_db_read_job(sqlite3_stmt *q, store_job *j)
+{
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(q, 0);
     j->dataset_id = sqlite3_column_int64(q, 1);
@@ -884,7 +931,12 @@ static int read_job(sqlite3_stmt *q, void *elem)
     j->stopped_best_epoch = sqlite3_column_int(q, 16);
     ok = col_dup(q, 17, &j->stopped_message) && ok;
     j->owner_id = sqlite3_column_int64(q, 18);
-    j->sweep_id = sqlite3_column_int64(q, 19);     /* NULL reads as 0 */
+    ok = col_dup(q, 19, &j->name) && ok;
+    ok = col_dup(q, 20, &j->tags_json) && ok;
+    ok = col_dup(q, 21, &j->notes) && ok;
+    ok = col_dup(q, 22, &j->precision) && ok;
+    ok = col_dup(q, 23, &j->dataset_name) && ok;
+    j->sweep_id = sqlite3_column_int64(q, 24);     /* NULL reads as 0 */
     if (!ok) {
         store_job_clear(j);
         return -1;
@@ -950,6 +1002,11 @@ void store_job_clear(store_job *j)
     free(j->started_at);
     free(j->finished_at);
     free(j->stopped_message);
+    free(j->name);
+    free(j->tags_json);
+    free(j->notes);
+    free(j->precision);
+    free(j->dataset_name);
     memset(j, 0, sizeof *j);
 }
 

@@ -84,6 +84,11 @@ typedef struct store_job {
     char *stopped_message;
     int64_t owner_id;      /* the user who made it; 0: none */
     int64_t sweep_id;      /* the sweep it is a trial of (db/sweep_store.h); 0: none */
+    /* Issue 16 (migration 7): the user's name for it ("" none; initialised
+     * from the config's "name"), tags (a JSON array of strings), notes ("" none),
+     * precision ("fp32", "amp-bf16", "amp-fp16", from the config) and its
+     * dataset's name (NULL when the dataset row is gone). */
+    char *name, *tags_json, *notes, *precision, *dataset_name;
 } store_job;
 
 int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
@@ -107,6 +112,71 @@ int store_job_get(store *s, int64_t id, store_job *out);
 int store_job_list(store *s, store_job **out, size_t *n);      /* newest first */
 /* The jobs of user `owner`, newest first; owner 0: all. */
 int store_job_list_for(store *s, int64_t owner, store_job **out, size_t *n);
+/* Changes what a user may edit on a job; NULL leaves that field as it is.
+ * tags_json must be a JSON array of strings (the caller validated it).
+ * 0, STORE_NOT_FOUND (no such job), -1. */
+int store_job_set_meta(store *s, int64_t id, const char *name, const char *tags_json,
+                       const char *notes);
+
+/* ---- the jobs list: filters, sort and keyset paging (db/job_list.c) ------ */
+
+typedef enum store_job_sort {
+    STORE_JOB_SORT_CREATED,    /* by id: the creation order */
+    STORE_JOB_SORT_NAME,       /* case-insensitive */
+    STORE_JOB_SORT_STATUS,
+    STORE_JOB_SORT_NETWORK,
+    STORE_JOB_SORT_DATASET,    /* the dataset's id (its index; by name would sort every row) */
+    STORE_JOB_SORT_EPOCHS,
+    STORE_JOB_SORT_PROGRESS,
+    STORE_JOB_SORT_COUNT
+} store_job_sort;
+
+/* The names of the sort keys ("created", "name", ...), indexed by
+ * store_job_sort, NULL-terminated. */
+extern const char *const store_job_sort_names[];
+/* Whether a sort key's values are numbers (else texts; created: only the id). */
+bool store_job_sort_numeric(store_job_sort sort);
+
+/* A place in a sorted list: the sort value of a row and its id. The next
+ * page starts after it. A text value is owned (store_job_key_clear). */
+typedef struct store_job_key {
+    int64_t id;
+    double num;            /* a numeric sort's value */
+    char *text;            /* a text sort's value */
+} store_job_key;
+
+void store_job_key_clear(store_job_key *k);
+
+#define STORE_JOB_STATUSES_MAX 5
+
+typedef struct store_job_query {
+    int64_t owner;                      /* 0: every job; else only owner_id's (-1: none) */
+    const char *statuses[STORE_JOB_STATUSES_MAX];   /* any of these; nstatuses 0: any status */
+    size_t nstatuses;
+    int64_t dataset_id;                 /* 0: any */
+    const char *network, *precision;    /* exact; NULL: any */
+    const char *tag;                    /* jobs carrying this tag; NULL: any */
+    const char *text;                   /* search: a substring (case-insensitive for ASCII) of
+                                           the name, network, notes or tags, or the id
+                                           ("12" or "#12"); NULL: no search */
+    store_job_sort sort;
+    bool desc;                          /* ties broken by id in the same direction */
+    size_t limit;                       /* rows at most; >= 1 */
+    const store_job_key *after;         /* NULL: from the start; else after this place */
+} store_job_query;
+
+/* The jobs matching q, in its order: *out (free with store_job_list_free)
+ * and *n <= q->limit. When more follow, *more is true and next is the last
+ * row's place (pass it as q->after for the next page; clear it); else next
+ * is cleared. total (NULL: not counted) receives how many jobs match q's
+ * filters, all pages together. A job whose sort value changes between pages
+ * may move past the place and show twice or not at all; any other job shows
+ * exactly once across the pages, new jobs included when they sort after the
+ * place. Validating q (statuses, limits) is the caller's; a status that does
+ * not exist matches nothing. 0 or -1 (logged). */
+int store_job_query_run(store *s, const store_job_query *q, store_job **out, size_t *n, bool *more,
+                        store_job_key *next, int64_t *total);
+
 /* The oldest queued job's id in *id, or STORE_NOT_FOUND. */
 int store_job_next_queued(store *s, int64_t *id);
 /* Ids of jobs in a status (e.g. "running", for recovery at start-up). */

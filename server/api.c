@@ -31,6 +31,7 @@
 #include "server/http.h"
 #include "server/infer.h"          /* infer_handle, infer_upload */
 #include "server/job_clone.h"      /* job_clone_request, job_request_handle */
+#include "server/jobs_list.h"      /* jobs_list_handle, job_edit_parse, the list's schema */
 #include "server/lookup.h"         /* lookup_job, lookup_dataset, lookup_not_found */
 #include "server/metric_select.h"  /* metric_select: tag= and max_points= of GET .../metrics */
 #include "server/model.h"          /* model_handle */
@@ -340,7 +341,16 @@ static int h_schema(request *r)
     ok = ok && ds && cJSON_AddItemToObject(o, "dataset", ds);
     if (ok)
         ds = NULL;
+    cJSON *list = jobs_list_schema(), *edit = job_edit_schema();
+    ok = ok && list && cJSON_AddItemToObject(o, "jobs_list", list);
+    if (ok)
+        list = NULL;
+    ok = ok && edit && cJSON_AddItemToObject(o, "job_edit", edit);
+    if (ok)
+        edit = NULL;
     if (!ok) {
+        cJSON_Delete(list);
+        cJSON_Delete(edit);
         cJSON_Delete(job);
         cJSON_Delete(ds);
         cJSON_Delete(o);
@@ -531,17 +541,32 @@ static int answer_job(request *r, unsigned status, int64_t id)
     return http_json(r, status, o);
 }
 
-static int h_jobs_list(request *r)
+/* PATCH /api/v1/jobs/:id {"name"?, "tags"?, "notes"?} (server/jobs_list.h):
+ * the owner or an admin edits; answers the job. */
+static int h_job_patch(request *r)
 {
-    store_job *list = NULL;
-    size_t n = 0;
-    if (store_job_list_for(r->srv->st, lookup_owner_filter(r), &list, &n) != 0)
-        return http_store_error(r, "listing jobs");
-    cJSON *items = cJSON_CreateArray();
-    for (size_t i = 0; items && i < n; i++)
-        items = list_add(items, render_job(r->srv->st, &list[i]));
-    store_job_list_free(list, n);
-    return http_json(r, MHD_HTTP_OK, render_list(items));
+    enum MHD_Result answered;
+    cJSON *doc = http_body_json(r, &answered);
+    if (!doc)
+        return answered;
+    job_edit ed;
+    api_error e;
+    int rc = job_edit_parse(doc, &ed, &e);
+    cJSON_Delete(doc);
+    if (rc != 0)
+        return http_api_error(r, &e, "the job's PATCH is not valid");
+    if (!lookup_job(r, r->id, NULL, &answered)) {
+        job_edit_free(&ed);
+        return answered;
+    }
+    rc = ed.name || ed.tags_json || ed.notes ? store_job_set_meta(r->srv->st, r->id, ed.name, ed.tags_json, ed.notes)
+                                             : 0;
+    job_edit_free(&ed);
+    if (rc == STORE_NOT_FOUND)
+        return lookup_not_found(r, "job", r->id);
+    if (rc != 0)
+        return http_store_error(r, "editing the job");
+    return answer_job(r, MHD_HTTP_OK, r->id);
 }
 
 /* A new job from the request doc (POST /api/v1/jobs, or a clone's), owned by
@@ -805,9 +830,10 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/datasets/:id/samples", .fn = dsview_samples },
     { .method = "GET", .pattern = "/api/v1/datasets/:id/image.png", .fn = dsview_image },
     { .method = "GET", .pattern = "/api/v1/datasets/:id/mean.png", .fn = dsview_mean },
-    { .method = "GET", .pattern = "/api/v1/jobs", .fn = h_jobs_list },
+    { .method = "GET", .pattern = "/api/v1/jobs", .fn = jobs_list_handle },
     { .method = "POST", .pattern = "/api/v1/jobs", .fn = h_job_create, .body = BODY_JSON },
     { .method = "GET", .pattern = "/api/v1/jobs/:id", .fn = h_job_get },
+    { .method = "PATCH", .pattern = "/api/v1/jobs/:id", .fn = h_job_patch, .body = BODY_JSON },
     { .method = "DELETE", .pattern = "/api/v1/jobs/:id", .fn = h_job_delete },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/cancel", .fn = h_job_cancel },
     { .method = "POST", .pattern = "/api/v1/jobs/:id/resume", .fn = h_job_resume },

@@ -143,6 +143,16 @@ static cJSON *render_stopped_early(const store_job *j)
     return o;
 }
 
+/* The stored tags (a JSON array of strings) as an array; [] when unreadable. */
+static cJSON *render_job_tags(const char *tags_json)
+{
+    cJSON *t = tags_json ? cJSON_Parse(tags_json) : NULL;
+    if (cJSON_IsArray(t))
+        return t;
+    cJSON_Delete(t);
+    return cJSON_CreateArray();
+}
+
 double render_job_progress(const store_job *j)
 {
     if (j->status && !strcmp(j->status, "done"))
@@ -160,7 +170,12 @@ cJSON *render_job(store *st, const store_job *j)
         return NULL;
     bool ok = add_num(o, "id", (double)j->id);
     ok &= add_num(o, "dataset_id", (double)j->dataset_id);
+    ok &= add_str(o, "dataset_name", j->dataset_name);
+    ok &= add_str(o, "name", j->name ? j->name : "");
+    ok &= add_item(o, "tags", render_job_tags(j->tags_json));
+    ok &= add_str(o, "notes", j->notes ? j->notes : "");
     ok &= add_str(o, "network", j->network);
+    ok &= add_str(o, "precision", j->precision);
     ok &= add_str(o, "status", j->status);
     ok &= add_str(o, "created_at", j->created_at);
     ok &= add_num(o, "owner_id", j->owner_id > 0 ? (double)j->owner_id : NAN);

@@ -7,7 +7,8 @@
  *            counts null until the dataset is ready, report and source only
  *            then; eta_seconds a number only while importing, once it can be
  *            estimated)
- *   job     {"id","dataset_id","network","status","created_at","started_at",
+ *   job     {"id","dataset_id","dataset_name","name","tags","notes","network",
+ *            "precision","status","created_at","started_at",
  *            "finished_at","epoch","epochs","step","steps","progress",
  *            "images_per_sec","eta_seconds","error","stopped_early","devices",
  *            "config","metrics"}

@@ -58,3 +58,8 @@ kiln_node_test(browser_sweep      tests/browser/sweep.test.mjs      browser     
 # Comparing runs (issue 16): the page's pure functions in node, then the page in Chromium.
 kiln_node_test(web_compare        tests/unit/web_compare.test.mjs   unit        60)
 kiln_node_test(browser_compare    tests/browser/compare.test.mjs    browser     600)
+# The jobs list (issue 16): filters, search, sort, keyset paging, PATCH; the dashboard's table.
+kiln_node_test(integration_jobs_list tests/integration/jobs_list.test.mjs integration 300)
+set_property(TEST integration_jobs_list APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
+kiln_node_test(browser_jobs_table tests/browser/jobs_table.test.mjs browser 300)
+set_property(TEST browser_jobs_table APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")

@@ -5,6 +5,7 @@
 import { get, post, request, getSchema, uploadDataset, ApiError } from './api.js';
 import { buildJobForm } from './jobform.js';
 import { sweepsCard } from './sweep.js';
+import { buildJobsTable } from './jobstable.js';
 import {
   h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes, fmtDuration, limit,
 } from './ui.js';
@@ -16,37 +17,30 @@ const REFRESH_MS = 2000;
 const BUILTIN_NETWORKS = [{ name: 'lenet', description: 'LeNet (MNIST-size images)' }];
 
 export function renderHome(root) {
-  const state = { datasets: [], jobs: [], networks: BUILTIN_NETWORKS, timer: null, alive: true };
+  const state = { datasets: [], networks: BUILTIN_NETWORKS, timer: null, alive: true };
 
   const datasetsBody = h('tbody');
-  const jobsBody = h('tbody');
   const datasetsError = h('p', { class: 'form-error', role: 'alert', hidden: true });
-  const jobsError = h('p', { class: 'form-error', role: 'alert', hidden: true });
-  const jobsSummary = h('span', { class: 'muted', id: 'jobs-summary' });
+  const jobsTable = buildJobsTable();
 
   const uploadForm = buildUploadForm(state, refresh);
   const jobForm = buildJobForm(state);
   const sweeps = sweepsCard();          // its own section and refresh (sweep.js)
+  const newJobCard = h('section', { class: 'card', id: 'newjob-card', 'aria-labelledby': 'newjob-title' },
+    h('div', { class: 'card-head' }, h('h2', { id: 'newjob-title' }, 'New training job')),
+    jobForm.el);
 
   fill(root,
+    // the jobs table takes the whole width (its columns clipped beside the form)
+    h('section', { class: 'card', id: 'jobs-card', 'aria-labelledby': 'jobs-title' },
+      h('div', { class: 'card-head' },
+        h('h2', { id: 'jobs-title' }, 'Jobs'),
+        h('div', { class: 'card-head-side' }, jobsTable.summary,
+          h('button', { type: 'button', class: 'btn btn-primary', id: 'jobs-new',
+            onclick: () => { newJobCard.scrollIntoView({ behavior: 'smooth' }); document.getElementById('job-dataset')?.focus({ preventScroll: true }); } },
+          'New job'))),
+      jobsTable.el),
     h('section', { class: 'grid' },
-      h('section', { class: 'card span-2', 'aria-labelledby': 'jobs-title' },
-        h('div', { class: 'card-head' },
-          h('h2', { id: 'jobs-title' }, 'Jobs'),
-          jobsSummary),
-        jobsError,
-        h('div', { class: 'table-wrap' },
-          h('table', { class: 'table', id: 'jobs-table' },
-            h('thead', {}, h('tr', {},
-              h('th', { scope: 'col' }, 'Job'), h('th', { scope: 'col' }, 'Network'),
-              h('th', { scope: 'col' }, 'Dataset'), h('th', { scope: 'col' }, 'Status'),
-              h('th', { scope: 'col', class: 'col-progress' }, 'Progress'),
-              h('th', { scope: 'col', class: 'num' }, 'Val accuracy'),
-              h('th', { scope: 'col' }, 'Created'))),
-            jobsBody))),
-      h('section', { class: 'card', 'aria-labelledby': 'newjob-title' },
-        h('div', { class: 'card-head' }, h('h2', { id: 'newjob-title' }, 'New training job')),
-        jobForm.el),
       h('section', { class: 'card span-2', 'aria-labelledby': 'datasets-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'datasets-title' }, 'Datasets')),
         datasetsError,
@@ -58,32 +52,26 @@ export function renderHome(root) {
               h('th', { scope: 'col', class: 'num' }, 'Val'), h('th', { scope: 'col' }, 'Shape'),
               h('th', { scope: 'col' }, 'Created'))),
             datasetsBody))),
-      h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
-        h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
-        uploadForm),
+      // the two forms in the narrow column, beside the datasets
+      h('div', { class: 'stack' },
+        newJobCard,
+        h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
+          h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
+          uploadForm)),
       h('div', { class: 'grid-full' }, sweeps.el)));
 
   async function refresh() {
     if (!state.alive) return;
-    const [ds, jobs] = await Promise.allSettled([get('/datasets'), get('/jobs')]);
+    const [ds] = await Promise.allSettled([get('/datasets'), jobsTable.refresh()]);
     if (!state.alive) return;
     if (ds.status === 'fulfilled') {
       state.datasets = ds.value.items;
       datasetsError.hidden = true;
       renderDatasets(datasetsBody, state.datasets, refresh);
       jobForm.setDatasets(state.datasets);
+      jobsTable.setDatasets(state.datasets);
     } else {
       showError(datasetsError, ds.reason);
-    }
-    if (jobs.status === 'fulfilled') {
-      state.jobs = jobs.value.items;
-      jobsError.hidden = true;
-      renderJobs(jobsBody, state.jobs, state.datasets);
-      const running = state.jobs.filter((j) => j.status === 'running').length;
-      const queued = state.jobs.filter((j) => j.status === 'queued').length;
-      fill(jobsSummary, state.jobs.length ? `${running} running · ${queued} queued · ${state.jobs.length} in all` : '');
-    } else {
-      showError(jobsError, jobs.reason);
     }
   }
 
@@ -151,28 +139,6 @@ function renderDatasets(tbody, items, refresh) {
       h('td', { class: 'num' }, fmtCount(d.counts && d.counts.val)),
       h('td', { class: 'nowrap' }, fmtShape(d.shape)),
       h('td', { class: 'nowrap' }, fmtTime(d.created_at)));
-  }));
-}
-
-function renderJobs(tbody, items, datasets) {
-  if (!items.length) {
-    fill(tbody, h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No jobs yet. Start one with the form.')));
-    return;
-  }
-  const names = new Map(datasets.map((d) => [d.id, d.name]));
-  fill(tbody, items.map((j) => {
-    const acc = j.metrics && j.metrics['val/accuracy'];
-    const epochText = j.epochs ? `epoch ${Math.min(j.epoch ?? 0, j.epochs)}/${j.epochs}` : '';
-    return h('tr', { 'data-job-id': j.id },
-      h('td', { class: 'nowrap' }, h('a', { href: `#/jobs/${j.id}`, class: 'job-link' }, `Job ${j.id}`)),
-      h('td', {}, j.network || '—'),
-      h('td', {}, names.get(j.dataset_id) || `#${j.dataset_id}`),
-      h('td', {}, statusBadge(j.status)),
-      h('td', { class: 'col-progress' }, h('div', { class: 'progress-cell' },
-        progressBar(j.progress, `progress of job ${j.id}`),
-        h('span', { class: 'muted small' }, `${fmtPercent(j.progress, 0)} · ${epochText}`))),
-      h('td', { class: 'num' }, fmtPercent(acc, 2)),
-      h('td', { class: 'nowrap' }, fmtTime(j.created_at)));
   }));
 }
 

@@ -12,11 +12,17 @@ import { createChart, chartControls } from './charts.js';
 import { classifyCard } from './classify.js';
 import { snapshotsCard } from './snapshots.js';
 import { evaluationCard } from './evaluation.js';
+import { jobMetaCard } from './jobmeta.js';
 import {
   h, fill, statusBadge, progressBar, setProgress, fmtPercent, fmtNumber, fmtDuration, fmtTime, fmtCount,
 } from './ui.js';
 
 const FINAL = new Set(['done', 'failed', 'cancelled']);
+
+/* The page's title: the job's name (PATCH /jobs/{id} changes it), else "Job <id>". */
+function jobTitle(job) {
+  return job.name ? job.name : `Job ${job.id}`;
+}
 const LOG_LINES = 200;
 
 // the metrics that change the headline figures
@@ -85,6 +91,8 @@ export function renderJob(root, id) {
   });
   // evaluate the model on a dataset split (web/evaluation.js), shown with the classify box
   const evaluate = evaluationCard(id, () => st.job);
+  // the user's name, tags and notes (PATCH /jobs/{id}); a saved name becomes the title
+  const meta = jobMetaCard(id, (job) => { if (st.job) { st.job.name = job.name; fill(title, jobTitle(job)); } });
 
   fill(root,
     h('nav', { class: 'crumbs', 'aria-label': 'breadcrumb' }, h('a', { href: '#/' }, 'Dashboard'), ' / ', `Job ${id}`),
@@ -106,6 +114,7 @@ export function renderJob(root, id) {
         h('div', { class: 'card-head' }, h('h2', { id: 'loss-title' }, 'Loss')), lossBox),
       h('section', { class: 'card', 'aria-labelledby': 'acc-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'acc-title' }, 'Accuracy')), accBox)),
+    meta.el,
     ampSection,
     snapshots,
     classify,
@@ -285,7 +294,8 @@ export function renderJob(root, id) {
 
   function renderJobInfo(job) {
     st.job = job;
-    fill(title, job.config && job.config.name ? `${job.config.name}` : `Job ${job.id}`);
+    fill(title, jobTitle(job));
+    meta.set(job);
     const c = job.config || {};
     const dsName = st.datasetName ? `${st.datasetName} (#${job.dataset_id})` : `#${job.dataset_id}`;
     fill(subtitle, `${job.network} on dataset ${dsName}`, ' · created ', fmtTime(job.created_at),

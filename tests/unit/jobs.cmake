@@ -16,3 +16,9 @@ kiln_unit_test(test_eval_metrics SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_e
 kiln_unit_test(test_model_bundle SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_model_bundle.c LIBS kiln_jobs PkgConfig::ARCHIVE)
 # Classifying (jobs/infer.c): the preprocessing bit for bit against import + validation loader; top-k and item errors.
 kiln_unit_test(test_infer SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_infer.c LIBS kiln_jobs kiln_engine)
+# The jobs list (issue 16): kiln_fill_jobs gives its integration and browser
+# tests and bench/jobs_list.mjs thousands of ended jobs without training them.
+add_executable(kiln_fill_jobs ${CMAKE_SOURCE_DIR}/tests/tools/fill_jobs.c)
+target_link_libraries(kiln_fill_jobs PRIVATE kiln_db)
+target_include_directories(kiln_fill_jobs PRIVATE ${CMAKE_SOURCE_DIR})
+kiln_warnings(kiln_fill_jobs)

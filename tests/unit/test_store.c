@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -15,6 +16,7 @@
 
 #include "db/store.h"
 #include "db/migrations.h"
+#include "db/users.h"        /* store_user_insert: an owner */
 
 typedef struct fixture {
     char dir[64];
@@ -685,6 +687,351 @@ static void threads_share_a_handle(void **state)
     free(out);
 }
 
+/* ---- the jobs list (issue 16, db/job_list.c) ------------------------------ */
+
+#define LJOBS 40
+
+/* Job i of the list fixture: names with ties and mixed case, three networks,
+ * epochs 1..4, every status, progress with ties (done: 1). */
+static int64_t make_list_job(store *s, const int64_t *ds, int i)
+{
+    static const char *const names[] = { "alpha", "Beta", "beta", "", "gamma", "Alpha_1" };
+    static const char *const nets[] = { "lenet", "resnet20", "alexnet" };
+    static const char *const precs[] = { "fp32", "amp-bf16", "amp-fp16" };
+    static const char *const st[] = { "done", "failed", "cancelled", "queued", "running" };
+    char cfg[160], err[256];
+    snprintf(cfg, sizeof cfg, "{\"name\":\"%s\",\"precision\":\"%s\"}", names[i % 6], precs[i % 3]);
+    int64_t id = 0;
+    int epochs = 1 + i % 4;
+    assert_int_equal(store_job_insert(s, ds[i % 2], nets[i % 3], cfg, epochs, &id, err, sizeof err), 0);
+    assert_int_equal(store_job_set_progress(s, id, 0, (i * 7) % 5, 4, 1, -1), 0);
+    assert_int_equal(store_job_set_status(s, id, st[i % 5], NULL), 0);
+    char tags[64];
+    snprintf(tags, sizeof tags, "[\"t%d\"%s]", i % 4, i % 5 == 0 ? ",\"50%_off\"" : "");
+    assert_int_equal(store_job_set_meta(s, id, NULL, tags, i % 9 == 0 ? "Notes about LR" : NULL), 0);
+    return id;
+}
+
+static void make_list_jobs(store *s, int64_t *ds, int64_t *ids)
+{
+    char err[256];
+    assert_int_equal(store_dataset_insert(s, "one", &ds[0], err, sizeof err), 0);
+    assert_int_equal(store_dataset_insert(s, "two", &ds[1], err, sizeof err), 0);
+    for (int i = 0; i < LJOBS; i++)
+        ids[i] = make_list_job(s, ds, i);
+}
+
+/* What the generated progress column holds for a job. */
+static double job_progress(const store_job *j)
+{
+    if (!strcmp(j->status, "done"))
+        return 1.0;
+    if (j->steps <= 0)
+        return 0.0;
+    double p = (double)j->step / (double)j->steps;
+    return p < 0 ? 0 : p > 1 ? 1 : p;
+}
+
+static store_job_sort cmp_sort;
+static bool cmp_desc;
+
+static int cmp_jobs(const void *pa, const void *pb)
+{
+    const store_job *a = pa, *b = pb;
+    int c = 0;
+    switch (cmp_sort) {
+    case STORE_JOB_SORT_NAME: c = strcasecmp(a->name, b->name); break;
+    case STORE_JOB_SORT_STATUS: c = strcmp(a->status, b->status); break;
+    case STORE_JOB_SORT_NETWORK: c = strcmp(a->network, b->network); break;
+    case STORE_JOB_SORT_DATASET: c = (a->dataset_id > b->dataset_id) - (a->dataset_id < b->dataset_id); break;
+    case STORE_JOB_SORT_EPOCHS: c = (a->epochs > b->epochs) - (a->epochs < b->epochs); break;
+    case STORE_JOB_SORT_PROGRESS: c = (job_progress(a) > job_progress(b)) - (job_progress(a) < job_progress(b)); break;
+    default: break;
+    }
+    if (c == 0)
+        c = (a->id > b->id) - (a->id < b->id);
+    return cmp_desc ? -c : c;
+}
+
+/* Pages through q (limit per page) and returns the ids in order (n of them,
+ * at most max). Asserts every page but the last is full and total. */
+static size_t page_all(store *s, store_job_query *q, size_t limit, int64_t *ids, size_t max, int64_t want_total)
+{
+    size_t got = 0;
+    store_job_key key = { 0 }, next;
+    q->limit = limit;
+    q->after = NULL;
+    for (int pages = 0; pages < 1000; pages++) {
+        store_job *list = NULL;
+        size_t n = 0;
+        bool more = false;
+        int64_t total = -1;
+        assert_int_equal(store_job_query_run(s, q, &list, &n, &more, &next, &total), 0);
+        assert_int_equal(total, want_total);
+        if (more)
+            assert_int_equal(n, limit);
+        for (size_t i = 0; i < n; i++) {
+            assert_true(got < max);
+            ids[got++] = list[i].id;
+        }
+        store_job_list_free(list, n);
+        store_job_key_clear(&key);
+        if (!more)
+            break;
+        key = next;
+        q->after = &key;
+    }
+    store_job_key_clear(&key);
+    q->after = NULL;
+    return got;
+}
+
+static void jobs_list_every_sort_pages_each_job_once(void **state)
+{
+    fixture *f = *state;
+    int64_t ds[2], ids[LJOBS];
+    make_list_jobs(f->s, ds, ids);
+    store_job all[LJOBS];
+    for (int i = 0; i < LJOBS; i++)
+        assert_int_equal(store_job_get(f->s, ids[i], &all[i]), 0);
+    /* the fixture's name came from the config and the precision too */
+    assert_string_equal(all[1].name, "Beta");
+    assert_string_equal(all[2].precision, "amp-fp16");
+    assert_string_equal(all[0].dataset_name, "one");
+    for (int sort = 0; sort < STORE_JOB_SORT_COUNT; sort++) {
+        for (int desc = 0; desc < 2; desc++) {
+            cmp_sort = (store_job_sort)sort;
+            cmp_desc = desc;
+            qsort(all, LJOBS, sizeof all[0], cmp_jobs);
+            for (size_t limit = 1; limit <= 9; limit += 4) {
+                store_job_query q = { .sort = (store_job_sort)sort, .desc = desc };
+                int64_t got[LJOBS + 1];
+                size_t n = page_all(f->s, &q, limit, got, LJOBS + 1, LJOBS);
+                assert_int_equal(n, LJOBS);
+                for (int i = 0; i < LJOBS; i++)
+                    if (got[i] != all[i].id)
+                        fail_msg("sort %s %s, pages of %zu: row %d is job %lld, not %lld",
+                                 store_job_sort_names[sort], desc ? "desc" : "asc", limit, i,
+                                 (long long)got[i], (long long)all[i].id);
+            }
+        }
+    }
+    for (int i = 0; i < LJOBS; i++)
+        store_job_clear(&all[i]);
+}
+
+static void jobs_list_cursor_survives_inserts(void **state)
+{
+    fixture *f = *state;
+    int64_t ds[2], ids[LJOBS];
+    make_list_jobs(f->s, ds, ids);
+    /* newest first: jobs made after the first page are newer, so they are
+     * not in the later pages; every earlier job shows exactly once */
+    store_job_query q = { .sort = STORE_JOB_SORT_CREATED, .desc = true, .limit = 10 };
+    store_job *list = NULL;
+    size_t n = 0;
+    bool more = false;
+    store_job_key next;
+    assert_int_equal(store_job_query_run(f->s, &q, &list, &n, &more, &next, NULL), 0);
+    assert_true(more);
+    assert_int_equal(n, 10);
+    assert_int_equal(list[0].id, ids[LJOBS - 1]);
+    store_job_list_free(list, n);
+    int64_t extra[3];
+    for (int k = 0; k < 3; k++)
+        extra[k] = make_list_job(f->s, ds, k);
+    int seen[LJOBS] = { 0 };
+    for (int i = 0; i < 10; i++)
+        seen[LJOBS - 1 - i]++;
+    store_job_key key = next;
+    q.after = &key;
+    for (;;) {
+        assert_int_equal(store_job_query_run(f->s, &q, &list, &n, &more, &next, NULL), 0);
+        for (size_t i = 0; i < n; i++) {
+            for (int k = 0; k < 3; k++)
+                assert_int_not_equal(list[i].id, extra[k]);
+            seen[list[i].id - ids[0]]++;
+        }
+        store_job_list_free(list, n);
+        store_job_key_clear(&key);
+        if (!more)
+            break;
+        key = next;
+    }
+    for (int i = 0; i < LJOBS; i++)
+        assert_int_equal(seen[i], 1);
+
+    /* by name: a new job sorting after the place shows up in a later page,
+     * one before it does not, and no job repeats */
+    store_job_query qn = { .sort = STORE_JOB_SORT_NAME, .limit = 15 };
+    assert_int_equal(store_job_query_run(f->s, &qn, &list, &n, &more, &next, NULL), 0);
+    assert_true(more);
+    int64_t first_page[15];
+    for (size_t i = 0; i < n; i++)
+        first_page[i] = list[i].id;
+    store_job_list_free(list, n);
+    char err[256];
+    int64_t early = 0, late = 0;
+    assert_int_equal(store_job_insert(f->s, ds[0], "lenet", "{\"name\":\"AAA first\"}", 1, &early, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds[0], "lenet", "{\"name\":\"zzz last\"}", 1, &late, err, sizeof err), 0);
+    key = next;
+    qn.after = &key;
+    bool saw_late = false;
+    for (;;) {
+        assert_int_equal(store_job_query_run(f->s, &qn, &list, &n, &more, &next, NULL), 0);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_not_equal(list[i].id, early);
+            saw_late = saw_late || list[i].id == late;
+            for (int k = 0; k < 15; k++)
+                assert_int_not_equal(list[i].id, first_page[k]);
+        }
+        store_job_list_free(list, n);
+        store_job_key_clear(&key);
+        if (!more)
+            break;
+        key = next;
+    }
+    assert_true(saw_late);
+}
+
+/* How many of the fixture's jobs q matches, all pages together (and total agrees). */
+static size_t count_query(store *s, store_job_query q)
+{
+    int64_t got[LJOBS + 8];
+    store_job *list = NULL;
+    size_t n = 0;
+    bool more = false;
+    store_job_key next;
+    int64_t total = -1;
+    q.limit = 1;
+    assert_int_equal(store_job_query_run(s, &q, &list, &n, &more, &next, &total), 0);
+    store_job_list_free(list, n);
+    store_job_key_clear(&next);
+    return page_all(s, &q, 4, got, LJOBS + 8, total);
+}
+
+static void jobs_list_filters_and_search(void **state)
+{
+    fixture *f = *state;
+    int64_t ds[2], ids[LJOBS];
+    make_list_jobs(f->s, ds, ids);
+    store_job_query q = { .sort = STORE_JOB_SORT_CREATED, .desc = true };
+    assert_int_equal(count_query(f->s, q), LJOBS);
+    store_job_query st = q;
+    st.statuses[0] = "failed";
+    st.statuses[1] = "cancelled";
+    st.nstatuses = 2;
+    assert_int_equal(count_query(f->s, st), 16);               /* i % 5 in {1, 2} */
+    store_job_query d = q;
+    d.dataset_id = ds[1];
+    assert_int_equal(count_query(f->s, d), 20);
+    store_job_query net = q;
+    net.network = "alexnet";
+    net.precision = "amp-fp16";
+    assert_int_equal(count_query(f->s, net), 13);              /* i % 3 == 2 */
+    net.precision = "fp32";
+    assert_int_equal(count_query(f->s, net), 0);
+    store_job_query tag = q;
+    tag.tag = "t1";
+    assert_int_equal(count_query(f->s, tag), 10);
+    tag.tag = "t";                                             /* a tag is matched whole */
+    assert_int_equal(count_query(f->s, tag), 0);
+    store_job_query t = q;
+    t.text = "BETA";                                           /* names Beta and beta: i % 6 in {1, 2} */
+    assert_int_equal(count_query(f->s, t), 14);
+    t.text = "lr";                                             /* notes, case-insensitive: i % 9 == 0 */
+    assert_int_equal(count_query(f->s, t), 5);
+    t.text = "50%";                                            /* % is literal: the tag 50%_off */
+    assert_int_equal(count_query(f->s, t), 8);
+    t.text = "a_1";                                            /* _ is literal: Alpha_1 only (i % 6 == 5) */
+    assert_int_equal(count_query(f->s, t), 6);
+    char idtext[32];
+    snprintf(idtext, sizeof idtext, "#%lld", (long long)ids[33]);
+    t.text = idtext;
+    assert_int_equal(count_query(f->s, t), 1);
+    t.text = "resnet";
+    t.dataset_id = ds[0];                                      /* i % 3 == 1 and i even */
+    assert_int_equal(count_query(f->s, t), 6);
+    /* owners: only theirs; -1 matches nothing */
+    int64_t user = 0;
+    char err[256];
+    assert_int_equal(store_user_insert(f->s, "ann", "hash", false, &user, err, sizeof err), 0);
+    assert_int_equal(store_set_owner(f->s, STORE_OWNED_JOB, ids[3], user), 0);
+    store_job_query own = q;
+    own.owner = user;
+    assert_int_equal(count_query(f->s, own), 1);
+    own.owner = -1;
+    assert_int_equal(count_query(f->s, own), 0);
+}
+
+static void jobs_set_meta_edits_only_what_it_names(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), job = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{\"name\":\"first\"}", 1, &job, err, sizeof err), 0);
+    store_job j;
+    assert_int_equal(store_job_get(f->s, job, &j), 0);
+    assert_string_equal(j.name, "first");
+    assert_string_equal(j.tags_json, "[]");
+    assert_string_equal(j.notes, "");
+    assert_string_equal(j.precision, "fp32");
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_meta(f->s, job, NULL, "[\"a\",\"b\"]", "n"), 0);
+    assert_int_equal(store_job_set_meta(f->s, job, "second", NULL, NULL), 0);
+    assert_int_equal(store_job_get(f->s, job, &j), 0);
+    assert_string_equal(j.name, "second");
+    assert_string_equal(j.tags_json, "[\"a\",\"b\"]");
+    assert_string_equal(j.notes, "n");
+    assert_string_equal(j.config_json, "{\"name\":\"first\"}");   /* job.json's record stays */
+    store_job_clear(&j);
+    assert_int_equal(store_job_set_meta(f->s, job + 1, "x", NULL, NULL), STORE_NOT_FOUND);
+    /* a config that is not JSON still inserts, unnamed */
+    int64_t odd = 0;
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "not json", 1, &odd, err, sizeof err), 0);
+    assert_int_equal(store_job_get(f->s, odd, &j), 0);
+    assert_string_equal(j.name, "");
+    store_job_clear(&j);
+}
+
+/* A database of version 6 gets the names and precisions of its jobs' configs. */
+static void version6_jobs_get_names(void **state)
+{
+    fixture *f = *state;
+    char err[256], path[160];
+    store_close(f->s);
+    f->s = NULL;
+    static const char *const suffixes[] = { "", "-wal", "-shm" };
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s%s", f->path, suffixes[i]);
+        unlink(path);
+    }
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    for (size_t i = 0; i < store_migration_count && store_migrations[i].version <= 6; i++)
+        assert_int_equal(sqlite3_exec(db, store_migrations[i].sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 6;"
+                                      "INSERT INTO datasets (name, status, created_at) VALUES "
+                                      "('old', 'ready', '2026-01-01T00:00:00Z');"
+                                      "INSERT INTO jobs (dataset_id, network, config_json, epochs, created_at) "
+                                      "VALUES (1, 'lenet', '{\"name\":\"old run\",\"precision\":\"amp-bf16\"}', 1, "
+                                      "'2026-01-01T00:00:00Z'), (1, 'lenet', 'garbage', 1, '2026-01-01T00:00:00Z');",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    f->s = store_open(f->path, err, sizeof err);
+    assert_non_null(f->s);
+    store_job j;
+    assert_int_equal(store_job_get(f->s, 1, &j), 0);
+    assert_string_equal(j.name, "old run");
+    assert_string_equal(j.precision, "amp-bf16");
+    assert_string_equal(j.dataset_name, "old");
+    store_job_clear(&j);
+    assert_int_equal(store_job_get(f->s, 2, &j), 0);
+    assert_string_equal(j.name, "");
+    assert_string_equal(j.precision, "fp32");
+    store_job_clear(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -699,6 +1046,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(evaluations_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_orders_both_kinds, setup, teardown),
         cmocka_unit_test_setup_teardown(version2_database_migrates, setup, teardown),
+        cmocka_unit_test_setup_teardown(jobs_list_every_sort_pages_each_job_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(jobs_list_cursor_survives_inserts, setup, teardown),
+        cmocka_unit_test_setup_teardown(jobs_list_filters_and_search, setup, teardown),
+        cmocka_unit_test_setup_teardown(jobs_set_meta_edits_only_what_it_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(version6_jobs_get_names, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
