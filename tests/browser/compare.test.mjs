@@ -1,5 +1,6 @@
 // The comparison page in headless Chromium (issue 16): three small runs that
-// differ only in solver.lr, opened side by side at #/compare?runs=A,B,C: one
+// differ only in solver.lr, ticked in the dashboard's jobs table and opened
+// side by side with Compare (3) at #/compare?runs=A,B,C: one
 // chart per tag with a series per run holding the run's own points, the
 // parameter table's solver.lr row (and no rows for what is the same), final
 // and best values, the smoothing / x-axis / log controls, removing and adding
@@ -87,7 +88,13 @@ const chartSeries = (tag) => page.evaluate((t) => {
 }, tag);
 
 test('the comparison page overlays the three runs and lists the parameter that differs', async () => {
-  await page.goto(`${base}/#/compare?runs=${ids.join(',')}`);
+  // as a user gets there: the three runs ticked in the dashboard's jobs table, then Compare (3)
+  await page.goto(`${base}/#/`);
+  for (const id of ids) await page.check(`#jobs-table tr[data-job-id="${id}"] .job-select`);
+  assert.equal(await page.textContent('#jobs-compare'), 'Compare (3)');
+  await page.click('#jobs-compare');
+  await page.waitForFunction(() => location.hash.startsWith('#/compare'));
+  assert.equal(new URL(page.url()).hash, `#/compare?runs=${ids.join(',')}`);
   await page.waitForSelector('main[data-compare="ready"]', { timeout: 30_000 });
   assert.equal(await page.locator('#compare-runs li').count(), 3);
   // one chart per tag the runs have, three series each, the runs' own points
