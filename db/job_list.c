@@ -130,6 +130,10 @@ static bool add_filters(sqlbuf *sb, const store_job_query *q, const char *like, 
         sb_add(sb, "%sdataset_id = ?%d", sep, sb_bind(sb, BIND_INT(q->dataset_id)));
         sep = " AND ";
     }
+    if (q->sweep_id != 0) {
+        sb_add(sb, "%ssweep_id = ?%d", sep, sb_bind(sb, BIND_INT(q->sweep_id)));
+        sep = " AND ";
+    }
     if (q->network) {
         sb_add(sb, "%snetwork = ?%d", sep, sb_bind(sb, BIND_TEXT(q->network)));
         sep = " AND ";

@@ -154,6 +154,7 @@ typedef struct store_job_query {
     const char *statuses[STORE_JOB_STATUSES_MAX];   /* any of these; nstatuses 0: any status */
     size_t nstatuses;
     int64_t dataset_id;                 /* 0: any */
+    int64_t sweep_id;                   /* the trials of this sweep; 0: any job */
     const char *network, *precision;    /* exact; NULL: any */
     const char *tag;                    /* jobs carrying this tag; NULL: any */
     const char *text;                   /* search: a substring (case-insensitive for ASCII) of

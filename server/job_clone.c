@@ -30,6 +30,13 @@ static cJSON *source_request(const store_job *j, api_error *e)
     if (!req && e->status < 500)          /* the job's own config: not the caller's fault */
         api_fail(e, 500, "internal", "job %lld's config does not make a request again: %.400s",
                  (long long)j->id, e->message);
+    /* The name the job has now (PATCH /jobs/{id} renames it in the store;
+     * job.json keeps the one it was created with). */
+    cJSON *name = req && j->name && j->name[0] ? cJSON_CreateString(j->name) : NULL;
+    if (name) {
+        cJSON_DeleteItemFromObjectCaseSensitive(req, "name");
+        cJSON_AddItemToObject(req, "name", name);
+    }
     return req;
 }
 

@@ -29,7 +29,8 @@
 
 /* The query parameters the list takes (anything else is 400). */
 static const char *const list_params[] = {
-    "status", "dataset", "network", "precision", "tag", "q", "sort", "order", "limit", "cursor", NULL,
+    "status", "dataset", "sweep", "network", "precision", "tag", "q", "sort", "order", "limit", "cursor",
+    NULL,
 };
 
 static const char *const job_statuses[] = { "queued", "running", "done", "failed", "cancelled", NULL };
@@ -165,7 +166,7 @@ static int read_args(request *r, list_args *a, api_error *e)
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, find_unknown, &u);
     if (u.first)
         return api_fail(e, 400, "unknown_parameter", "unknown parameter \"%.64s\": the jobs list takes "
-                        "status, dataset, network, precision, tag, q, sort, order, limit and cursor", u.first);
+                        "status, dataset, sweep, network, precision, tag, q, sort, order, limit and cursor", u.first);
     a->q.owner = lookup_owner_filter(r);
     a->q.limit = JOBS_LIST_LIMIT_DEFAULT;
     const char *v;
@@ -176,6 +177,11 @@ static int read_args(request *r, list_args *a, api_error *e)
         if (!http_parse_i64(v, 1, (int64_t)JOBCFG_ID_MAX, &num))
             return bad_param(e, "dataset", "a dataset id", v);
         a->q.dataset_id = num;
+    }
+    if ((v = arg(r, "sweep"))) {
+        if (!http_parse_i64(v, 1, INT64_MAX, &num))
+            return bad_param(e, "sweep", "a sweep id", v);
+        a->q.sweep_id = num;
     }
     if ((v = arg(r, "network")) && read_text("network", v, JOBCFG_NETWORK_NAME_MAX, &a->q.network, e) != 0)
         return -1;

@@ -115,6 +115,13 @@ test('a plain clone (no body, or {}) is the same job but for its id and name', a
   const cut = await expectStatus('POST', `/api/v1/jobs/${full.body.id}/clone`, undefined, 201);
   assert.equal(Buffer.byteLength(cut.body.config.name), schema.name.maxLength - 1);
   assert.equal(cut.body.config.name, `${'é'.repeat((schema.name.maxLength - 8) / 2)} (copy)`);
+  // a job renamed with PATCH is cloned under its name now, and its request carries it
+  await expectStatus('PATCH', `/api/v1/jobs/${unnamed.body.id}`, { name: 'renamed' }, 200);
+  const renamed = await expectStatus('POST', `/api/v1/jobs/${unnamed.body.id}/clone`, undefined, 201);
+  assert.equal(renamed.body.config.name, 'renamed (copy)');
+  assert.equal(renamed.body.name, 'renamed (copy)');
+  const req = await expectStatus('GET', `/api/v1/jobs/${unnamed.body.id}/request`, undefined, 200);
+  assert.equal(req.body.name, 'renamed');
 });
 
 test('overrides change exactly the fields they name', async () => {

@@ -139,9 +139,13 @@ test('grid: every point runs as an ordinary job; a diverging trial fails and the
   const mine = list.find((x) => x.id === s.id);
   assert.equal(mine.best.trial, good.trial);
   assert.equal(mine.trials, undefined);                   // the list leaves the trials out
-  // a job not of a sweep says so
+  // a job not of a sweep says so, and the jobs list filters by sweep
   const lone = await api(base, 'POST', '/api/v1/jobs', baseReq());
   assert.equal(lone.body.sweep_id, null);
+  const listed = (await api(base, 'GET', `/api/v1/jobs?sweep=${s.id}&sort=created&order=asc`)).body;
+  assert.deepEqual(listed.items.map((x) => x.id), s.trials.map((t) => t.job_id).sort((a, b) => a - b));
+  assert.ok(listed.items.every((x) => x.sweep_id === s.id));
+  assert.equal((await api(base, 'GET', '/api/v1/jobs?sweep=x')).status, 400);
   await api(base, 'POST', `/api/v1/jobs/${lone.body.id}/cancel`);
 });
 
