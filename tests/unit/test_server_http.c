@@ -249,6 +249,29 @@ static void test_render_job_progress(void **state)
 
 /* ---- OpenAPI ----------------------------------------------------------------------- */
 
+/* Fails unless every "$ref": "#/a/b" under node names a node of doc. */
+static void check_refs(const cJSON *doc, const cJSON *node)
+{
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        if (c->string && !strcmp(c->string, "$ref") && cJSON_IsString(c)) {
+            const char *ref = c->valuestring;
+            if (strncmp(ref, "#/", 2) != 0)
+                fail_msg("$ref %s is not a reference into the document", ref);
+            const cJSON *at = doc;
+            char part[128];
+            for (const char *p = ref + 2; at && *p;) {
+                size_t n = strcspn(p, "/");
+                snprintf(part, sizeof part, "%.*s", (int)n, p);
+                at = cJSON_GetObjectItemCaseSensitive(at, part);
+                p += n + (p[n] == '/');
+            }
+            if (!at)
+                fail_msg("the OpenAPI document's $ref %s names nothing", ref);
+        }
+        check_refs(doc, c);
+    }
+}
+
 static void test_openapi_covers_routes(void **state)
 {
     (void)state;
@@ -285,6 +308,7 @@ static void test_openapi_covers_routes(void **state)
             documented += cJSON_GetObjectItemCaseSensitive(item, verbs[v]) != NULL;
     }
     assert_int_equal(documented, (int)http_route_count);
+    check_refs(doc, doc);
     cJSON_Delete(doc);
 }
 
