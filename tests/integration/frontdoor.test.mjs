@@ -223,11 +223,11 @@ test('a Host header that is not a name of the server is refused (421): DNS rebin
 });
 
 test('414 and 431 are JSON errors that name the limit', async () => {
-  const ok = await request('GET', `/api/v1/jobs?x=${'a'.repeat(7000)}`);
+  const ok = await request('GET', `/api/v1/info?x=${'a'.repeat(7000)}`);
   assert.equal(ok.status, 200, 'a URI under uri-bytes');
-  const uri = await request('GET', `/api/v1/jobs?x=${'a'.repeat(9000)}`);
+  const uri = await request('GET', `/api/v1/info?x=${'a'.repeat(9000)}`);
   assert.match(assertError(uri, 414, 'uri_too_long', '9 KB URI'), /uri-bytes/);
-  const big = await request('GET', `/api/v1/jobs?x=${'a'.repeat(30000)}`);
+  const big = await request('GET', `/api/v1/info?x=${'a'.repeat(30000)}`);
   assert.match(assertError(big, 414, 'uri_too_long', '30 KB URI'), /uri-bytes/);
   const hdr = await request('GET', '/api/v1/info', { headers: { 'x-big': 'b'.repeat(40000) } });
   assert.match(assertError(hdr, 431, 'headers_too_large', '40 KB header'), /header-bytes/);
