@@ -63,3 +63,6 @@ kiln_node_test(integration_jobs_list tests/integration/jobs_list.test.mjs integr
 set_property(TEST integration_jobs_list APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
 kiln_node_test(browser_jobs_table tests/browser/jobs_table.test.mjs browser 300)
 set_property(TEST browser_jobs_table APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
+# Deployment (issue 17): KILN_* configuration, the access log, --base-path, SIGTERM; the dashboard under a prefix.
+kiln_node_test(integration_deploy tests/integration/deploy.test.mjs integration 300)
+kiln_node_test(browser_base_path tests/browser/base_path.test.mjs browser 300)
