@@ -18,6 +18,9 @@
  * --import-root DIR (repeatable) names the folders whose files a JSON dataset
  * source may read (jobs/import_roots.h); each is resolved at start, and a
  * missing one is a usage error.
+ *
+ * Every flag, its KILN_* variable and its default live in one table
+ * (server/serve_flags.c); this file only acts on the parsed serve_opts.
  */
 #define _GNU_SOURCE           /* realpath, getopt_long */
 #include "base/layout.h"     /* the data directory's sub-folders */

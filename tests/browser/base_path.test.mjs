@@ -111,6 +111,9 @@ test('/kiln redirects to /kiln/; a path outside the prefix is 404 outside_base_p
   assert.equal(page.url(), `${base}/`);
   assert.equal(res.status(), 200);
   await page.waitForSelector('#info-version', { timeout: 15_000 });
+  const doc = await api(base, 'GET', '/api/v1/openapi.json');
+  assert.equal(doc.status, 200);
+  assert.equal(doc.body.servers[0].url, '/kiln', 'the OpenAPI document names the prefix as its server');
   for (const p of ['/', '/api/v1/info', '/app.js', '/kilnx/api/v1/info']) {
     const out = await page.goto(`${origin}${p}`);
     assert.equal(out.status(), 404, p);
