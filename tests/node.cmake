@@ -72,3 +72,5 @@ kiln_node_test(integration_hardware tests/integration/hardware.test.mjs integrat
 set_property(TEST integration_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
 kiln_node_test(integration_metrics tests/integration/metrics.test.mjs integration 300)
 set_property(TEST integration_metrics APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
+kiln_node_test(browser_hardware tests/browser/hardware.test.mjs browser 300)
+set_property(TEST browser_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
