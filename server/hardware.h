@@ -11,7 +11,9 @@
  *
  * GPU i in NVML's order is matched to the scheduler's GPU i (CUDA's order): the
  * two agree when CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES is unset.
- * A figure NVML cannot give is reported as unknown (null), never as 0.
+ * A figure NVML cannot give is reported as unknown (null), never as 0. Memory
+ * used is nvmlDeviceGetMemoryInfo's, which counts the driver's reserved memory
+ * (about 615 MiB on an idle H200, where nvidia-smi shows 0 MiB).
  */
 #ifndef KILN_SERVER_HARDWARE_H
 #define KILN_SERVER_HARDWARE_H

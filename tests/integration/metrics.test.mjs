@@ -6,6 +6,7 @@
 //   - kiln_jobs{status} matches GET /api/v1/jobs; kiln_queue_length,
 //     kiln_dataset_images match the API; GPU series come from the fake NVML
 //     (tests/tools/fake_nvml.c, KILN_NVML_LIBRARY), its quoted name escaped;
+//   - kiln_sse_clients counts a live event stream, and forgets it once closed;
 //   - with a user, /metrics needs a bearer token like any API route.
 
 import { test, before, after } from 'node:test';
@@ -167,6 +168,17 @@ test('a running job shows its images per second', async () => {
     return true;
   }, { timeoutMs: 60_000, what: 'a running job with images/s in /metrics' });
   assert.ok(seen > 0);
+  // an SSE client on it counts while it is connected
+  const ctl = new AbortController();
+  const sse = await fetch(`${base}/api/v1/jobs/${id}/events`, { signal: ctl.signal });
+  assert.equal(sse.status, 200);
+  const reader = sse.body.getReader();
+  await reader.read();                            // the stream has begun
+  assert.equal(one((await scrape()).parsed, 'kiln_sse_clients'), 1);
+  ctl.abort();
+  await reader.read().catch(() => {});
+  await waitFor(async () => one((await scrape()).parsed, 'kiln_sse_clients') === 0,
+    { timeoutMs: 30_000, what: 'the SSE client gone from kiln_sse_clients' });
   assert.equal((await api(base, 'POST', `/api/v1/jobs/${id}/cancel`)).status < 300, true);
   await waitFor(async () => (await api(base, 'GET', `/api/v1/jobs/${id}`)).body.status === 'cancelled',
     { timeoutMs: 60_000, what: 'the job cancelled' });
