@@ -128,12 +128,23 @@ static int h_info(request *r)
     return http_json(r, MHD_HTTP_OK, o);
 }
 
-/* GET /api/v1/hardware: the sampler's current sample and history. */
+/* GET /api/v1/hardware[?since=T]: the sampler's current sample and its
+ * history (after Unix time T: a poller asks only for what is new). */
 static int h_hardware(request *r)
 {
+    const char *since = http_arg(r, "since");
+    double t = 0;
+    if (since) {
+        char *end = NULL;
+        errno = 0;
+        t = strtod(since, &end);
+        if (!*since || *end || errno || !(t >= 0 && t < 1e12))
+            return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_parameter",
+                              "since must be a time in Unix seconds (a number from 0), not \"%.40s\"", since);
+    }
     if (!r->srv->hw)
         return http_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", "the hardware sampler is not running");
-    return http_json(r, MHD_HTTP_OK, hw_json(r->srv->hw));
+    return http_json(r, MHD_HTTP_OK, hw_json(r->srv->hw, t));
 }
 
 static int h_limits(request *r)

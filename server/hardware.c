@@ -384,7 +384,7 @@ static cJSON *sample_json(const hw_sample *s, char names[][HW_GPU_NAME_MAX])
     return o;
 }
 
-cJSON *hw_json(hw_sampler *hw)
+cJSON *hw_json(hw_sampler *hw, double since)
 {
     cJSON *o = cJSON_CreateObject(), *nv = NULL, *hist = NULL;
     bool ok = o && cJSON_AddNumberToObject(o, "interval_seconds", hw->interval_s) &&
@@ -400,6 +400,8 @@ cJSON *hw_json(hw_sampler *hw)
         cJSON_Delete(cur);
     ok = ok && (hist = cJSON_AddArrayToObject(o, "history"));
     for (size_t i = 0; ok && i < hw->n; i++) {
+        if (hw->ring[(hw->head + i) % hw->cap].time <= since)
+            continue;
         cJSON *sj = sample_json(&hw->ring[(hw->head + i) % hw->cap], hw->names);
         ok = sj && cJSON_AddItemToArray(hist, sj);
         if (!ok)

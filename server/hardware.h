@@ -65,7 +65,8 @@ void hw_gpu_name(hw_sampler *hw, int index, char *out, size_t len);
 
 /* GET /api/v1/hardware's body: {"interval_seconds", "history_seconds",
  * "cores", "nvml": {"available", "error"}, "current": sample or null,
- * "history": [samples, oldest first]}. NULL when out of memory. */
-cJSON *hw_json(hw_sampler *hw);
+ * "history": [samples taken after `since` (Unix seconds; 0: all), oldest
+ * first]}. NULL when out of memory. */
+cJSON *hw_json(hw_sampler *hw, double since);
 
 #endif

@@ -1,7 +1,8 @@
 // The home page's hardware card: CPU, memory and load of the server, and each
 // GPU's utilisation, memory, temperature, power and the job on it, with
 // sparklines of the last 10 minutes. Everything from GET /api/v1/hardware
-// (server/hardware.h), refreshed at the sampler's interval while the page is open.
+// (server/hardware.h): the whole history once, then ?since= the newest sample
+// held, at the sampler's interval while the page is open.
 //   hardwareCard()  -> { el, stop() }
 //   sparkline(values, max, label)  an inline SVG polyline (exported for tests)
 
@@ -52,10 +53,9 @@ function gpuRows(hist, g) {
     facts ? h('div', { class: 'muted small hw-facts' }, facts) : null);
 }
 
-function render(body, hw) {
+function render(body, hw, hist) {
   const c = hw.current;
   if (!c) { fill(body, h('p', { class: 'muted' }, 'No sample yet.')); return; }
-  const hist = hw.history || [];
   const span = hist.length * hw.interval_seconds;
   const spanText = span < 60 ? `${span} s` : `${Math.round(span / 60)} min`;
   fill(body,
@@ -78,13 +78,18 @@ export function hardwareCard() {
     h('div', { class: 'card-head' }, h('h2', { id: 'hardware-title' }, 'Hardware')), error, body);
   let alive = true;
   let timer = null;
+  let hist = [];                        // the samples so far; each poll asks only for newer ones
   async function refresh() {
     let next = 5000;
     try {
-      const hw = await get('/hardware');
+      const since = hist.length ? hist.at(-1).time : 0;
+      const hw = await get(`/hardware?since=${since}`);
       if (!alive) return;
       error.hidden = true;
-      render(body, hw);
+      hist = hist.concat(hw.history || []);
+      const newest = hist.length ? hist.at(-1).time : 0;
+      hist = hist.filter((s) => s.time > newest - hw.history_seconds);
+      render(body, hw, hist);
       next = Math.max(2000, hw.interval_seconds * 1000);
     } catch (e) {
       if (!alive) return;

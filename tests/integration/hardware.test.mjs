@@ -69,6 +69,22 @@ test('the history grows by one sample an interval, oldest first', async () => {
   assert.deepEqual(later.current, later.history.at(-1));
 });
 
+test('?since= answers only the newer samples; a bad since is a 400', async () => {
+  const all = await hardware();
+  const cut = all.history.at(-2).time;
+  const r = await api(base, 'GET', `/api/v1/hardware?since=${cut}`);
+  assert.equal(r.status, 200);
+  assert.ok(r.body.history.length >= 1 && r.body.history.length <= 3, `${r.body.history.length} newer`);
+  for (const s of r.body.history) assert.ok(s.time > cut);
+  assert.deepEqual(r.body.history[0], all.history.at(-1));
+  for (const bad of ['', 'abc', '-1', '1e400', '12x']) {
+    const b = await api(base, 'GET', `/api/v1/hardware?since=${encodeURIComponent(bad)}`);
+    assert.equal(b.status, 400, `since=${bad}`);
+    assert.equal(b.body.error.code, 'invalid_parameter');
+    assert.match(b.body.error.message, /since must be a time in Unix seconds/);
+  }
+});
+
 test('GPU figures through the fake NVML', async () => {
   const hw = await hardware();
   assert.deepEqual(hw.nvml, { available: true, error: null });
