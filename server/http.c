@@ -8,8 +8,9 @@
  * - Request state is freed exactly once, in the completion callback, whatever
  *   happened (client gone, early reject, suspended upload resumed).
  * - With --base-path /p every path lives under /p/: a request for /p/x is
- *   routed as /x; /p itself is redirected (308) to /p/; any other path is a
- *   404 outside_base_path (before routing, sign-in or body).
+ *   routed as /x; /p itself is redirected (308) to /p/; /healthz is answered
+ *   at both places; any other path is a 404 outside_base_path (before
+ *   routing, sign-in or body).
  * - The access log (--access-log, on by default): one line a request on
  *   stderr when it completes, written with one fprintf (lines never mix):
  *     kiln: access TIME CLIENT METHOD PATH STATUS BYTES MS user=ID
@@ -35,14 +36,36 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "base/utf8.h"              /* utf8_valid, utf8_dup_any: answers are UTF-8 */
 #include "server/auth.h"           /* auth_request */
 #include "server/guard.h"          /* guard_check, guard_body_type, guard_json_nul */
+#include "server/prom.h"           /* prom_http_observe: GET /metrics' request counters */
 #include "server/static_files.h"   /* static_serve */
 #include "server/upload.h"         /* upload_begin, upload_data, upload_free */
 
 /* ---- answers -------------------------------------------------------------- */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool is_api(const char *url);
+
+/* What GET /metrics labels a request with: its route's pattern, "static" for a
+ * dashboard file, "unrouted" for anything else (never the raw URL). */
+static const char *route_label(const request *r)
+{
+    if (r->rt)
+        return r->rt->pattern;
+    if (!r->pending.status && !is_api(r->url) && (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD")))
+        return "static";
+    return "unrouted";
+}
 
 enum MHD_Result http_queue(request *r, unsigned status, struct MHD_Response *resp)
 {
@@ -53,6 +76,7 @@ enum MHD_Result http_queue(request *r, unsigned status, struct MHD_Response *res
     if (ret == MHD_YES) {
         r->answered = true;
         r->status = status;
+        prom_http_observe(r->method, route_label(r), status, mono_now() - r->t0);
     }
     return ret;
 }
@@ -415,6 +439,8 @@ static bool base_path_route(request *r, enum MHD_Result *ret)
         r->url += n;
         return false;
     }
+    if (!strcmp(r->url, "/healthz"))
+        return false;                /* also here: the container's HEALTHCHECK and direct probes */
     if (!strcmp(r->url, base)) {
         /* The dashboard's relative links need the trailing slash. */
         char to[SERVE_BASE_PATH_MAX + 1];
@@ -491,10 +517,9 @@ static void client_address(struct MHD_Connection *c, char *out, size_t n)
 
 static void access_log(request *r)
 {
-    struct timespec now, wall;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
-    double ms = (double)(now.tv_sec - r->started.tv_sec) * 1e3 + (double)(now.tv_nsec - r->started.tv_nsec) / 1e6;
+    double ms = (mono_now() - r->t0) * 1e3;
     struct tm tm;
     gmtime_r(&wall.tv_sec, &tm);
     char when[40], path[1024], client[INET6_ADDRSTRLEN + 1], status[16] = "-", bytes[24] = "-", user[24] = "-";
@@ -526,7 +551,7 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         r->conn = c;
         r->url = r->full_url = url;
         r->method = method;
-        clock_gettime(CLOCK_MONOTONIC, &r->started);
+        r->t0 = mono_now();
         r->tcp_sent0 = r->srv->access_log != ACCESS_LOG_OFF ? tcp_written(c) : -1;
         *con_cls = r;
         int refused;

@@ -53,9 +53,9 @@ typedef struct request {
     int64_t user_id;
     bool admin;
 
-    /* The access log (http.c): when the request began, the status queued,
-     * and the connection's TCP bytes sent before it (-1: unknown). */
-    struct timespec started;
+    double t0;                    /* monotonic seconds at its first byte (GET /metrics' latency) */
+    /* The access log (http.c): the status queued, and the connection's TCP
+     * bytes written before the request (-1: unknown); its duration is from t0. */
     unsigned status;
     int64_t tcp_sent0;
 

@@ -51,6 +51,7 @@
 #include "server/infer.h"      /* infer_service_start, infer_service_stop */
 #include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
 #include "server/serve_flags.h" /* serve_opts, serve_flags_parse: the table of flags */
+#include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
 
 #define SERVE_THREADS 4
 #define SERVE_IMPORT_GRACE_MS 5000
@@ -287,6 +288,10 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: cannot start the scheduler: %s\n", err);
         goto out;
     }
+    if (!(srv.hw = hw_start((unsigned)srv.limits.hardware_interval_s, srv.sched, err, sizeof err))) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
     if (infer_service_start(&srv, worker_exe, err, sizeof err) != 0) {
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
@@ -340,6 +345,8 @@ out:
     srv.daemon = NULL;
     sweeper_stop(srv.sweeper);             /* before the scheduler: no trial is made or promoted after */
     srv.sweeper = NULL;
+    hw_stop(srv.hw);                       /* before the scheduler it asks */
+    srv.hw = NULL;
     sched_stop(srv.sched);
     srv.sched = NULL;
     import_job_stop_all("the server stopped during the import; create the dataset again");

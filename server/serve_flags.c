@@ -163,7 +163,8 @@ const serve_flag SERVE_FLAGS[] = {
       .def_doc = "none", .apply = apply_base_path,
       .help = "serve everything under /PREFIX (behind a reverse proxy that forwards\n"
               "/PREFIX/... unchanged): the API at /PREFIX/api/v1, the dashboard at\n"
-              "/PREFIX/; /PREFIX redirects to /PREFIX/ and any path outside it is 404" },
+              "/PREFIX/; /PREFIX redirects to /PREFIX/, /healthz answers at both places,\n"
+              "and any other path outside the prefix is 404" },
     { .name = "--access-log", .env = "KILN_ACCESS_LOG", .kind = FLAG_VALUE, .arg = "MODE", .def = "on",
       .apply = apply_access_log,
       .help = "one line a request on stderr (format in the README): on (every request\n"

@@ -111,6 +111,10 @@ test('/kiln redirects to /kiln/; a path outside the prefix is 404 outside_base_p
   assert.equal(page.url(), `${base}/`);
   assert.equal(res.status(), 200);
   await page.waitForSelector('#info-version', { timeout: 15_000 });
+  for (const h of [`${base}/healthz`, `${origin}/healthz`]) {
+    const r = await fetch(h);
+    assert.equal(r.status, 200, `${h} answers (the container's HEALTHCHECK needs no prefix)`);
+  }
   const doc = await api(base, 'GET', '/api/v1/openapi.json');
   assert.equal(doc.status, 200);
   assert.equal(doc.body.servers[0].url, '/kiln', 'the OpenAPI document names the prefix as its server');
