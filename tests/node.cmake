@@ -63,3 +63,8 @@ kiln_node_test(integration_jobs_list tests/integration/jobs_list.test.mjs integr
 set_property(TEST integration_jobs_list APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
 kiln_node_test(browser_jobs_table tests/browser/jobs_table.test.mjs browser 300)
 set_property(TEST browser_jobs_table APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
+# The container images (docker/): lints both Dockerfiles, builds docker/Dockerfile.cpu with podman on a
+# debootstrap'd Debian 12 base (cached outside the tree) and drives the container over HTTP. Skips (77)
+# with the reason where podman, debootstrap or the kernel's container features are missing.
+add_test(NAME container_images COMMAND bash tests/container/container_test.sh WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(container_images PROPERTIES LABELS container TIMEOUT 1800 RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
