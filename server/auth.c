@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -269,6 +270,62 @@ int auth_user_add(store *st, const char *name, const char *password, bool admin,
     if (admin_out)
         *admin_out = admin;
     return 0;
+}
+
+/* A token given in KILN_ADMIN_TOKEN: long enough to be a secret, and plain
+ * enough to be a password and a header value. */
+static int admin_token_check(const char *t, char *err, size_t errlen)
+{
+    size_t n = strlen(t);
+    if (n < AUTH_ADMIN_TOKEN_MIN || n > AUTH_PASSWORD_MAX)
+        return set_err(err, errlen, "KILN_ADMIN_TOKEN must be %d to %d characters, not %zu", AUTH_ADMIN_TOKEN_MIN,
+                       AUTH_PASSWORD_MAX, n);
+    for (size_t i = 0; i < n; i++)
+        if (t[i] <= ' ' || t[i] > '~')
+            return set_err(err, errlen, "KILN_ADMIN_TOKEN may hold printable ASCII characters only, no spaces");
+    return 0;
+}
+
+int auth_first_admin(store *st, bool public_bind, bool insecure, uint64_t ops, uint64_t mem, FILE *log)
+{
+    const char *name = getenv("KILN_FIRST_ADMIN");
+    const char *given = getenv("KILN_ADMIN_TOKEN");
+    if (!public_bind || insecure || !name || !*name)
+        return 0;
+    int64_t users = 0;
+    if (store_user_count(st, &users, NULL) != 0) {
+        fprintf(log, "kiln serve: cannot count the users in the database\n");
+        return 1;
+    }
+    if (users > 0)
+        return 0;
+    char token[AUTH_PASSWORD_MAX + 1], hex[AUTH_HASH_HEX + 1], err[256];
+    bool made = !given || !*given;
+    if (made ? auth_token_new(token, hex) != 0 : admin_token_check(given, err, sizeof err) != 0) {
+        fprintf(log, "kiln serve: %s\n", made ? "libsodium cannot start" : err);
+        return made ? 1 : 2;
+    }
+    if (!made) {
+        snprintf(token, sizeof token, "%s", given);
+        auth_token_hash(token, hex);
+    }
+    int64_t id = 0, token_id = 0;
+    api_error e = { .status = 500 };
+    int rc = auth_user_add(st, name, token, true, ops, mem, &id, NULL, &e);
+    if (rc != 0)
+        fprintf(log, "kiln serve: KILN_FIRST_ADMIN=%s: %s\n", name, e.message);
+    else if (store_token_insert(st, id, "api", "first admin", hex, 0, &token_id, err, sizeof err) != 0) {
+        fprintf(log, "kiln serve: the first admin's token could not be stored: %s\n", err);
+        rc = -1;
+    }
+    if (rc == 0 && made)
+        fprintf(log, "kiln serve: added the admin %s. Its API token (also its password), shown only this once:\n"
+                     "kiln serve:   %s\n", name, token);
+    else if (rc == 0)
+        fprintf(log, "kiln serve: added the admin %s with the token in KILN_ADMIN_TOKEN (also its password)\n", name);
+    sodium_memzero(token, sizeof token);
+    fflush(log);
+    return rc == 0 ? 0 : e.status == 400 ? 2 : 1;
 }
 
 void auth_own(request *r, store_owned kind, int64_t id)

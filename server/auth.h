@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/err.h"        /* api_error */
 #include "db/store.h"        /* store, store_owned */
@@ -57,6 +58,20 @@ bool auth_required(server *srv);
  * and, when it is not, that users exist or insecure (--insecure-no-auth) is
  * set. Returns 0, or 2 (a usage error) after printing why to stderr. */
 int auth_bind_check(const char *host, store *st, bool insecure, bool *public_bind);
+
+/* The first admin of a server that would otherwise refuse to start (bound
+ * beyond loopback, no users, no --insecure-no-auth): the container's way in
+ * (docker/). Acts only when the environment names one, KILN_FIRST_ADMIN=NAME
+ * (the images set it to "admin"), and the database has no users; else
+ * returns 0 having done nothing. Then it adds NAME as an admin with an API
+ * token: KILN_ADMIN_TOKEN when set (AUTH_ADMIN_TOKEN_MIN..AUTH_PASSWORD_MAX
+ * printable ASCII characters without spaces), else a new one printed once to
+ * log (stderr; only its hash is kept). The token is also NAME's password, so
+ * the dashboard's sign-in takes it. Hashing uses ops and mem (the
+ * password-ops and password-mem limits). Returns 0, or 2 (a bad value,
+ * printed to log) or 1 (a store failure), for `kiln serve` to exit with. */
+#define AUTH_ADMIN_TOKEN_MIN 32
+int auth_first_admin(store *st, bool public_bind, bool insecure, uint64_t ops, uint64_t mem, FILE *log);
 
 /* ---- secrets ------------------------------------------------------------------ */
 

@@ -267,7 +267,11 @@ int serve_main(int argc, char **argv)
     srv.insecure_no_auth = o.insecure_no_auth;
     memcpy(srv.base_path, o.base_path, sizeof srv.base_path);
     srv.access_log = o.access_log;
-    if ((status = auth_bind_check(o.host, srv.st, o.insecure_no_auth, &srv.bind_public)) != 0) {
+    bool public_bind = false;
+    auth_bind_check(o.host, NULL, true, &public_bind);   /* where it binds; the first admin, if asked for, next */
+    if ((status = auth_first_admin(srv.st, public_bind, o.insecure_no_auth, srv.limits.password_ops,
+                                   srv.limits.password_mem, stderr)) != 0 ||
+        (status = auth_bind_check(o.host, srv.st, o.insecure_no_auth, &srv.bind_public)) != 0) {
         store_close(srv.st);
         return status;
     }

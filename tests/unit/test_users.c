@@ -259,12 +259,99 @@ static void test_owners(void **state)
     store_dataset_clear(&d);
 }
 
+/* auth_first_admin: only when asked (KILN_FIRST_ADMIN), bound beyond
+ * loopback without --insecure-no-auth, and the store has no users; the token
+ * from KILN_ADMIN_TOKEN (checked) or a new one printed once to the log; the
+ * token signs in as the API token and as the password. */
+static void test_first_admin(void **state)
+{
+    fixture *f = *state;
+    const char *given = "kiln_container-admin-token-0123456789abcdef";
+    char log_text[1024] = "";
+    FILE *log = fmemopen(log_text, sizeof log_text, "w");
+    assert_non_null(log);
+    int64_t users = -1;
+
+    unsetenv("KILN_FIRST_ADMIN");
+    setenv("KILN_ADMIN_TOKEN", given, 1);
+    assert_int_equal(auth_first_admin(f->s, true, false, 1, 8192, log), 0);     /* not asked for */
+    setenv("KILN_FIRST_ADMIN", "root", 1);
+    assert_int_equal(auth_first_admin(f->s, false, false, 1, 8192, log), 0);    /* loopback */
+    assert_int_equal(auth_first_admin(f->s, true, true, 1, 8192, log), 0);      /* --insecure-no-auth */
+    assert_int_equal(store_user_count(f->s, &users, NULL), 0);
+    assert_int_equal(users, 0);
+
+    setenv("KILN_ADMIN_TOKEN", "too short", 1);
+    assert_int_equal(auth_first_admin(f->s, true, false, 1, 8192, log), 2);
+    setenv("KILN_ADMIN_TOKEN", "kiln_a token with spaces in it, long enough though", 1);
+    assert_int_equal(auth_first_admin(f->s, true, false, 1, 8192, log), 2);
+    assert_int_equal(store_user_count(f->s, &users, NULL), 0);
+    assert_int_equal(users, 0);
+
+    setenv("KILN_ADMIN_TOKEN", given, 1);
+    assert_int_equal(auth_first_admin(f->s, true, false, 1, 8192, log), 0);
+    fflush(log);
+    assert_null(strstr(log_text, given));                  /* a given token is never logged */
+    char hex[AUTH_HASH_HEX + 1];
+    auth_token_hash(given, hex);
+    store_user who;
+    int64_t token_id = 0;
+    assert_int_equal(store_token_check(f->s, hex, "api", &who, &token_id), 0);
+    assert_string_equal(who.name, "root");
+    assert_true(who.admin);
+    assert_int_equal(crypto_pwhash_str_verify(who.password_hash, given, strlen(given)), 0);
+    store_user_clear(&who);
+
+    /* Once a user exists it does nothing, whatever the environment says. */
+    setenv("KILN_FIRST_ADMIN", "other", 1);
+    assert_int_equal(auth_first_admin(f->s, true, false, 1, 8192, log), 0);
+    assert_int_equal(store_user_count(f->s, &users, NULL), 0);
+    assert_int_equal(users, 1);
+    fclose(log);
+    unsetenv("KILN_FIRST_ADMIN");
+    unsetenv("KILN_ADMIN_TOKEN");
+}
+
+/* Without KILN_ADMIN_TOKEN a new token is made and printed once: the printed
+ * one is the one that works. */
+static void test_first_admin_made(void **state)
+{
+    fixture *f = *state;
+    char log_text[1024] = "";
+    FILE *log = fmemopen(log_text, sizeof log_text, "w");
+    assert_non_null(log);
+    setenv("KILN_FIRST_ADMIN", "admin", 1);
+    unsetenv("KILN_ADMIN_TOKEN");
+    assert_int_equal(auth_first_admin(f->s, true, false, 1, 8192, log), 0);
+    fclose(log);
+    const char *at = strstr(log_text, AUTH_TOKEN_PREFIX);
+    assert_non_null(at);
+    char token[AUTH_TOKEN_LEN + 1];
+    snprintf(token, sizeof token, "%s", at);
+    assert_int_equal(strlen(token), AUTH_TOKEN_LEN);
+    assert_null(strstr(at + 1, AUTH_TOKEN_PREFIX));        /* printed once */
+    char hex[AUTH_HASH_HEX + 1];
+    auth_token_hash(token, hex);
+    store_user who;
+    int64_t token_id = 0;
+    assert_int_equal(store_token_check(f->s, hex, "api", &who, &token_id), 0);
+    assert_string_equal(who.name, "admin");
+    assert_true(who.admin);
+    store_user_clear(&who);
+    token[AUTH_TOKEN_LEN - 1] ^= 1;                         /* another token does not sign in */
+    auth_token_hash(token, hex);
+    assert_int_equal(store_token_check(f->s, hex, "api", &who, &token_id), STORE_NOT_FOUND);
+    unsetenv("KILN_FIRST_ADMIN");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owners, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_first_admin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_first_admin_made, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
