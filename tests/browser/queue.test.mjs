@@ -81,6 +81,5 @@ test('the queue card: running with devices, waiting in order with reasons, ▲ r
   assert.match(r[1].cells[3], /2/);
   const c = await api(base, 'GET', `/api/v1/jobs/${ids.c}`);
   assert.equal(c.body.priority, 2);
-  await page.screenshot({ path: path.join(OUT, 'queue-raised.png'), fullPage: false });
   assert.deepEqual(problems, []);
 });
