@@ -145,6 +145,8 @@ test('PATCH priority reorders a waiting job; bad values are 400; a running job i
 
   const r = await call('bob', 'PATCH', `/api/v1/jobs/${ids.b}`, { priority: 10 }, 200);
   assert.equal(r.body.priority, 10);
+  const req = await call('bob', 'GET', `/api/v1/jobs/${ids.b}/request`, undefined, 200);
+  assert.equal(req.body.priority, 10, 'a clone takes the priority the job has now');
   const q = await queue('alice');
   assert.deepEqual(q.queued.map((i) => i.id), [ids.b, ids.c, ids.ev]);
   assert.deepEqual(q.queued.map((i) => i.position), [1, 2, 3]);
