@@ -72,6 +72,10 @@ typedef struct sched_queue_item {
  * (free it; NULL when *n is 0). 0, or -1 on a store error or out of memory. */
 int sched_queue_view(sched *s, sched_queue_item **out, size_t *n);
 
+/* Which work runs on each GPU (the scheduler's own assignment): for GPU i <
+ * n, kind_out[i] and id_out[i] (0: none) are what runs on it now. Returns how
+ * many GPUs the scheduler shares out (may exceed n). For the hardware panel. */
+int sched_gpu_work(sched *s, store_work *kind_out, int64_t *id_out, int n);
 /* Stops the scheduler: running workers get SIGTERM and are waited for. */
 void sched_stop(sched *s);
 
