@@ -163,8 +163,22 @@ static int h_healthz(request *r)
     return http_json(r, MHD_HTTP_OK, o);
 }
 
+/* Behind --base-path the document's server is the prefix (servers[0].url). */
+static int openapi_under_base(request *r)
+{
+    cJSON *doc = cJSON_ParseWithLength(kiln_openapi_json, kiln_openapi_json_len);
+    cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "servers"), 0);
+    if (!first || !cJSON_ReplaceItemInObjectCaseSensitive(first, "url", cJSON_CreateString(r->srv->base_path))) {
+        cJSON_Delete(doc);
+        return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "the OpenAPI document has no server");
+    }
+    return http_json(r, MHD_HTTP_OK, doc);
+}
+
 static int h_openapi(request *r)
 {
+    if (r->srv->base_path[0])
+        return openapi_under_base(r);
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         kiln_openapi_json_len, (void *)kiln_openapi_json, MHD_RESPMEM_PERSISTENT);
     if (!resp)

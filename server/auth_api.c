@@ -187,9 +187,9 @@ int auth_session_create(request *r)
         store_user_clear(&who);
         return http_store_error(r, "starting the session");
     }
-    char cookie[AUTH_TOKEN_LEN + 128];
-    snprintf(cookie, sizeof cookie, AUTH_COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%llu", token,
-             (unsigned long long)lifetime);
+    char cookie[AUTH_TOKEN_LEN + SERVE_BASE_PATH_MAX + 128];    /* Path: --base-path, or / */
+    snprintf(cookie, sizeof cookie, AUTH_COOKIE "=%s; Path=%s/; HttpOnly; SameSite=Strict; Max-Age=%llu", token,
+             r->srv->base_path, (unsigned long long)lifetime);
     sodium_memzero(token, sizeof token);
     cJSON *o = cJSON_CreateObject();
     cJSON *uo = render_user(&who);
@@ -224,8 +224,9 @@ int auth_session_delete(request *r)
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     if (!resp)
         return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE,
-                            AUTH_COOKIE "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    char gone[SERVE_BASE_PATH_MAX + 96];
+    snprintf(gone, sizeof gone, AUTH_COOKIE "=; Path=%s/; HttpOnly; SameSite=Strict; Max-Age=0", r->srv->base_path);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, gone);
     return http_queue(r, MHD_HTTP_NO_CONTENT, resp);
 }
 

@@ -7,10 +7,30 @@
  *   is a JSON error body; a 405 carries Allow.
  * - Request state is freed exactly once, in the completion callback, whatever
  *   happened (client gone, early reject, suspended upload resumed).
+ * - With --base-path /p every path lives under /p/: a request for /p/x is
+ *   routed as /x; /p itself is redirected (308) to /p/; /healthz is answered
+ *   at both places; any other path is a 404 outside_base_path (before
+ *   routing, sign-in or body).
+ * - The access log (--access-log, on by default): one line a request on
+ *   stderr when it completes, written with one fprintf (lines never mix):
+ *     kiln: access TIME CLIENT METHOD PATH STATUS BYTES MS user=ID
+ *   TIME is RFC 3339 UTC with milliseconds; CLIENT the peer address; PATH
+ *   as received (base path included, no query string; bytes outside
+ *   printable ASCII, '%' and '"' as %XX); STATUS the status queued, or '-'
+ *   when none was (client gone first); BYTES the bytes written to the
+ *   connection for this request, headers included (TCP_INFO), or '-';
+ *   MS the time from the request's headers to its end (a stream's whole
+ *   life); ID the user who asked, '-' for none. "on" leaves out GET
+ *   /healthz and GET /metrics (monitors poll them); "all" keeps them.
+ *   Requests that libmicrohttpd refuses by itself (over the connection
+ *   limits, malformed request lines) are not logged.
  */
 #include "server/http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <linux/tcp.h>              /* struct tcp_info with tcpi_bytes_sent, TCP_INFO */
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +75,7 @@ enum MHD_Result http_queue(request *r, unsigned status, struct MHD_Response *res
     MHD_destroy_response(resp);
     if (ret == MHD_YES) {
         r->answered = true;
+        r->status = status;
         prom_http_observe(r->method, route_label(r), status, mono_now() - r->t0);
     }
     return ret;
@@ -404,6 +425,118 @@ static enum MHD_Result request_end(request *r)
     return (enum MHD_Result)r->rt->fn(r);
 }
 
+/* ---- the base path ---------------------------------------------------------- */
+
+/* Places r->url below --base-path. Returns false to go on; true when the
+ * request is answered here or a 404 is pending (*ret is what to return). */
+static bool base_path_route(request *r, enum MHD_Result *ret)
+{
+    const char *base = r->srv->base_path;
+    size_t n = strlen(base);
+    if (!n)
+        return false;
+    if (!strncmp(r->url, base, n) && r->url[n] == '/') {
+        r->url += n;
+        return false;
+    }
+    if (!strcmp(r->url, "/healthz"))
+        return false;                /* also here: the container's HEALTHCHECK and direct probes */
+    if (!strcmp(r->url, base)) {
+        /* The dashboard's relative links need the trailing slash. */
+        char to[SERVE_BASE_PATH_MAX + 1];
+        snprintf(to, sizeof to, "%s/", base);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (resp)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, to);
+        *ret = http_queue(r, MHD_HTTP_PERMANENT_REDIRECT, resp);
+        return true;
+    }
+    api_fail(&r->pending, MHD_HTTP_NOT_FOUND, "outside_base_path",
+             "kiln is served under %s/ (--base-path); %s is outside it", base, r->url);
+    uint64_t declared;
+    bool known;
+    *ret = has_body(r, &declared, &known) ? answer_pending(r) : MHD_YES;
+    return true;
+}
+
+/* ---- the access log ----------------------------------------------------------- */
+
+/* Bytes the application has written to c's socket (sent once, or waiting to
+ * be sent), or -1 when the kernel does not say. */
+static int64_t tcp_written(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (!ci || getsockopt(ci->connect_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_sent) + sizeof ti.tcpi_bytes_sent)
+        return -1;
+    return (int64_t)(ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans + ti.tcpi_notsent_bytes);
+}
+
+static bool access_logged(const request *r)
+{
+    static const char *const polled[] = { "/healthz", "/metrics" };
+    access_log_mode m = r->srv->access_log;
+    if (m == ACCESS_LOG_OFF)
+        return false;
+    if (m == ACCESS_LOG_ALL || strcmp(r->method, "GET") != 0)
+        return true;
+    for (size_t i = 0; i < sizeof polled / sizeof polled[0]; i++)
+        if (!strcmp(r->url, polled[i]))
+            return false;
+    return true;
+}
+
+/* s with bytes outside printable ASCII, '%' and '"' as %XX, cut to fit. */
+static void log_escape(char *out, size_t n, const char *s)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 4 < n; p++) {
+        if (*p <= 0x20 || *p >= 0x7f || *p == '%' || *p == '"')
+            o += (size_t)snprintf(out + o, n - o, "%%%02X", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+}
+
+static void client_address(struct MHD_Connection *c, char *out, size_t n)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, n, "-");
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)n);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out, (socklen_t)n);
+}
+
+static void access_log(request *r)
+{
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    double ms = (mono_now() - r->t0) * 1e3;
+    struct tm tm;
+    gmtime_r(&wall.tv_sec, &tm);
+    char when[40], path[1024], client[INET6_ADDRSTRLEN + 1], status[16] = "-", bytes[24] = "-", user[24] = "-";
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    log_escape(path, sizeof path, r->full_url);
+    client_address(r->conn, client, sizeof client);
+    if (r->status)
+        snprintf(status, sizeof status, "%u", r->status);
+    int64_t sent = r->tcp_sent0 >= 0 ? tcp_written(r->conn) : -1;
+    if (sent >= r->tcp_sent0 && r->tcp_sent0 >= 0)
+        snprintf(bytes, sizeof bytes, "%lld", (long long)(sent - r->tcp_sent0));
+    if (r->user_id)
+        snprintf(user, sizeof user, "%lld", (long long)r->user_id);
+    fprintf(stderr, "kiln: access %s.%03ldZ %s %s %s %s %s %.3f user=%s\n", when, wall.tv_nsec / 1000000L,
+            client, r->method, path, status, bytes, ms, user);
+}
+
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
                                 const char *method, const char *version, const char *data,
                                 size_t *size, void **con_cls)
@@ -416,13 +549,17 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
             return MHD_NO;
         r->srv = cls;
         r->conn = c;
-        r->url = url;
+        r->url = r->full_url = url;
         r->method = method;
         r->t0 = mono_now();
+        r->tcp_sent0 = r->srv->access_log != ACCESS_LOG_OFF ? tcp_written(c) : -1;
         *con_cls = r;
         int refused;
         if (guard_check(r, &refused))       /* size, Host, Origin: before anything else */
             return (enum MHD_Result)refused;
+        enum MHD_Result ret;
+        if (base_path_route(r, &ret))
+            return ret;
         return request_begin(r);
     }
     if (r->answered) {
@@ -446,6 +583,8 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     request *r = *con_cls;
     if (!r)
         return;
+    if (access_logged(r))
+        access_log(r);
     upload_free(r);
     if (r->rt && r->rt->upload)
         r->rt->upload->release(r);

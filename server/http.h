@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -33,7 +34,8 @@ struct upload;
 typedef struct request {
     server *srv;
     struct MHD_Connection *conn;
-    const char *url;              /* the path, unescaped by MHD (no query string) */
+    const char *url;              /* the path below --base-path, unescaped by MHD (no query string) */
+    const char *full_url;         /* the path as received, base path included (the access log) */
     const char *method;
     const route *rt;              /* NULL when unrouted (then an error is pending) */
     int64_t id;                   /* the route's :id */
@@ -52,6 +54,10 @@ typedef struct request {
     bool admin;
 
     double t0;                    /* monotonic seconds at its first byte (GET /metrics' latency) */
+    /* The access log (http.c): the status queued, and the connection's TCP
+     * bytes written before the request (-1: unknown); its duration is from t0. */
+    unsigned status;
+    int64_t tcp_sent0;
 
     struct upload *up;            /* BODY_UPLOAD state (upload.c) */
     void *form;                   /* BODY_UPLOAD state of a route with its own route_upload */

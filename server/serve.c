@@ -18,6 +18,9 @@
  * --import-root DIR (repeatable) names the folders whose files a JSON dataset
  * source may read (jobs/import_roots.h); each is resolved at start, and a
  * missing one is a usage error.
+ *
+ * Every flag, its KILN_* variable and its default live in one table
+ * (server/serve_flags.c); this file only acts on the parsed serve_opts.
  */
 #define _GNU_SOURCE           /* realpath, getopt_long */
 #include "base/layout.h"     /* the data directory's sub-folders */
@@ -47,180 +50,27 @@
 #include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
 #include "server/infer.h"      /* infer_service_start, infer_service_stop */
 #include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
+#include "server/serve_flags.h" /* serve_opts, serve_flags_parse: the table of flags */
 #include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
-
-#ifndef KILN_DEFAULT_WEB_DIR
-#define KILN_DEFAULT_WEB_DIR "web"
-#endif
-#ifndef KILN_DEFAULT_STATIC_DIR
-#define KILN_DEFAULT_STATIC_DIR "static"
-#endif
 
 #define SERVE_THREADS 4
 #define SERVE_IMPORT_GRACE_MS 5000
 
-typedef struct serve_opts {
-    const char *host;
-    int port;
-    const char *data;
-    const char *web_dir;
-    const char *static_dir;
-    int max_jobs;
-    import_roots *roots;          /* --import-root, resolved as they are read */
-    serve_limits *limits;         /* --limit NAME=VALUE */
-    guard_hosts *hosts;           /* --allowed-host NAME[:PORT] */
-    bool insecure_no_auth;        /* serve beyond loopback without users (server/auth.h) */
-} serve_opts;
-
 void serve_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kiln serve [--host ADDR] [--port N] [--data DIR] [--web-dir DIR]\n"
-            "                  [--static-dir DIR] [--max-jobs N] [--import-root DIR]...\n"
-            "                  [--limit NAME=VALUE]... [--allowed-host NAME[:PORT]]...\n"
-            "                  [--insecure-no-auth]\n"
-            "\n"
-            "Runs the training service: the REST API under /api/v1, the dashboard at /,\n"
-            "and the scheduler that runs queued jobs as `kiln worker` processes.\n"
-            "\n"
-            "  --host ADDR        address to bind (default 127.0.0.1). Any address other\n"
-            "                     than loopback exposes the API to the network: then every\n"
-            "                     API call needs a sign-in (see kiln user add), and with no\n"
-            "                     users kiln serve refuses to start\n"
-            "  --insecure-no-auth serve beyond loopback without users: anyone who can reach\n"
-            "                     the port may do anything (once a user exists, sign-in is\n"
-            "                     required anyway)\n"
-            "  --port N           port to bind (default 5000; 0 picks a free port)\n"
-            "  --data DIR         the data directory: kiln.db, datasets/, jobs/, uploads/\n"
-            "                     (default $KILN_DATA, else ./var)\n"
-            "  --web-dir DIR      the dashboard's files (default $KILN_WEB_DIR, else\n"
-            "                     %s)\n"
-            "  --static-dir DIR   static files and vendored browser libraries (default\n"
-            "                     $KILN_STATIC_DIR, else %s)\n"
-            "  --max-jobs N       jobs that may train at the same time on the CPU (default 1);\n"
-            "                     each gets cores/N OpenMP threads unless OMP_NUM_THREADS is set;\n"
-            "                     GPU jobs are not counted: each GPU runs one job at a time\n"
-            "  --import-root DIR  a folder of this machine whose files a request may import\n"
-            "                     (POST /api/v1/datasets with a JSON source: folder, list,\n"
-            "                     idx, cifar); repeatable. None by default: every server path\n"
-            "                     is refused (403). Paths are compared after links and \"..\"\n"
-            "                     are resolved\n"
-            "  --limit NAME=VALUE set one of the limits below (repeatable; byte counts take\n"
-            "                     K, M, G or T, powers of 1024); GET /api/v1/limits lists them\n"
-            "  --allowed-host NAME[:PORT]  a name this server is reached by, besides\n"
-            "                     localhost, 127.0.0.1, [::1], --host and the machine's host\n"
-            "                     name (repeatable; without PORT any port, as behind a proxy).\n"
-            "                     A request with another Host header gets 421 (DNS rebinding)\n"
-            "  --help             this text\n"
-            "\n"
-            "After binding it prints `kiln: listening on http://HOST:PORT`. SIGINT or\n"
-            "SIGTERM stops it; running jobs are requeued and run again at the next start.\n"
-            "\n"
-            "Limits (--limit NAME=VALUE):\n",
-            KILN_DEFAULT_WEB_DIR, KILN_DEFAULT_STATIC_DIR);
-    serve_limits_usage(f);
+    serve_flags_usage(f);              /* server/serve_flags.c: the one table of flags */
 }
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "kiln serve: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see kiln serve --help)\n");
-    return 2;
-}
-
-/* "--name VALUE" or "--name=VALUE": the value, or NULL (then *missing tells
- * whether the name matched without a value). */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return NULL;
-    if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = true;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-static bool parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-static const char *env_or(const char *name, const char *fallback)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : fallback;
-}
+extern char **environ;
 
 /* Returns 0, 1 after --help, or 2 on a usage error (reported). */
 static int parse_args(int argc, char **argv, serve_opts *o)
 {
-    o->host = "127.0.0.1";
-    o->port = 5000;
-    o->data = env_or("KILN_DATA", "./var");
-    o->web_dir = env_or("KILN_WEB_DIR", KILN_DEFAULT_WEB_DIR);
-    o->static_dir = env_or("KILN_STATIC_DIR", KILN_DEFAULT_STATIC_DIR);
-    o->max_jobs = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        bool missing = false;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            serve_usage(stdout);
-            return 1;
-        } else if ((v = opt_value(argc, argv, &i, "--host", &missing))) {
-            if (!*v)
-                return usage_error("%s", "--host needs an address");
-            o->host = v;
-        } else if ((v = opt_value(argc, argv, &i, "--port", &missing))) {
-            if (!parse_int(v, 0, 65535, &o->port))
-                return usage_error("--port must be 0..65535, not %s", v);
-        } else if ((v = opt_value(argc, argv, &i, "--data", &missing))) {
-            o->data = v;
-        } else if ((v = opt_value(argc, argv, &i, "--web-dir", &missing))) {
-            o->web_dir = v;
-        } else if ((v = opt_value(argc, argv, &i, "--static-dir", &missing))) {
-            o->static_dir = v;
-        } else if ((v = opt_value(argc, argv, &i, "--max-jobs", &missing))) {
-            if (!parse_int(v, 1, 256, &o->max_jobs))
-                return usage_error("--max-jobs must be 1..256, not %s", v);
-        } else if (!strcmp(a, "--insecure-no-auth")) {
-            o->insecure_no_auth = true;
-        } else if ((v = opt_value(argc, argv, &i, "--limit", &missing))) {
-            char err[768];
-            if (serve_limits_set(o->limits, v, err, sizeof err) != 0)
-                return usage_error("%s", err);
-        } else if ((v = opt_value(argc, argv, &i, GUARD_ALLOWED_HOST_FLAG, &missing))) {
-            char err[512];
-            if (guard_hosts_add(o->hosts, v, err, sizeof err) != 0)
-                return usage_error("%s", err);
-        } else if ((v = opt_value(argc, argv, &i, IMPORT_ROOTS_FLAG, &missing))) {
-            char err[PATH_MAX + 64];
-            if (import_roots_add(o->roots, v, err, sizeof err) != 0)
-                return usage_error("%s", err);
-        } else if (missing) {
-            return usage_error("%s needs a value", a);
-        } else if (a[0] == '-') {
-            return usage_error("unknown option %s", a);
-        } else {
-            return usage_error("unexpected argument %s", a);
-        }
-    }
-    if (!*o->data)
-        return usage_error("%s", "--data needs a directory");
-    return 0;
+    char err[PATH_MAX + 1024];
+    int rc = serve_flags_parse(o, argc, argv, environ, stdout, err, sizeof err);
+    if (rc == 2)
+        fprintf(stderr, "kiln serve: %s\n(see kiln serve --help)\n", err);
+    return rc;
 }
 
 /* ---- start-up pieces ------------------------------------------------------------- */
@@ -415,6 +265,8 @@ int serve_main(int argc, char **argv)
         return 1;
     }
     srv.insecure_no_auth = o.insecure_no_auth;
+    memcpy(srv.base_path, o.base_path, sizeof srv.base_path);
+    srv.access_log = o.access_log;
     if ((status = auth_bind_check(o.host, srv.st, o.insecure_no_auth, &srv.bind_public)) != 0) {
         store_close(srv.st);
         return status;
@@ -466,7 +318,7 @@ int serve_main(int argc, char **argv)
         goto out;
     guard_hosts_set_port(&srv.hosts, port);  /* --port 0: known now */
     bool v6 = strchr(o.host, ':') != NULL;
-    printf("kiln: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host, v6 ? "]" : "", port);
+    printf("kiln: listening on http://%s%s%s:%d%s\n", v6 ? "[" : "", o.host, v6 ? "]" : "", port, srv.base_path);
     fflush(stdout);
     fprintf(stderr, "kiln serve: data in %s, dashboard from %s\n", srv.data_dir, srv.web_dir);
     for (size_t i = 0; i < srv.roots.n; i++)

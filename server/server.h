@@ -22,6 +22,7 @@
 #include "jobs/hub.h"          /* hub */
 #include "jobs/import_roots.h" /* import_roots */
 #include "jobs/scheduler.h"    /* sched */
+#include "server/serve_flags.h" /* SERVE_BASE_PATH_MAX, access_log_mode */
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "0.0.0"
@@ -39,6 +40,8 @@ typedef struct server {
     bool bind_public;             /* bound beyond loopback: sign-in required (server/auth.h) ... */
     bool insecure_no_auth;        /* ... unless --insecure-no-auth */
     guard_hosts hosts;            /* the names the server answers to: defaults and --allowed-host (guard.h) */
+    char base_path[SERVE_BASE_PATH_MAX]; /* --base-path: "" or "/prefix"; every URL lives under it (http.c) */
+    access_log_mode access_log;   /* --access-log: which requests get a line on stderr (http.c) */
     store *st;
     hub *hub;
     sched *sched;

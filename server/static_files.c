@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define STATIC_INDEX_MAX (256 * 1024)
+
 static const struct {
     const char *ext;
     const char *type;
@@ -91,6 +93,55 @@ static enum MHD_Result send_file(request *r, const char *dir, const char *rel, c
     return http_queue(r, MHD_HTTP_OK, resp);
 }
 
+/* index.html with its `<base href="/">` pointing at --base-path, so that
+ * the dashboard's relative URLs (scripts, styles, api/v1/..., EventSource,
+ * downloads) resolve under the prefix. Without a base path: the file as is. */
+#define INDEX_BASE_TAG "<base href=\"/\">"
+static enum MHD_Result send_index(request *r)
+{
+    const char *base = r->srv->base_path;
+    if (!base[0])
+        return send_file(r, r->srv->web_dir, "index.html", "no-cache");
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/index.html", r->srv->web_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return http_error(r, MHD_HTTP_NOT_FOUND, "not_found", "no such file: %s", r->url);
+    char *text = malloc(STATIC_INDEX_MAX + 1), *out = NULL;
+    size_t n = text ? fread(text, 1, STATIC_INDEX_MAX + 1, f) : 0;
+    fclose(f);
+    if (!text || n > STATIC_INDEX_MAX) {
+        free(text);
+        return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                          "index.html is missing or over %d bytes", STATIC_INDEX_MAX);
+    }
+    text[n] = '\0';
+    char *tag = strstr(text, INDEX_BASE_TAG);
+    size_t bl = strlen(base);
+    if (!tag || !(out = malloc(n + bl + 1))) {
+        free(text);
+        return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error",
+                          "index.html has no %s to point at the base path", INDEX_BASE_TAG);
+    }
+    const size_t head = sizeof "<base href=\"" - 1;
+    size_t pre = (size_t)(tag - text), o = pre + head;
+    memcpy(out, text, o);                   /* up to and including <base href=" */
+    memcpy(out + o, base, bl);
+    o += bl;
+    memcpy(out + o, tag + head, n - pre - head); /* /"> and the rest */
+    o += n - pre - head;
+    free(text);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(o, out, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(out);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    return http_queue(r, MHD_HTTP_OK, resp);
+}
+
 enum MHD_Result static_serve(request *r)
 {
     const char *url = r->url;
@@ -99,7 +150,7 @@ enum MHD_Result static_serve(request *r)
                           "the path may not hold \".\" or \"..\" segments, backslashes or control bytes");
     if (!strcmp(url, "/") || !strcmp(url, "/index.html") || !strcmp(url, "/web") ||
         !strcmp(url, "/web/"))
-        return send_file(r, r->srv->web_dir, "index.html", "no-cache");
+        return send_index(r);
     if (!strncmp(url, "/static/", 8) && url[8])
         return send_file(r, r->srv->static_dir, url + 8, "public, max-age=31536000, immutable");
     if (!strncmp(url, "/web/", 5) && url[5])

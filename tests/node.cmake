@@ -76,3 +76,6 @@ kiln_node_test(integration_metrics tests/integration/metrics.test.mjs integratio
 set_property(TEST integration_metrics APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
 kiln_node_test(browser_hardware tests/browser/hardware.test.mjs browser 300)
 set_property(TEST browser_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
+# Deployment (issue 17): KILN_* configuration, the access log, --base-path, SIGTERM; the dashboard under a prefix.
+kiln_node_test(integration_deploy tests/integration/deploy.test.mjs integration 300)
+kiln_node_test(browser_base_path tests/browser/base_path.test.mjs browser 300)

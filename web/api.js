@@ -1,6 +1,14 @@
 // The dashboard's REST client: the same public API curl uses (/api/v1).
 
-export const API = '/api/v1';
+// Relative to the page's <base href> (index.html), which kiln serve points at
+// its --base-path: behind a proxy under /PREFIX this is /PREFIX/api/v1.
+export const API = 'api/v1';
+
+/* A URL the API gave (an API path such as "/api/v1/jobs/3/model?..."), as
+ * the dashboard uses it: relative to the base, so it stays under the prefix. */
+export function apiHref(url) {
+  return typeof url === 'string' && url.startsWith('/') && !url.startsWith('//') ? url.slice(1) : url;
+}
 
 /* An error from the API: .status, .code and the server's message. */
 export class ApiError extends Error {

@@ -5,7 +5,7 @@
 // sees them), the images per class of every split as a bar chart and a table,
 // and the mean image of the training split (GET .../mean.png).
 
-import { get } from './api.js';
+import { get, API, apiHref } from './api.js';
 import { h, fill, statusBadge, fmtCount, fmtShape, fmtTime, fmtPercent } from './ui.js';
 import { createBarChart } from './charts.js';
 
@@ -209,7 +209,7 @@ export function renderDataset(root, id) {
           h('span', { class: 'muted small' }, `${fmtCount(sm.class_counts[k] || 0)} ${sm.split}`)),
         h('div', { class: 'sample-strip' }, items.length
           ? items.map((it) => h('img', {
-            class: `sample${up ? ' pixelated' : ''}`, src: it.url, width: dw, height: dh, loading: lazy ? 'lazy' : 'eager',
+            class: `sample${up ? ' pixelated' : ''}`, src: apiHref(it.url), width: dw, height: dh, loading: lazy ? 'lazy' : 'eager',
             alt: `${name}, ${sm.split} image ${it.index}`, title: `${name} · ${sm.split} #${it.index}`,
             'data-index': String(it.index),
             onerror: (ev) => ev.target.classList.add('broken'),
@@ -239,7 +239,7 @@ export function renderDataset(root, id) {
     const note = h('p', { class: 'hint', id: 'mean-note' },
       `Per-pixel mean of the ${fmtCount((d.counts || {}).train || 0)} training images, ${iw}×${ih}, ${ch === 1 ? 'grey' : 'colour'}.`);
     let tries = 0;
-    const src = `/api/v1/datasets/${id}/mean.png`;
+    const src = `${API}/datasets/${id}/mean.png`;
     img.addEventListener('error', async () => {
       // 503 while another mean is being computed: ask again; anything else is shown.
       let status = 0;

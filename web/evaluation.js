@@ -5,7 +5,7 @@
 // open the misclassified images of that (true, predicted) pair, and a
 // per-class table of precision, recall, F1 and support.
 
-import { get, post, request } from './api.js';
+import { get, post, request, apiHref } from './api.js';
 import { h, fill, fmtPercent, fmtNumber, fmtCount, statusBadge, progressBar } from './ui.js';
 
 const POLL_MS = 1000;
@@ -70,8 +70,8 @@ function missGallery(res, t, p) {
   return h('div', { class: 'eval-misses', id: 'eval-misses' },
     h('h3', {}, `True ${res.classes[t]}, predicted ${res.classes[p]}: ${count} image${count === 1 ? '' : 's'}${note}`),
     h('ul', { class: 'eval-miss-list' }, ...items.map((x) => h('li', { class: 'eval-miss' },
-      h('a', { href: x.url, target: '_blank', rel: 'noopener', title: `image ${x.index} of the ${res.split} split` },
-        h('img', { src: x.url, alt: `image ${x.index}: true ${x.true_label}, predicted ${x.predicted_label}`, loading: 'lazy' })),
+      h('a', { href: apiHref(x.url), target: '_blank', rel: 'noopener', title: `image ${x.index} of the ${res.split} split` },
+        h('img', { src: apiHref(x.url), alt: `image ${x.index}: true ${x.true_label}, predicted ${x.predicted_label}`, loading: 'lazy' })),
       h('span', {}, `#${x.index}`),
       h('span', { class: 'muted', title: 'predicted class and its probability' }, `as ${x.predicted_label}, ${fmtPercent(x.probability, 0)}`)))));
 }

@@ -4,7 +4,7 @@
 // to its ONNX export. refresh() reloads it and resolves to the list, which
 // the page also uses to tell whether the job has a model to download.
 
-import { get } from './api.js';
+import { get, apiHref } from './api.js';
 import { h, fill, fmtNumber, fmtPercent } from './ui.js';
 
 export function snapshotsCard(jobId) {
@@ -29,9 +29,9 @@ export function snapshotsCard(jobId) {
       h('td', { class: 'num' }, num(m['val/accuracy'], (v) => fmtPercent(v, 2))),
       h('td', {}, s.best ? h('span', { class: 'badge badge-best', title: 'the best snapshot' }, 'best') : ''),
       h('td', { class: 'links' },
-        h('a', { href: s.downloads.tar, download: `kiln-job-${jobId}-epoch-${s.epoch}.tar` }, 'tar'),
+        h('a', { href: apiHref(s.downloads.tar), download: `kiln-job-${jobId}-epoch-${s.epoch}.tar` }, 'tar'),
         ' · ',
-        h('a', { href: s.downloads.onnx, download: `kiln-job-${jobId}-epoch-${s.epoch}.onnx` }, 'ONNX')));
+        h('a', { href: apiHref(s.downloads.onnx), download: `kiln-job-${jobId}-epoch-${s.epoch}.onnx` }, 'ONNX')));
   }
 
   card.refresh = async () => {

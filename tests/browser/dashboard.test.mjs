@@ -491,7 +491,7 @@ test('start LeNet from the form; the job page draws curves live and reaches done
   assert.match(await page.textContent('#stat-valacc'), /\d+\.\d+%/);
   const dl = page.locator('#job-download');
   assert.ok(await dl.isVisible(), 'the download link shows once done');
-  assert.equal(await dl.getAttribute('href'), `/api/v1/jobs/${jobId}/model?format=tar`);
+  assert.equal(await dl.evaluate((a) => a.href), `${base}/api/v1/jobs/${jobId}/model?format=tar`);
   assert.ok(!(await page.locator('#job-cancel').isVisible()), 'no cancel button on a finished job');
   // The worker's log (GET /jobs/{id}/log) shows under the charts.
   await page.waitForFunction(() => (document.querySelector('#job-log')?.textContent || '').trim().length > 0,
