@@ -209,6 +209,20 @@ const store_migration store_migrations[] = {
             "ALTER TABLE jobs ADD COLUMN sweep_id INTEGER REFERENCES sweeps (id) ON DELETE SET NULL;"
             "CREATE INDEX jobs_by_sweep ON jobs (sweep_id);",
     },
+    {
+        /* The visible queue (issue 17): a job's priority (higher starts
+         * first, then the oldest; its range is jobcfg's rule, JOBCFG_PRIORITY_*)
+         * and the devices the scheduler gave a job's or an evaluation's worker,
+         * a JSON array of strings (["cpu"], ["cuda:0", "cuda:1"]); NULL until
+         * it starts, cleared when it goes back to the queue. */
+        .version = 9,
+        .what = "job priority; the devices a job or evaluation runs on",
+        .sql =
+            "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE jobs ADD COLUMN devices TEXT;"
+            "ALTER TABLE evaluations ADD COLUMN devices TEXT;"
+            "CREATE INDEX jobs_by_queue ON jobs (status, priority DESC, created_at, id);",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

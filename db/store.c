@@ -80,6 +80,9 @@ enum stmt_id {
     ST_JOB_OWNER,
     ST_EVAL_OWNER,
     ST_JOB_META,
+    ST_JOB_PRIORITY,
+    ST_JOB_DEVICES,
+    ST_EVAL_DEVICES,
     ST_COUNT
 };
 
@@ -87,14 +90,15 @@ enum stmt_id {
 #define JOB_COLS STORE_JOB_COLS
 #define METRIC_COLS "step, epoch, tag, value, wall_time"
 #define EVAL_COLS "id, job_id, dataset_id, split, selection, epoch, status, progress, result_json, " \
-                  "error, created_at, started_at, finished_at, owner_id"
+                  "error, created_at, started_at, finished_at, owner_id, devices"
 /* A job's and an evaluation's status change (?2) stamps the same times:
  * "running" starts, "queued" unstarts, an end finishes, anything else unfinishes. */
 #define STATUS_STAMPS_SQL \
     "started_at = CASE WHEN ?2 = 'running' THEN " NOW_SQL " " \
     "                  WHEN ?2 = 'queued' THEN NULL ELSE started_at END, " \
     "finished_at = CASE WHEN ?2 IN ('done', 'failed', 'cancelled') THEN " NOW_SQL " " \
-    "                   ELSE NULL END "
+    "                   ELSE NULL END, " \
+    "devices = CASE WHEN ?2 = 'queued' THEN NULL ELSE devices END "
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_DS_INSERT] = "INSERT INTO datasets (name, status, progress, created_at) "
@@ -109,10 +113,12 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DS_DELETE] = "DELETE FROM datasets WHERE id = ?1",
     /* The name and precision start as the config's (migration 7). */
     [ST_JOB_INSERT] = "INSERT INTO jobs (dataset_id, status, network, config_json, epochs, created_at, "
-                      "name, precision) VALUES (?1, 'queued', ?2, ?3, ?4, " NOW_SQL ", "
+                      "name, precision, priority) VALUES (?1, 'queued', ?2, ?3, ?4, " NOW_SQL ", "
                       "CASE WHEN json_valid(?3) THEN COALESCE(json_extract(?3, '$.name'), '') ELSE '' END, "
                       "CASE WHEN json_valid(?3) THEN COALESCE(json_extract(?3, '$.precision'), 'fp32') "
-                      "ELSE 'fp32' END)",
+                      "ELSE 'fp32' END, "
+                      "CASE WHEN json_valid(?3) AND json_type(?3, '$.priority') = 'integer' "
+                      "THEN json_extract(?3, '$.priority') ELSE 0 END)",
     [ST_JOB_META] = "UPDATE jobs SET name = COALESCE(?2, name), tags = COALESCE(?3, tags), "
                     "notes = COALESCE(?4, notes) WHERE id = ?1",
     [ST_JOB_STATUS] =
@@ -145,7 +151,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                          "LIMIT 1 OFFSET ?3",
     [ST_METRIC_COUNT] = "SELECT COUNT(*) FROM metrics WHERE job_id = ?1 AND id <= ?2",
     [ST_JOB_REQUEUE_ENDED] =
-        "UPDATE jobs SET status = 'queued', error = NULL, started_at = NULL, finished_at = NULL "
+        "UPDATE jobs SET status = 'queued', error = NULL, started_at = NULL, finished_at = NULL, "
+        "devices = NULL "
         "WHERE id = ?1 AND status IN ('failed', 'cancelled')",
     [ST_EVAL_INSERT] = "INSERT INTO evaluations (job_id, dataset_id, split, selection, epoch, status, "
                        "created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', " NOW_SQL ")",
@@ -162,10 +169,12 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_EVAL_IDS_STATUS] = "SELECT id FROM evaluations WHERE status = ?1 ORDER BY id",
     [ST_EVAL_COUNT_DATASET] = "SELECT COUNT(*) FROM evaluations WHERE dataset_id = ?1",
     [ST_EVAL_DELETE] = "DELETE FROM evaluations WHERE id = ?1",
-    [ST_QUEUE_LIST] = "SELECT 0 AS kind, id, created_at FROM jobs WHERE status = 'queued' "
+    /* The one queue order (store.h): priority, higher first (evaluations 0),
+     * then oldest, jobs before evaluations, then id. */
+    [ST_QUEUE_LIST] = "SELECT 0 AS kind, id, created_at, priority FROM jobs WHERE status = 'queued' "
                       "UNION ALL "
-                      "SELECT 1 AS kind, id, created_at FROM evaluations WHERE status = 'queued' "
-                      "ORDER BY 3, 1, 2",
+                      "SELECT 1 AS kind, id, created_at, 0 FROM evaluations WHERE status = 'queued' "
+                      "ORDER BY 4 DESC, 3, 1, 2",
     /* ?1 = 0: every row (an admin, or no users); else that owner's (and shared datasets). */
     [ST_DS_LIST_FOR] = "SELECT " DS_COLS " FROM datasets WHERE ?1 = 0 OR owner_id = ?1 OR shared = 1 "
                        "ORDER BY id DESC",
@@ -176,6 +185,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_DS_OWNER] = "UPDATE datasets SET owner_id = NULLIF(?2, 0) WHERE id = ?1",
     [ST_JOB_OWNER] = "UPDATE jobs SET owner_id = NULLIF(?2, 0) WHERE id = ?1",
     [ST_EVAL_OWNER] = "UPDATE evaluations SET owner_id = NULLIF(?2, 0) WHERE id = ?1",
+    [ST_JOB_PRIORITY] = "UPDATE jobs SET priority = ?2 WHERE id = ?1 AND status = 'queued'",
+    [ST_JOB_DEVICES] = "UPDATE jobs SET devices = ?2 WHERE id = ?1",
+    [ST_EVAL_DEVICES] = "UPDATE evaluations SET devices = ?2 WHERE id = ?1",
 };
 
 struct store {
@@ -904,6 +916,36 @@ int store_job_set_meta(store *s, int64_t id, const char *name, const char *tags_
     return ret;
 }
 
+int store_job_set_priority(store *s, int64_t id, int priority)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, ST_JOB_PRIORITY, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = sqlite3_bind_int(q, 2, priority);
+        ret = step_change(s, q, b, "job priority");
+    }
+    unlock(s);
+    return ret;
+}
+
+int store_set_devices(store *s, store_work kind, int64_t id, const char *devices_json)
+{
+    lock(s);
+    int ret = -1;
+    sqlite3_stmt *q = stmt_get(s, kind == STORE_WORK_EVAL ? ST_EVAL_DEVICES : ST_JOB_DEVICES, NULL, 0);
+    if (q) {
+        int b = sqlite3_bind_int64(q, 1, id);
+        if (b == SQLITE_OK)
+            b = bind_text_or_null(q, 2, devices_json);
+        ret = step_change(s, q, b, "the devices of a job or evaluation");
+    }
+    unlock(s);
+    return ret;
+}
+
 static int read_job(sqlite3_stmt *q, void *elem)
 {
     return store_db_read_job(q, elem);
@@ -937,6 +979,8 @@ int store_db_read_job(sqlite3_stmt *q, store_job *j)
     ok = col_dup(q, 22, &j->precision) && ok;
     ok = col_dup(q, 23, &j->dataset_name) && ok;
     j->sweep_id = sqlite3_column_int64(q, 24);     /* NULL reads as 0 */
+    j->priority = sqlite3_column_int(q, 25);
+    ok = col_dup(q, 26, &j->devices_json) && ok;
     if (!ok) {
         store_job_clear(j);
         return -1;
@@ -1003,6 +1047,7 @@ void store_job_clear(store_job *j)
     free(j->finished_at);
     free(j->stopped_message);
     free(j->name);
+    free(j->devices_json);
     free(j->tags_json);
     free(j->notes);
     free(j->precision);
@@ -1299,6 +1344,7 @@ static int read_eval(sqlite3_stmt *q, void *elem)
     ok = col_dup(q, 11, &e->started_at) && ok;
     ok = col_dup(q, 12, &e->finished_at) && ok;
     e->owner_id = sqlite3_column_int64(q, 13);
+    ok = col_dup(q, 14, &e->devices_json) && ok;
     if (!ok) {
         store_eval_clear(e);
         return -1;
@@ -1385,6 +1431,7 @@ void store_eval_clear(store_eval *e)
     free(e->created_at);
     free(e->started_at);
     free(e->finished_at);
+    free(e->devices_json);
     memset(e, 0, sizeof *e);
 }
 
@@ -1439,6 +1486,7 @@ static int read_queued(sqlite3_stmt *q, void *elem)
     store_queued *w = elem;
     w->kind = sqlite3_column_int(q, 0) ? STORE_WORK_EVAL : STORE_WORK_JOB;
     w->id = sqlite3_column_int64(q, 1);
+    w->priority = sqlite3_column_int(q, 3);
     return 0;
 }
 

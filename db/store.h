@@ -89,6 +89,13 @@ typedef struct store_job {
      * precision ("fp32", "amp-bf16", "amp-fp16", from the config) and its
      * dataset's name (NULL when the dataset row is gone). */
     char *name, *tags_json, *notes, *precision, *dataset_name;
+    /* Issue 17 (migration 9): its place in the queue, higher first
+     * (JOBCFG_PRIORITY_MIN..MAX; from the config's "priority" at insert, then
+     * store_job_set_priority), and the devices its worker was given, a JSON
+     * array of strings (["cpu"], ["cuda:0","cuda:1"]); NULL while it has not
+     * started since it was last queued. */
+    int priority;
+    char *devices_json;
 } store_job;
 
 int store_job_insert(store *s, int64_t dataset_id, const char *network, const char *config_json,
@@ -117,6 +124,11 @@ int store_job_list_for(store *s, int64_t owner, store_job **out, size_t *n);
  * 0, STORE_NOT_FOUND (no such job), -1. */
 int store_job_set_meta(store *s, int64_t id, const char *name, const char *tags_json,
                        const char *notes);
+
+/* Changes a queued job's priority. 0; STORE_NOT_FOUND when there is no such
+ * job or it is not queued (nothing changed: one statement, so a job that
+ * starts meanwhile keeps its priority); -1. The range is the caller's check. */
+int store_job_set_priority(store *s, int64_t id, int priority);
 
 /* ---- the jobs list: filters, sort and keyset paging (db/job_list.c) ------ */
 
@@ -235,6 +247,7 @@ typedef struct store_eval {
     char *error;           /* reason when failed, else NULL */
     char *created_at, *started_at, *finished_at;   /* NULL until they happen */
     int64_t owner_id;      /* the user who made it; 0: none */
+    char *devices_json;    /* the devices its worker was given, as a job's (store_job) */
 } store_eval;
 
 /* Inserts an evaluation in status "queued"; *id receives its id. */
@@ -276,11 +289,18 @@ typedef enum store_work { STORE_WORK_JOB, STORE_WORK_EVAL } store_work;
 typedef struct store_queued {
     store_work kind;
     int64_t id;
+    int priority;          /* a job's; an evaluation's is 0 */
 } store_queued;
 
-/* Every queued job and evaluation, oldest first (by created_at; in the same
- * second jobs before evaluations, then by id): the order the scheduler
- * starts them in. *out is malloc'ed (NULL and 0 for none). */
+/* Every queued job and evaluation in the order the scheduler starts them:
+ * higher priority first (an evaluation has 0), then oldest (by created_at;
+ * in the same second jobs before evaluations, then by id). *out is
+ * malloc'ed (NULL and 0 for none). */
 int store_queue_list(store *s, store_queued **out, size_t *n);
+
+/* Records the devices a job's or an evaluation's worker was given, a JSON
+ * array of strings (NULL clears it); a status change back to "queued" clears
+ * it too. 0, STORE_NOT_FOUND, -1. */
+int store_set_devices(store *s, store_work kind, int64_t id, const char *devices_json);
 
 #endif

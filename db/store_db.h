@@ -21,8 +21,9 @@ void store_db_unlock(store *s);
 #define STORE_JOB_COLS "id, dataset_id, status, config_json, network, error, epoch, epochs, step, " \
                  "steps, images_per_sec, eta_seconds, created_at, started_at, finished_at, " \
                  "stopped_epoch, stopped_best_epoch, stopped_message, owner_id, name, tags, notes, " \
-                 "precision, (SELECT d.name FROM datasets d WHERE d.id = jobs.dataset_id), sweep_id"
-#define STORE_JOB_NCOLS 25
+                 "precision, (SELECT d.name FROM datasets d WHERE d.id = jobs.dataset_id), sweep_id, " \
+                 "priority, devices"
+#define STORE_JOB_NCOLS 27
 
 /* Fills *j from a row of STORE_JOB_COLS: 0, or -1 when out of memory (*j clear). */
 int store_db_read_job(sqlite3_stmt *q, store_job *j);

@@ -96,6 +96,9 @@ static const rule rules[] = {
       .doc = "images per step (the global batch, split across GPUs)" },
     { "", "seed", R_INT, 1, 0, 4294967295.0, .store = S_U64, .off = AT(seed),
       .doc = "initialisation, shuffling and dropout" },
+    { "", "priority", R_INT, 0, JOBCFG_PRIORITY_MIN, JOBCFG_PRIORITY_MAX, .store = S_INT,
+      .off = AT(priority), .doc = "the queue's order: higher starts first, then the oldest; "
+      "the owner or an admin may change it while the job waits" },
     { "", "snapshot_interval", R_INT, 1, 1, 10000, .store = S_INT, .off = AT(snapshot_interval),
       .doc = "a checkpoint every this many epochs" },
     { "", "checkpoint_metric", R_CHOICE, SNAP_VAL_ACCURACY, .names = snap_metric_names,

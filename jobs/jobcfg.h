@@ -38,6 +38,11 @@
 #define JOBCFG_ID_MAX 9007199254740991.0
 #define JOBCFG_NAME_MAX 200            /* bytes of a job's name */
 #define JOBCFG_NETWORK_NAME_MAX 63
+/* A job's priority in the queue (the "priority" rule of jobs/jobcfg.c):
+ * higher starts first, then the oldest; 0 by default. PATCH /api/v1/jobs/{id}
+ * checks a new one against the same range. */
+#define JOBCFG_PRIORITY_MIN (-100)
+#define JOBCFG_PRIORITY_MAX 100
 #define JOBCFG_JSON_MAX (64u << 20)    /* bytes of a job folder's job.json, read back */
 
 /* The devices a job asks for. The CPU, or GPUs: `count` of them, the ones in
@@ -95,6 +100,8 @@ typedef struct jobcfg {
 
     /* the run */
     int epochs, batch_size, snapshot_interval;
+    int priority;                      /* its place in the queue (JOBCFG_PRIORITY_*); the store
+                                        * keeps the current one (store_job.priority) */
     int loader_threads;                /* decoding threads; 0: what fits the machine */
     jobcfg_augment augment;
     uint64_t seed;

@@ -1,6 +1,7 @@
 /* jobs/scheduler.c: queued jobs -> `kiln worker` processes (contract in scheduler.h).
  *
- * One thread does everything: it starts queued jobs (oldest first: CPU jobs
+ * One thread does everything: it starts queued jobs (in the queue's order,
+ * store_queue_list: higher priority first, then oldest; CPU jobs
  * at most max_cpu_jobs at a time; a GPU job when every GPU it needs is free,
  * as each GPU runs one job at a time; a job asking for any N GPUs gets the
  * lowest free ones, passed to its worker as --gpus 0,1) and supervises the
@@ -40,13 +41,18 @@
  *   locked, by a worker that a server killed with -9 left behind, stays
  *   queued until that worker has died or finished (logged once), so two
  *   workers never write one folder; it is looked at again with the queue.
+ * - What starts is decided by one function, decide(): start_queued acts on
+ *   it, sched_queue_view (GET /api/v1/queue) asks it the same question
+ *   without starting anything and reports what each waiting item waits for.
+ *   The devices a worker gets are stored with its job or evaluation
+ *   (store_set_devices) as it starts.
  *
  * Two kinds of work share the queue, the devices and this loop: training
  * jobs (`kiln worker --job-dir`) and evaluations (`kiln evaluate --eval-dir`,
  * jobs/evaluation.h). A worker carries its kind; what differs between the
  * kinds (where its folder is, its status in the store, what its reports and
- * its end mean) is one row of work_kinds below. Both start oldest first from
- * one list (store_queue_list), an evaluation on the CPU taking one of the
+ * its end mean) is one row of work_kinds below. Both start in order from
+ * one list (store_queue_list; an evaluation has priority 0), an evaluation on the CPU taking one of the
  * max_cpu_jobs slots and one on a GPU taking that GPU, as a job would. An
  * evaluation ends "done" when its worker reported done, exited 0 and left a
  * readable result.json (stored with it); an evaluation interrupted by a
@@ -97,6 +103,7 @@ extern char **environ;
 #define LOG_TAIL_BYTES 4096
 #define LOG_TAIL_LINES 8
 #define LOCK_CHILD_FD 3           /* the worker's descriptor of its folder's lock (--lock-fd) */
+#define ROOM_STARTING_MAX 64      /* items about to start that a queue view names */
 
 typedef struct worker {
     store_work kind;              /* a job or an evaluation (work_kinds) */
@@ -259,8 +266,9 @@ typedef struct work_ops {
     int (*set_status)(store *st, int64_t id, const char *status, const char *error);
     /* Before its worker is spawned (jobs: metrics past the checkpoint go). */
     void (*prepare)(sched *s, int64_t id, const char *dir);
-    /* Its worker was spawned: status running. */
-    void (*started)(sched *s, int64_t id);
+    /* Its worker was spawned on GPUs gpus (0: the CPU): status running, and
+     * the devices recorded. */
+    void (*started)(sched *s, int64_t id, uint64_t gpus);
     void (*on_metric)(sched *s, worker *w, const cJSON *r);      /* NULL: not a report of it */
     void (*on_progress)(sched *s, worker *w, const cJSON *r);
     /* Its worker reported done and exited 0. */
@@ -743,21 +751,130 @@ static worker *find_worker(sched *s, store_work kind, int64_t id)
     return NULL;
 }
 
-/* The GPUs a job that asks for devices d gets, as a mask in *mask (0 for a
- * CPU job): the ones it names, or the lowest free ones. Older jobs still
- * waiting hold the GPUs in *held: the ones they name, or all of them when any
- * will do, so that a job needing several is not passed over for ever by later
- * ones needing fewer. Returns 1: start it; 0: it waits (and its GPUs join
- * *held); -1: it can never run here (err). */
-static int pick_gpus(sched *s, const jobcfg_devices *d, uint64_t *held, uint64_t *mask, char *err,
-                     size_t errlen)
+/* The devices free for the next queued item, as a look at the queue goes
+ * down it (start_queued, sched_queue_view). */
+typedef struct room {
+    uint64_t gpu_busy;            /* GPUs that workers run on (and, in a view, items about to start) */
+    uint64_t held;                /* GPUs that older waiting items wait for */
+    int ncpu;                     /* CPU slots in use */
+    /* sched_queue_view only: items that would start at this look, named in
+     * later items' reasons like workers */
+    struct { store_work kind; int64_t id; uint64_t gpus; } starting[ROOM_STARTING_MAX];
+    int nstarting;
+} room;
+
+static room room_now(const sched *s)
+{
+    room r;
+    memset(&r, 0, sizeof r);
+    r.gpu_busy = s->gpu_busy;
+    r.ncpu = s->ncpu_workers;
+    return r;
+}
+
+/* Appends to buf ("" first) the work on the CPU (gpu < 0) or on GPU gpu:
+ * "job 4", "jobs 4, 5", "job 4, evaluation 2". */
+static void name_users(const sched *s, const room *r, int gpu, char *buf, size_t n)
+{
+    store_work kinds[64];
+    int64_t ids[64];
+    int k = 0;
+    for (const worker *w = s->workers; w && k < 64; w = w->next)
+        if (gpu < 0 ? !w->gpus : (w->gpus >> gpu) & 1) {
+            kinds[k] = w->kind;
+            ids[k++] = w->id;
+        }
+    for (int i = 0; i < r->nstarting && k < 64; i++)
+        if (gpu < 0 ? !r->starting[i].gpus : (r->starting[i].gpus >> gpu) & 1) {
+            kinds[k] = r->starting[i].kind;
+            ids[k++] = r->starting[i].id;
+        }
+    bool all_jobs = true;
+    for (int i = 0; i < k; i++)
+        all_jobs &= kinds[i] == STORE_WORK_JOB;
+    size_t used = strlen(buf);
+    for (int i = 0; i < k && used < n; i++) {
+        const char *noun = all_jobs ? (i ? "" : k > 1 ? "jobs " : "job ")
+                                    : kinds[i] == STORE_WORK_JOB ? "job " : "evaluation ";
+        int w = snprintf(buf + used, n - used, "%s%s%lld", i ? ", " : "", noun, (long long)ids[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Why a GPU is not free: "used by job 7", "kept for an item ahead in the queue". */
+static void gpu_why(const sched *s, const room *r, int gpu, char *buf, size_t n)
+{
+    size_t used = strlen(buf);
+    if ((r->gpu_busy >> gpu) & 1) {
+        snprintf(buf + used, n - used, "used by ");
+        name_users(s, r, gpu, buf, n);
+    } else {
+        snprintf(buf + used, n - used, "waited for by a job ahead in the queue");
+    }
+}
+
+/* What a waiting item asking for d waits for, into why: "a free CPU slot
+ * (2 of 2 in use by jobs 4, 5)", "GPU 1 (used by job 7)", "2 GPUs (1 free)". */
+static void describe_wait(const sched *s, const room *r, const jobcfg_devices *d, uint64_t taken,
+                          char *why, size_t n)
+{
+    if (d->kind != BACKEND_CUDA || d->count == 0) {
+        snprintf(why, n, "a free CPU slot (%d of %d in use by ", r->ncpu, s->max_jobs);
+        name_users(s, r, -1, why, n);
+        size_t used = strlen(why);
+        snprintf(why + used, n - used, ")");
+        return;
+    }
+    if (!d->listed) {
+        uint64_t all = s->ngpus >= 64 ? ~0ULL : (1ULL << s->ngpus) - 1;
+        snprintf(why, n, "%d GPU%s (%d free)", d->count, d->count == 1 ? "" : "s",
+                 __builtin_popcountll(all & ~taken));
+        return;
+    }
+    snprintf(why, n, "GPU%s ", d->count == 1 ? "" : "s");
+    for (int k = 0; k < d->count; k++) {
+        size_t used = strlen(why);
+        snprintf(why + used, n - used, "%s%d", k ? ", " : "", d->ids[k]);
+    }
+    const char *sep = " (";
+    for (int k = 0; k < d->count; k++) {
+        if (!((taken >> d->ids[k]) & 1))
+            continue;
+        size_t used = strlen(why);
+        if (d->count == 1)
+            snprintf(why + used, n - used, "%s", sep);
+        else
+            snprintf(why + used, n - used, "%sGPU %d ", sep, d->ids[k]);
+        gpu_why(s, r, d->ids[k], why, n);
+        sep = "; ";
+    }
+    size_t used = strlen(why);
+    snprintf(why + used, n - used, ")");
+}
+
+/* The one rule of what starts: whether an item asking for devices d starts
+ * now in room r, and on which GPUs (*mask; 0 for the CPU): the ones it
+ * names, or the lowest free ones; a CPU item when fewer than max_cpu_jobs
+ * CPU items run. Older items still waiting hold GPUs in r->held: the ones
+ * they name, or all of them when any will do, so that a job needing several
+ * is not passed over for ever by later ones needing fewer. Returns 1: it
+ * starts; 0: it waits (its GPUs join r->held; why, when not NULL, says what
+ * for); -1: it can never run here (err). The caller moves r on after a start
+ * (room_take). */
+static int decide(const sched *s, const jobcfg_devices *d, room *r, uint64_t *mask, char *why,
+                  size_t whylen, char *err, size_t errlen)
 {
     int want = d->kind == BACKEND_CUDA ? d->count : 0;
     bool listed = d->listed;
     const int *ids = d->ids;
     *mask = 0;
-    if (want == 0)
-        return 1;
+    if (want == 0) {
+        if (r->ncpu < s->max_jobs)
+            return 1;
+        if (why)
+            describe_wait(s, r, d, 0, why, whylen);
+        return 0;
+    }
     if (want > s->ngpus) {
         set_err(err, errlen, "the job asks for %d GPUs, but this machine has %d", want, s->ngpus);
         return -1;
@@ -772,7 +889,7 @@ static int pick_gpus(sched *s, const jobcfg_devices *d, uint64_t *held, uint64_t
         need |= 1ULL << ids[k];
     }
     uint64_t all = s->ngpus >= 64 ? ~0ULL : (1ULL << s->ngpus) - 1;
-    uint64_t taken = s->gpu_busy | *held;
+    uint64_t taken = r->gpu_busy | r->held;
     if (!listed)
         for (int i = 0, got = 0; i < s->ngpus && got < want; i++)
             if (!(taken & (1ULL << i))) {
@@ -783,8 +900,17 @@ static int pick_gpus(sched *s, const jobcfg_devices *d, uint64_t *held, uint64_t
         *mask = need;
         return 1;
     }
-    *held |= listed ? need : all;
+    if (why)
+        describe_wait(s, r, d, taken, why, whylen);
+    r->held |= listed ? need : all;
     return 0;
+}
+
+/* An item started on GPUs gpus (0: the CPU): r counts its devices as used. */
+static void room_take(room *r, uint64_t gpus)
+{
+    r->gpu_busy |= gpus;
+    r->ncpu += !gpus;
 }
 
 /* A job's status and age, for work_ops.peek. */
@@ -841,7 +967,35 @@ static void eval_prepare(sched *s, int64_t id, const char *dir)
         unlink(path);
 }
 
-static void job_started(sched *s, int64_t id)
+/* The devices of a worker on GPUs gpus (0: the CPU) as the store keeps them:
+ * ["cpu"] or ["cuda:0","cuda:2"]. */
+static void devices_json(uint64_t gpus, char *buf, size_t n)
+{
+    if (!gpus) {
+        snprintf(buf, n, "[\"cpu\"]");
+        return;
+    }
+    size_t used = 0;
+    buf[used++] = '[';
+    for (int i = 0; i < 64 && used < n; i++)
+        if ((gpus >> i) & 1) {
+            int k = snprintf(buf + used, n - used, "%s\"cuda:%d\"", used > 1 ? "," : "", i);
+            used += k > 0 ? (size_t)k : 0;
+        }
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+static void record_devices(sched *s, store_work kind, int64_t id, uint64_t gpus)
+{
+    char json[64 * 12 + 4];
+    devices_json(gpus, json, sizeof json);
+    if (store_set_devices(s->st, kind, id, json) != 0)
+        fprintf(stderr, "kiln: scheduler: %s %lld: could not store its devices\n",
+                ops_of(kind)->noun, (long long)id);
+}
+
+static void job_started(sched *s, int64_t id, uint64_t gpus)
 {
     store_job j;
     if (store_job_get(s->st, id, &j) == 0) {
@@ -849,12 +1003,14 @@ static void job_started(sched *s, int64_t id)
         store_job_clear(&j);
     }
     store_job_set_status(s->st, id, "running", NULL);
+    record_devices(s, STORE_WORK_JOB, id, gpus);
     publish_status(s, id, "running", NULL);
 }
 
-static void eval_started(sched *s, int64_t id)
+static void eval_started(sched *s, int64_t id, uint64_t gpus)
 {
     store_eval_set_status(s->st, id, "running", NULL);
+    record_devices(s, STORE_WORK_EVAL, id, gpus);
 }
 
 static const work_ops work_kinds[] = {
@@ -933,9 +1089,9 @@ static int lock_folder(sched *s, store_work kind, int64_t id, const char *dir, i
     return 0;
 }
 
-/* Starts one queued job or evaluation, if its device is free (held:
- * pick_gpus). Returns true when a worker now runs it. Lock held. */
-static bool start_work(sched *s, store_work kind, int64_t id, uint64_t *held)
+/* Starts one queued job or evaluation, if its devices are free in r
+ * (decide). Returns true when a worker now runs it. Lock held. */
+static bool start_work(sched *s, store_work kind, int64_t id, room *r)
 {
     const work_ops *ops = ops_of(kind);
     char dir[PATH_MAX], err[512], status[16];
@@ -960,12 +1116,12 @@ static bool start_work(sched *s, store_work kind, int64_t id, uint64_t *held)
     uint64_t gpus;
     jobcfg_devices want;
     int pick = queued_devices(s, kind, id, dir, &want, err, sizeof err) != 0
-               ? -1 : pick_gpus(s, &want, held, &gpus, err, sizeof err);
+               ? -1 : decide(s, &want, r, &gpus, NULL, 0, err, sizeof err);
     if (pick < 0) {
         ops->end(s, id, "failed", err);
         return false;
     }
-    if (pick == 0 || (!gpus && s->ncpu_workers >= s->max_jobs))
+    if (pick == 0)
         return false;                        /* its GPUs or the CPU are busy: it waits */
     int lock_fd = -1;
     if (ops->lock) {
@@ -999,20 +1155,21 @@ static bool start_work(sched *s, store_work kind, int64_t id, uint64_t *held)
         worker_free(w);
         return false;
     }
-    ops->started(s, id);
+    ops->started(s, id, w->gpus);
     fprintf(stderr, "kiln: %s %lld: started worker %d\n", ops->noun, (long long)id, (int)w->pid);
 
     queued_drop(s, kind, id);
     s->gpu_busy |= w->gpus;
     s->ncpu_workers += !w->gpus;
+    room_take(r, w->gpus);
     w->next = s->workers;
     s->workers = w;
     s->nworkers++;
     return true;
 }
 
-/* Starts queued jobs and evaluations, oldest first across both, while there
- * is room. Every queued job's stream is open, so that an SSE reader of a job
+/* Starts queued jobs and evaluations in the queue's order (store_queue_list:
+ * priority, then oldest, across both), while there is room. Every queued job's stream is open, so that an SSE reader of a job
  * still waiting waits with it (instead of being told the job is not live).
  * Lock held. */
 static void start_queued(sched *s)
@@ -1024,10 +1181,10 @@ static void start_queued(sched *s)
     for (size_t i = 0; i < n; i++)
         if (q[i].kind == STORE_WORK_JOB)
             hub_open(s->h, q[i].id);
-    uint64_t held = 0;
+    room r = room_now(s);
     for (size_t i = 0; i < n; i++)
         if (!find_worker(s, q[i].kind, q[i].id))
-            start_work(s, q[i].kind, q[i].id, &held);
+            start_work(s, q[i].kind, q[i].id, &r);
     free(q);
 }
 
@@ -1279,6 +1436,85 @@ fail:
     pthread_mutex_destroy(&s->mu);
     free(s);
     return NULL;
+}
+
+/* What queued item q waits for in room r, as start_work would decide it
+ * (without starting it), into why; r moves on as if it had started when it
+ * would. Lock held. */
+static void view_wait(sched *s, const store_queued *q, room *r, char *why, size_t n)
+{
+    const work_ops *ops = ops_of(q->kind);
+    char dir[PATH_MAX], err[512];
+    jobcfg_devices want;
+    uint64_t gpus = 0;
+    if (ops->dir(dir, sizeof dir, s->data_dir, q->id) != 0 || !file_exists(dir, ops->config)) {
+        snprintf(why, n, "its %s to be written", ops->config);
+        return;
+    }
+    if (queued_devices(s, q->kind, q->id, dir, &want, err, sizeof err) != 0) {
+        snprintf(why, n, "nothing: it cannot start (%.180s)", err);
+        return;
+    }
+    int rc = decide(s, &want, r, &gpus, why, n, err, sizeof err);
+    if (rc < 0) {
+        snprintf(why, n, "nothing: it cannot run here (%.180s)", err);
+        return;
+    }
+    if (rc == 0)
+        return;
+    const queued_job *qj = *queued_at(s, q->kind, q->id);
+    if (qj && qj->lock_logged) {
+        snprintf(why, n, "a worker of an earlier server to release its folder");
+        return;
+    }
+    snprintf(why, n, "nothing: its devices are free, it starts now");
+    if (r->nstarting < ROOM_STARTING_MAX) {
+        r->starting[r->nstarting].kind = q->kind;
+        r->starting[r->nstarting].id = q->id;
+        r->starting[r->nstarting++].gpus = gpus;
+    }
+    room_take(r, gpus);
+}
+
+int sched_queue_view(sched *s, sched_queue_item **out, size_t *n)
+{
+    store_queued *q = NULL;
+    size_t nq = 0;
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&s->mu);
+    int ret = -1;
+    if (store_queue_list(s->st, &q, &nq) != 0)
+        goto out;
+    size_t cap = (size_t)s->nworkers + nq;
+    sched_queue_item *items = cap ? calloc(cap, sizeof *items) : NULL;
+    if (cap && !items)
+        goto out;
+    size_t k = (size_t)s->nworkers;
+    for (const worker *w = s->workers; w; w = w->next) {   /* newest first: filled from the end */
+        sched_queue_item *it = &items[--k];
+        it->kind = w->kind;
+        it->id = w->id;
+        it->running = true;
+        it->gpus = w->gpus;
+    }
+    k = (size_t)s->nworkers;
+    room r = room_now(s);
+    for (size_t i = 0; i < nq; i++) {
+        if (find_worker(s, q[i].kind, q[i].id))
+            continue;                        /* started since the store said queued */
+        sched_queue_item *it = &items[k++];
+        it->kind = q[i].kind;
+        it->id = q[i].id;
+        view_wait(s, &q[i], &r, it->why, sizeof it->why);
+    }
+    *out = items;
+    *n = k;
+    ret = 0;
+out:
+    pthread_mutex_unlock(&s->mu);
+    free(q);
+    return ret;
 }
 
 void sched_wake(sched *s)

@@ -1,6 +1,7 @@
 /* jobs/scheduler.h: runs queued jobs as `kiln worker` processes.
  *
- * Ordering: queued jobs start oldest first: CPU jobs at most max_cpu_jobs at a
+ * Ordering: queued jobs start in the queue's order (store_queue_list: higher
+ * priority first, then oldest): CPU jobs at most max_cpu_jobs at a
  * time, GPU jobs when every GPU they need is free (a GPU runs one job at a
  * time; a waiting job keeps later ones off the GPUs it waits for).
  * Each job runs in its own process (crash isolation): the worker reports JSON
@@ -22,6 +23,7 @@
 #ifndef KILN_JOBS_SCHEDULER_H
 #define KILN_JOBS_SCHEDULER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "db/store.h"
@@ -50,6 +52,26 @@ void sched_wake(sched *s);
 int sched_cancel(sched *s, int64_t job_id);
 /* The same for an evaluation. */
 int sched_cancel_eval(sched *s, int64_t eval_id);
+
+#define SCHED_WHY_MAX 256
+
+/* One item of the queue as the scheduler sees it (sched_queue_view). */
+typedef struct sched_queue_item {
+    store_work kind;            /* a job or an evaluation */
+    int64_t id;
+    bool running;               /* a worker runs it; else it waits in the queue */
+    uint64_t gpus;              /* running: bit i, GPU i; 0: the CPU */
+    char why[SCHED_WHY_MAX];    /* waiting: what for, in words, from the rule that starts
+                                 * work ("a free CPU slot (1 of 1 in use by job 4)",
+                                 * "GPU 1 (used by job 7)", "2 GPUs (1 free)", or
+                                 * "nothing: ..." when it starts at the next look) */
+} sched_queue_item;
+
+/* The running items (in the order they started), then the waiting ones in
+ * the order they will start, each with what it waits for. *out is malloc'ed
+ * (free it; NULL when *n is 0). 0, or -1 on a store error or out of memory. */
+int sched_queue_view(sched *s, sched_queue_item **out, size_t *n);
+
 /* Which work runs on each GPU (the scheduler's own assignment): for GPU i <
  * n, kind_out[i] and id_out[i] (0: none) are what runs on it now. Returns how
  * many GPUs the scheduler shares out (may exceed n). For the hardware panel. */

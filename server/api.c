@@ -39,6 +39,7 @@
 #include "server/model.h"          /* model_handle */
 #include "server/snapshots_view.h" /* snapshots_handle */
 #include "server/openapi.h"        /* kiln_openapi_json */
+#include "server/queue.h"          /* queue_handle */
 #include "server/render.h"
 #include "server/sse.h"            /* sse_handle */
 #include "server/sweeps.h"         /* the sweep routes */
@@ -594,8 +595,10 @@ static int answer_job(request *r, unsigned status, int64_t id)
     return http_json(r, status, o);
 }
 
-/* PATCH /api/v1/jobs/:id {"name"?, "tags"?, "notes"?} (server/jobs_list.h):
- * the owner or an admin edits; answers the job. */
+/* PATCH /api/v1/jobs/:id {"name"?, "tags"?, "notes"?, "priority"?}
+ * (server/jobs_list.h): the owner or an admin edits; answers the job. A new
+ * priority goes first, and only while the job is queued (409 job_not_queued,
+ * nothing changed); the scheduler then looks at the queue again. */
 static int h_job_patch(request *r)
 {
     enum MHD_Result answered;
@@ -612,8 +615,17 @@ static int h_job_patch(request *r)
         job_edit_free(&ed);
         return answered;
     }
-    rc = ed.name || ed.tags_json || ed.notes ? store_job_set_meta(r->srv->st, r->id, ed.name, ed.tags_json, ed.notes)
-                                             : 0;
+    rc = ed.has_priority ? store_job_set_priority(r->srv->st, r->id, ed.priority) : 0;
+    if (rc == STORE_NOT_FOUND) {
+        job_edit_free(&ed);
+        return http_error(r, 409, "job_not_queued", "job %lld is no longer queued: its priority "
+                          "changes only while it waits", (long long)r->id);
+    }
+    if (ed.has_priority && rc == 0)
+        sched_wake(r->srv->sched);
+    if (rc == 0)
+        rc = ed.name || ed.tags_json || ed.notes ? store_job_set_meta(r->srv->st, r->id, ed.name, ed.tags_json, ed.notes)
+                                                 : 0;
     job_edit_free(&ed);
     if (rc == STORE_NOT_FOUND)
         return lookup_not_found(r, "job", r->id);
@@ -885,6 +897,7 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/datasets/:id/samples", .fn = dsview_samples },
     { .method = "GET", .pattern = "/api/v1/datasets/:id/image.png", .fn = dsview_image },
     { .method = "GET", .pattern = "/api/v1/datasets/:id/mean.png", .fn = dsview_mean },
+    { .method = "GET", .pattern = "/api/v1/queue", .fn = queue_handle },
     { .method = "GET", .pattern = "/api/v1/jobs", .fn = jobs_list_handle },
     { .method = "POST", .pattern = "/api/v1/jobs", .fn = h_job_create, .body = BODY_JSON },
     { .method = "GET", .pattern = "/api/v1/jobs/:id", .fn = h_job_get },

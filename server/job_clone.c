@@ -37,6 +37,10 @@ static cJSON *source_request(const store_job *j, api_error *e)
         cJSON_DeleteItemFromObjectCaseSensitive(req, "name");
         cJSON_AddItemToObject(req, "name", name);
     }
+    /* Its priority as it is now, likewise (PATCH changes it while it waits). */
+    cJSON *prio = req ? cJSON_GetObjectItemCaseSensitive(req, "priority") : NULL;
+    if (cJSON_IsNumber(prio))
+        cJSON_SetNumberValue(prio, j->priority);
     return req;
 }
 

@@ -1,5 +1,5 @@
 /* server/jobs_list.c: GET /api/v1/jobs with filters, search, sort and keyset
- * paging, and the PATCH body of a job's name, tags and notes (contract in
+ * paging, and the PATCH body of a job's name, tags, notes and priority (contract in
  * jobs_list.h).
  *
  * The cursor is opaque to clients: base64url (no padding) of
@@ -364,11 +364,24 @@ bad:
     return api_fail(e, 400, "invalid_field", rule, JOB_TAGS_MAX, JOB_TAG_MAX);
 }
 
+/* "priority": an integer in jobcfg's range (the same rule as at creation). */
+static int edit_priority(const cJSON *f, job_edit *out, api_error *e)
+{
+    double v = cJSON_IsNumber(f) ? f->valuedouble : 0.5;
+    if (v != (double)(long long)v || v < JOBCFG_PRIORITY_MIN || v > JOBCFG_PRIORITY_MAX)
+        return api_fail(e, 400, "invalid_field", "priority must be an integer from %d to %d",
+                        JOBCFG_PRIORITY_MIN, JOBCFG_PRIORITY_MAX);
+    out->has_priority = true;
+    out->priority = (int)v;
+    return 0;
+}
+
 int job_edit_parse(const cJSON *body, job_edit *out, api_error *e)
 {
     memset(out, 0, sizeof *out);
     if (!cJSON_IsObject(body))
-        return api_fail(e, 400, "invalid_request", "the body must be a JSON object with name, tags or notes");
+        return api_fail(e, 400, "invalid_request", "the body must be a JSON object with name, tags, notes "
+                        "or priority");
     const cJSON *f;
     int rc = 0;
     cJSON_ArrayForEach(f, body) {
@@ -378,9 +391,11 @@ int job_edit_parse(const cJSON *body, job_edit *out, api_error *e)
             rc = edit_text(f, "notes", JOB_NOTES_MAX, true, &out->notes, e);
         else if (!strcmp(f->string, "tags") && !out->tags_json)
             rc = edit_tags(f, &out->tags_json, e);
+        else if (!strcmp(f->string, "priority") && !out->has_priority)
+            rc = edit_priority(f, out, e);
         else
             rc = api_fail(e, 400, "unknown_field", "unknown field \"%.64s\": a job's PATCH takes name, "
-                          "tags and notes", f->string);
+                          "tags, notes and priority", f->string);
         if (rc != 0) {
             job_edit_free(out);
             return -1;
@@ -424,7 +439,9 @@ cJSON *job_edit_schema(void)
     bool ok = o && cJSON_AddNumberToObject(o, "name_max_bytes", JOBCFG_NAME_MAX) &&
               cJSON_AddNumberToObject(o, "tags_max", JOB_TAGS_MAX) &&
               cJSON_AddNumberToObject(o, "tag_max_bytes", JOB_TAG_MAX) &&
-              cJSON_AddNumberToObject(o, "notes_max_bytes", JOB_NOTES_MAX);
+              cJSON_AddNumberToObject(o, "notes_max_bytes", JOB_NOTES_MAX) &&
+              cJSON_AddNumberToObject(o, "priority_min", JOBCFG_PRIORITY_MIN) &&
+              cJSON_AddNumberToObject(o, "priority_max", JOBCFG_PRIORITY_MAX);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

@@ -35,12 +35,15 @@ int jobs_list_handle(request *r);
  * Owned; free with job_edit_free. */
 typedef struct job_edit {
     char *name, *tags_json, *notes;
+    bool has_priority;                 /* "priority" given (issue 17): a queued job's new one */
+    int priority;                      /* JOBCFG_PRIORITY_MIN..MAX */
 } job_edit;
 
-/* Reads a PATCH /api/v1/jobs/{id} body ({"name"?, "tags"?, "notes"?}; null
- * name or notes clear it, null tags empty them): 0, or -1 with e filled (400
- * unknown_field, invalid_field naming the field and its limit; 500 out of
- * memory). */
+/* Reads a PATCH /api/v1/jobs/{id} body ({"name"?, "tags"?, "notes"?,
+ * "priority"?}; null name or notes clear it, null tags empty them): 0, or -1
+ * with e filled (400 unknown_field, invalid_field naming the field and its
+ * limit; 500 out of memory). Whether the job may still change its priority
+ * (only while queued: 409 otherwise) is the handler's. */
 int job_edit_parse(const cJSON *body, job_edit *out, api_error *e);
 void job_edit_free(job_edit *ed);
 

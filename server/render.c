@@ -163,6 +163,17 @@ double render_job_progress(const store_job *j)
     return p < 0 ? 0 : p > 1 ? 1 : p;
 }
 
+/* The devices a worker was given (the store's JSON array text) as an array;
+ * null when it has none (not started since it was queued) or it is unreadable. */
+static cJSON *render_assigned(const char *devices_json)
+{
+    cJSON *a = devices_json ? cJSON_Parse(devices_json) : NULL;
+    if (cJSON_IsArray(a))
+        return a;
+    cJSON_Delete(a);
+    return cJSON_CreateNull();
+}
+
 cJSON *render_job(store *st, const store_job *j)
 {
     cJSON *o = cJSON_CreateObject();
@@ -194,6 +205,8 @@ cJSON *render_job(store *st, const store_job *j)
     ok &= add_item(o, "stopped_early", render_stopped_early(j));
     cJSON *config = j->config_json ? cJSON_Parse(j->config_json) : NULL;
     ok &= add_item(o, "devices", render_job_devices(config));
+    ok &= add_item(o, "assigned_devices", render_assigned(j->devices_json));
+    ok &= add_num(o, "priority", j->priority);
     ok &= add_item(o, "config", config ? config : cJSON_CreateNull());
 
     cJSON *metrics = cJSON_CreateObject();
@@ -279,6 +292,7 @@ cJSON *render_evaluation(const store_eval *e, bool full)
               add_str(o, "error", e->error) && add_str(o, "created_at", e->created_at) &&
               add_str(o, "started_at", e->started_at) && add_str(o, "finished_at", e->finished_at) &&
               add_num(o, "owner_id", e->owner_id > 0 ? (double)e->owner_id : NAN) &&
+              add_item(o, "assigned_devices", render_assigned(e->devices_json)) &&
               add_item(o, "result", eval_result(e->result_json, full));
     if (!ok) {
         cJSON_Delete(o);

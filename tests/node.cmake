@@ -36,6 +36,8 @@ kiln_node_test(integration_infer  tests/integration/infer.test.mjs  integration 
 kiln_node_test(integration_snapshots tests/integration/snapshots.test.mjs integration 900)
 kiln_node_test(integration_auth   tests/integration/auth.test.mjs   integration 600)
 kiln_node_test(integration_frontdoor tests/integration/frontdoor.test.mjs integration 300)
+kiln_node_test(integration_queue  tests/integration/queue.test.mjs  integration 300)
+kiln_node_test(browser_queue    tests/browser/queue.test.mjs    browser     300)
 kiln_node_test(browser_dashboard  tests/browser/dashboard.test.mjs  browser     1200)
 # ONNX export against ONNX Runtime; kiln's side is tests/tools/kiln_predict.
 kiln_node_test(integration_onnx   tests/integration/onnx.test.mjs   integration 2400)

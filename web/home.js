@@ -5,6 +5,7 @@
 import { get, post, request, getSchema, uploadDataset, ApiError } from './api.js';
 import { buildJobForm } from './jobform.js';
 import { sweepsCard } from './sweep.js';
+import { queueCard } from './queue.js';
 import { buildJobsTable } from './jobstable.js';
 import { hardwareCard } from './hardware.js';
 import {
@@ -27,6 +28,7 @@ export function renderHome(root) {
   const uploadForm = buildUploadForm(state, refresh);
   const jobForm = buildJobForm(state);
   const sweeps = sweepsCard();          // its own section and refresh (sweep.js)
+  const queue = queueCard();            // its own section and refresh (queue.js)
   const hardware = hardwareCard();      // its own section and refresh (hardware.js)
   const newJobCard = h('section', { class: 'card', id: 'newjob-card', 'aria-labelledby': 'newjob-title' },
     h('div', { class: 'card-head' }, h('h2', { id: 'newjob-title' }, 'New training job')),
@@ -42,6 +44,7 @@ export function renderHome(root) {
             onclick: () => { newJobCard.scrollIntoView({ behavior: 'smooth' }); document.getElementById('job-dataset')?.focus({ preventScroll: true }); } },
           'New job'))),
       jobsTable.el),
+    queue.el,
     h('section', { class: 'grid' },
       h('section', { class: 'card span-2', 'aria-labelledby': 'datasets-title' },
         h('div', { class: 'card-head' }, h('h2', { id: 'datasets-title' }, 'Datasets')),
@@ -89,7 +92,7 @@ export function renderHome(root) {
 
   refresh();
   state.timer = setInterval(refresh, REFRESH_MS);
-  return () => { state.alive = false; clearInterval(state.timer); sweeps.stop(); hardware.stop(); };
+  return () => { state.alive = false; clearInterval(state.timer); sweeps.stop(); queue.stop(); hardware.stop(); };
 }
 
 function showError(el, e) {

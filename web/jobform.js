@@ -161,6 +161,7 @@ export function buildJobForm(state) {
   const seed = number('job-seed');
   const snapshot = number('job-snapshot');
   const loaderThreads = number('job-loader-threads');
+  const priority = number('job-priority');
 
   // Snapshots and early stopping: which snapshot is best, how many to keep,
   // and the "early_stopping" object, sent only when the box is ticked.
@@ -187,7 +188,7 @@ export function buildJobForm(state) {
     ['solver.label_smoothing', smoothing], ['solver.larc.eta', larcEta], ['lr_policy.warmup_epochs', warmup],
     ['augmentation.crop', crop], ['augmentation.pad', pad], ['loader_threads', loaderThreads],
     ['keep_checkpoints', keepCheckpoints], ['early_stopping.patience', esPatience],
-    ['early_stopping.min_delta', esMinDelta],
+    ['early_stopping.min_delta', esMinDelta], ['priority', priority],
   ];
 
   const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
@@ -235,7 +236,7 @@ export function buildJobForm(state) {
       field('job-snapshot', 'Snapshot interval', snapshot, 'epochs between checkpoints')),
     h('div', { class: 'field-row' },
       field('job-loader-threads', 'Loader threads', loaderThreads, 'decoding and augmentation; 0: automatic'),
-      h('div')),
+      field('job-priority', 'Priority', priority, 'in the queue: higher starts first')),
     h('p', { class: 'advanced-head' }, 'Snapshots and early stopping'),
     h('div', { class: 'field-row' },
       field('job-checkpoint-metric', 'Best snapshot by', checkpointMetric),
@@ -611,6 +612,7 @@ export function buildJobForm(state) {
     optional(body, 'seed', 'seed', seed, 'Seed');
     optional(body, 'snapshot_interval', 'snapshot_interval', snapshot, 'Checkpoint interval');
     optional(body, 'loader_threads', 'loader_threads', loaderThreads, 'Loader threads');
+    optional(body, 'priority', 'priority', priority, 'Priority');
     if (checkpointMetric.value !== rule('checkpoint_metric').default) body.checkpoint_metric = checkpointMetric.value;
     optional(body, 'keep_checkpoints', 'keep_checkpoints', keepCheckpoints, 'Keep snapshots');
     if (earlyStop.input.checked) {
@@ -638,7 +640,7 @@ export function buildJobForm(state) {
       'lr_policy.type': policy, 'lr_policy.warmup_epochs': warmup, 'lr_policy': policy,
       augmentation: crop, 'augmentation.crop': crop, 'augmentation.pad': pad, 'augmentation.mirror': mirror.input,
       loader_threads: loaderThreads, checkpoint_metric: checkpointMetric, keep_checkpoints: keepCheckpoints,
-      early_stopping: earlyStop.input, 'early_stopping.metric': esMetric, 'early_stopping.patience': esPatience,
+      priority, early_stopping: earlyStop.input, 'early_stopping.metric': esMetric, 'early_stopping.patience': esPatience,
       'early_stopping.min_delta': esMinDelta,
     };
     for (const [k, input] of Object.entries(policyInputs)) byPath[`lr_policy.${k}`] = input;

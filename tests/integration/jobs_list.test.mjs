@@ -254,7 +254,8 @@ test('PATCH /jobs/{id}: the owner or an admin edits name, tags and notes; the li
   assert.equal(r.body.tags.length, 20);
   // the limits are published
   const schema = (await api(base, 'GET', '/api/v1/schema', undefined, as('bob'))).body;
-  assert.deepEqual(schema.job_edit, { name_max_bytes: 200, tags_max: 20, tag_max_bytes: 40, notes_max_bytes: 10000 });
+  assert.deepEqual(schema.job_edit, { name_max_bytes: 200, tags_max: 20, tag_max_bytes: 40, notes_max_bytes: 10000,
+    priority_min: -100, priority_max: 100 });
   assert.equal(schema.jobs_list.limit_max, 500);
   assert.equal(schema.jobs_list.limit_default, 50);
 });

@@ -241,21 +241,32 @@ static store_job wait_status(fixture *f, int64_t id, const char *want, double ti
     }
 }
 
-/* The job's hub events, in order. */
-static size_t read_events(fixture *f, int64_t id, hub_event *ev, size_t max, bool *ended)
-{
-    bool live, gap;
-    size_t n = hub_read(f->h, id, 0, ev, max, &live, ended, &gap);
-    assert_true(live);
-    assert_false(gap);
-    return n;
-}
-
 static void clear_events(hub_event *ev, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         hub_event_clear(&ev[i]);
 }
+
+/* The job's hub events, in order, once its stream has ended (every caller
+ * reads a job whose final status is stored: the scheduler stores it just
+ * before it publishes the final event and ends the stream, so a reader may
+ * come in between; it waits up to 5 s, then returns what is there). */
+static size_t read_events(fixture *f, int64_t id, hub_event *ev, size_t max, bool *ended)
+{
+    bool live, gap;
+    size_t n = 0;
+    for (int tries = 0; tries < 500; tries++) {
+        n = hub_read(f->h, id, 0, ev, max, &live, ended, &gap);
+        if (*ended || tries == 499)
+            break;
+        clear_events(ev, n);
+        sleep_ms(10);
+    }
+    assert_true(live);
+    assert_false(gap);
+    return n;
+}
+
 
 static void a_finished_worker_is_done_with_its_metrics(void **state)
 {
@@ -449,6 +460,17 @@ static void assert_gpus(fixture *f, int64_t id, const char *want)
     free(got);
 }
 
+/* The devices stored with job id (store_set_devices). */
+static void assert_devices(fixture *f, int64_t id, const char *want)
+{
+    store_job j;
+    assert_int_equal(store_job_get(f->st, id, &j), 0);
+    if (!j.devices_json || strcmp(j.devices_json, want) != 0)
+        fail_msg("job %lld: devices %s, want %s", (long long)id, j.devices_json ? j.devices_json : "NULL",
+                 want);
+    store_job_clear(&j);
+}
+
 static void assert_queued(fixture *f, int64_t id)
 {
     store_job j;
@@ -499,6 +521,31 @@ static void gpu_jobs_get_their_own_gpus(void **state)
     assert_queued(f, e);
     assert_queued(f, g);
     assert_queued(f, old);
+    /* The devices each worker got are stored with its job ... */
+    assert_devices(f, a, "[\"cuda:0\",\"cuda:1\"]");
+    assert_devices(f, c, "[\"cpu\"]");
+    assert_devices(f, d, "[\"cuda:2\"]");
+    /* ... and the view says what the waiting ones wait for, from the same rule. */
+    sched_queue_item *v = NULL;
+    size_t nv = 0;
+    assert_int_equal(sched_queue_view(f->s, &v, &nv), 0);
+    assert_int_equal(nv, 7);
+    int64_t run_ids[] = { a, c, d };
+    uint64_t run_gpus[] = { 3, 0, 4 };
+    for (int i = 0; i < 3; i++)
+        assert_true(v[i].running && v[i].id == run_ids[i] && v[i].gpus == run_gpus[i]);
+    char want[4][96];
+    snprintf(want[0], sizeof want[0], "GPU 1 (used by job %lld)", (long long)a);
+    snprintf(want[1], sizeof want[1], "2 GPUs (0 free)");
+    snprintf(want[2], sizeof want[2], "1 GPU (0 free)");
+    snprintf(want[3], sizeof want[3], "GPU 2 (used by job %lld)", (long long)d);
+    int64_t wait_ids[] = { b, e, g, old };
+    for (int i = 0; i < 4; i++) {
+        assert_false(v[3 + i].running);
+        assert_int_equal(v[3 + i].id, wait_ids[i]);
+        assert_string_equal(v[3 + i].why, want[i]);
+    }
+    free(v);
 
     trapped_wait(f, a);
     assert_int_equal(sched_cancel(f->s, a), 0);
@@ -523,6 +570,61 @@ static void gpu_jobs_get_their_own_gpus(void **state)
         j = wait_status(f, all[i], "cancelled", 5);
         store_job_clear(&j);
     }
+}
+
+/* Priority before age: of the queued jobs the highest starts first (one CPU
+ * slot), a change while queued reorders them, a running job's cannot change;
+ * the view says what each waits for and the order it will start them in. */
+static void priority_orders_the_queue(void **state)
+{
+    fixture *f = *state;
+    int64_t first = add_job(f, "wait", true);
+    int64_t plain = add_job(f, "done", true);
+    int64_t urgent = add_job(f, "done", true);
+    int64_t later = add_job(f, "done", true);
+    assert_int_equal(store_job_set_priority(f->st, first, 9), 0);   /* starts first, and waits */
+    assert_int_equal(store_job_set_priority(f->st, urgent, 5), 0);
+    start(f, 1);
+    store_job j = wait_status(f, first, "running", 10);
+    store_job_clear(&j);
+    assert_devices(f, first, "[\"cpu\"]");
+    assert_int_equal(store_job_set_priority(f->st, first, 0), STORE_NOT_FOUND);
+
+    sched_queue_item *v = NULL;
+    size_t n = 0;
+    assert_int_equal(sched_queue_view(f->s, &v, &n), 0);
+    assert_int_equal(n, 4);
+    assert_true(v[0].running && v[0].id == first);
+    int64_t order[] = { urgent, plain, later };
+    char want[96];
+    snprintf(want, sizeof want, "a free CPU slot (1 of 1 in use by job %lld)", (long long)first);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(v[1 + i].id, order[i]);
+        assert_string_equal(v[1 + i].why, want);
+    }
+    free(v);
+
+    /* later raised above urgent while it waits */
+    assert_int_equal(store_job_set_priority(f->st, later, 6), 0);
+    assert_int_equal(sched_queue_view(f->s, &v, &n), 0);
+    assert_true(n == 4 && v[1].id == later && v[2].id == urgent && v[3].id == plain);
+    free(v);
+
+    trapped_wait(f, first);
+    assert_int_equal(sched_cancel(f->s, first), 0);
+    int64_t ended[] = { later, urgent, plain };
+    for (int i = 0; i < 3; i++) {
+        j = wait_status(f, ended[i], "done", 10);
+        store_job_clear(&j);
+    }
+    char path[PATH_MAX], expect[256];
+    snprintf(path, sizeof path, "%s/order", f->data);
+    snprintf(expect, sizeof expect, "start %lld\nstart %lld\nend %lld\nstart %lld\nend %lld\nstart %lld\nend %lld\n",
+             (long long)first, (long long)later, (long long)later, (long long)urgent, (long long)urgent,
+             (long long)plain, (long long)plain);
+    char *got = slurp(path);
+    assert_string_equal(got, expect);
+    free(got);
 }
 
 static void waits_for_job_json_and_requeues_after_a_crash(void **state)
@@ -757,6 +859,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(failures_carry_their_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(cancel_queued_running_and_stubborn, setup, teardown),
         cmocka_unit_test_setup_teardown(gpu_jobs_get_their_own_gpus, setup, teardown),
+        cmocka_unit_test_setup_teardown(priority_orders_the_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(waits_for_job_json_and_requeues_after_a_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(a_requeued_job_keeps_metrics_up_to_its_checkpoint, setup,
                                         teardown),

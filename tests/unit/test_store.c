@@ -520,6 +520,72 @@ static void queue_orders_both_kinds(void **state)
     free(q);
 }
 
+/* Priority (migration 9) goes before age: higher first, evaluations at 0;
+ * it is read from the config at insert, changes only while queued; the
+ * devices a worker got are kept and cleared when the job is queued again. */
+static void queue_priority_and_devices(void **state)
+{
+    fixture *f = *state;
+    int64_t ds = make_dataset(f->s), old = 0, urgent = 0, low = 0, ev = 0;
+    char err[256];
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{}", 1, &old, err, sizeof err), 0);
+    assert_int_equal(store_eval_insert(f->s, old, ds, "val", "final", 0, &ev, err, sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{\"priority\": 7}", 1, &urgent, err,
+                                      sizeof err), 0);
+    assert_int_equal(store_job_insert(f->s, ds, "lenet", "{\"priority\": -3}", 1, &low, err,
+                                      sizeof err), 0);
+    store_job j;
+    assert_int_equal(store_job_get(f->s, urgent, &j), 0);
+    assert_int_equal(j.priority, 7);
+    assert_null(j.devices_json);
+    store_job_clear(&j);
+
+    store_queued *q = NULL;
+    size_t n = 0;
+    assert_int_equal(store_queue_list(f->s, &q, &n), 0);
+    assert_int_equal(n, 4);
+    assert_true(q[0].kind == STORE_WORK_JOB && q[0].id == urgent && q[0].priority == 7);
+    assert_true(q[1].kind == STORE_WORK_JOB && q[1].id == old && q[1].priority == 0);
+    assert_true(q[2].kind == STORE_WORK_EVAL && q[2].id == ev && q[2].priority == 0);
+    assert_true(q[3].kind == STORE_WORK_JOB && q[3].id == low && q[3].priority == -3);
+    free(q);
+
+    /* Raised above the others, the lowest goes first. */
+    assert_int_equal(store_job_set_priority(f->s, low, 9), 0);
+    assert_int_equal(store_queue_list(f->s, &q, &n), 0);
+    assert_true(n == 4 && q[0].id == low && q[1].id == urgent);
+    free(q);
+
+    /* Running: its priority stays; the devices it got are kept. */
+    assert_int_equal(store_job_set_status(f->s, urgent, "running", NULL), 0);
+    assert_int_equal(store_set_devices(f->s, STORE_WORK_JOB, urgent, "[\"cuda:0\",\"cuda:2\"]"), 0);
+    assert_int_equal(store_set_devices(f->s, STORE_WORK_EVAL, ev, "[\"cpu\"]"), 0);
+    assert_int_equal(store_job_set_priority(f->s, urgent, 1), STORE_NOT_FOUND);
+    assert_int_equal(store_job_set_priority(f->s, 4242, 1), STORE_NOT_FOUND);
+    assert_int_equal(store_job_get(f->s, urgent, &j), 0);
+    assert_int_equal(j.priority, 7);
+    assert_string_equal(j.devices_json, "[\"cuda:0\",\"cuda:2\"]");
+    store_job_clear(&j);
+    store_eval e;
+    assert_int_equal(store_eval_get(f->s, ev, &e), 0);
+    assert_string_equal(e.devices_json, "[\"cpu\"]");
+    store_eval_clear(&e);
+
+    /* Ended, it keeps them; queued again (a restart, a resume), they go. */
+    assert_int_equal(store_job_set_status(f->s, urgent, "failed", "boom"), 0);
+    assert_int_equal(store_job_get(f->s, urgent, &j), 0);
+    assert_non_null(j.devices_json);
+    store_job_clear(&j);
+    assert_int_equal(store_job_requeue_ended(f->s, urgent), 0);
+    assert_int_equal(store_job_get(f->s, urgent, &j), 0);
+    assert_null(j.devices_json);
+    store_job_clear(&j);
+    assert_int_equal(store_eval_set_status(f->s, ev, "queued", NULL), 0);
+    assert_int_equal(store_eval_get(f->s, ev, &e), 0);
+    assert_null(e.devices_json);
+    store_eval_clear(&e);
+}
+
 /* A database from before evaluations (made by the migrations up to then, as
  * an older kiln made it) is migrated forward with its rows kept. */
 static void version2_database_migrates(void **state)
@@ -1045,6 +1111,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(threads_share_a_handle, setup, teardown),
         cmocka_unit_test_setup_teardown(evaluations_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_orders_both_kinds, setup, teardown),
+        cmocka_unit_test_setup_teardown(queue_priority_and_devices, setup, teardown),
         cmocka_unit_test_setup_teardown(version2_database_migrates, setup, teardown),
         cmocka_unit_test_setup_teardown(jobs_list_every_sort_pages_each_job_once, setup, teardown),
         cmocka_unit_test_setup_teardown(jobs_list_cursor_survives_inserts, setup, teardown),
