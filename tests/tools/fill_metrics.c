@@ -27,6 +27,23 @@
 
 #include <cjson/cJSON.h>
 
+/* A metric event's JSON, as jobs/scheduler.c's on_metric makes it; NULL
+ * when out of memory. cJSON_free it. */
+static char *metric_json(const store_metric *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    cJSON_AddNumberToObject(o, "epoch", m->epoch);
+    cJSON_AddStringToObject(o, "tag", m->tag);
+    cJSON_AddNumberToObject(o, "value", m->value);
+    cJSON_AddNumberToObject(o, "wall_time", m->wall_time);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
 /* Appends a finished job's status as its stream's last event. 0 or -1. */
 static int append_status(store *st, int64_t job)
 {
@@ -92,12 +109,12 @@ int main(int argc, char **argv)
         snprintf(m.tag, sizeof m.tag, "%s", tags[i % 3]);
         m.value = 1.0 / (double)(m.step + 1);
         m.wall_time = 1.7e9 + (double)i * 0.01;
-        char json[256];
+        char *json = metric_json(&m);       /* as the scheduler writes it (cJSON) */
         uint64_t id = 0;
-        snprintf(json, sizeof json, "{\"step\":%lld,\"epoch\":%.17g,\"tag\":\"%s\",\"value\":%.17g,"
-                 "\"wall_time\":%.17g}", (long long)m.step, m.epoch, m.tag, m.value, m.wall_time);
-        if (store_metric_insert(st, job, &m) != 0 ||
-            store_event_append(st, job, "metric", m.step, json, &id) != 0) {
+        int bad = !json || store_metric_insert(st, job, &m) != 0 ||
+                  store_event_append(st, job, "metric", m.step, json, &id) != 0;
+        cJSON_free(json);
+        if (bad) {
             fprintf(stderr, "kiln_fill_metrics: inserting metric %lld failed\n", i + 1);
             store_close(st);
             return 1;
