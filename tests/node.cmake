@@ -49,6 +49,7 @@ set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_MET
 kiln_node_test(integration_streams tests/integration/streams.test.mjs integration 300)
 kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
 kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
+kiln_node_test(browser_job_log    tests/browser/job_log.test.mjs    browser     300)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 # Clone (issue 16): POST /jobs/{id}/clone with overrides, GET /jobs/{id}/request; the dashboard's Clone.
 kiln_node_test(integration_clone  tests/integration/clone.test.mjs  integration 300)
