@@ -1414,6 +1414,24 @@ int sched_cancel_eval(sched *s, int64_t eval_id)
     return cancel_work(s, STORE_WORK_EVAL, eval_id);
 }
 
+int sched_gpu_work(sched *s, store_work *kind_out, int64_t *id_out, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kind_out[i] = STORE_WORK_JOB;
+        id_out[i] = 0;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (const worker *w = s->workers; w; w = w->next)
+        for (int i = 0; i < n && i < 64; i++)
+            if (w->gpus & (1ULL << i)) {
+                kind_out[i] = w->kind;
+                id_out[i] = w->id;
+            }
+    int ngpus = s->ngpus;
+    pthread_mutex_unlock(&s->mu);
+    return ngpus;
+}
+
 void sched_stop(sched *s)
 {
     if (!s)

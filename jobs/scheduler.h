@@ -50,6 +50,10 @@ void sched_wake(sched *s);
 int sched_cancel(sched *s, int64_t job_id);
 /* The same for an evaluation. */
 int sched_cancel_eval(sched *s, int64_t eval_id);
+/* Which work runs on each GPU (the scheduler's own assignment): for GPU i <
+ * n, kind_out[i] and id_out[i] (0: none) are what runs on it now. Returns how
+ * many GPUs the scheduler shares out (may exceed n). For the hardware panel. */
+int sched_gpu_work(sched *s, store_work *kind_out, int64_t *id_out, int n);
 /* Stops the scheduler: running workers get SIGTERM and are waited for. */
 void sched_stop(sched *s);
 

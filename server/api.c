@@ -28,6 +28,8 @@
 #include "server/auth_api.h"       /* the session, token and user routes */
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
+#include "server/hardware.h"       /* hw_json: GET /api/v1/hardware */
+#include "server/prom.h"           /* prom_handle: GET /metrics */
 #include "server/http.h"
 #include "server/infer.h"          /* infer_handle, infer_upload */
 #include "server/job_clone.h"      /* job_clone_request, job_request_handle */
@@ -66,6 +68,23 @@ static int count_status(store *st, const char *status, size_t *n)
     return rc;
 }
 
+/* "backends_available": the compiled-in backends that can run here: the CPU
+ * always, another when at least one of its devices was found (the header's
+ * backend chip says "CUDA built, no GPU found" from the difference). */
+static bool add_available_backends(cJSON *o, const engine_device *devs, int ndev)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, "backends_available");
+    bool ok = a != NULL;
+    for (const char *const *b = engine_backends(); ok && b && *b; b++) {
+        bool found = !strcmp(*b, "cpu");
+        for (int i = 0; !found && i < ndev; i++)
+            found = !strcmp(devs[i].kind, *b);
+        if (found)
+            ok = cJSON_AddItemToArray(a, cJSON_CreateString(*b));
+    }
+    return ok;
+}
+
 static int h_info(request *r)
 {
     size_t queued = 0, running = 0;
@@ -99,6 +118,7 @@ static int h_info(request *r)
             ok = cJSON_AddStringToObject(d, "compute_capability", cc) != NULL;
         }
     }
+    ok = ok && add_available_backends(o, devs, ndev);
     ok = ok && cJSON_AddNumberToObject(queue, "queued", (double)queued) &&
          cJSON_AddNumberToObject(queue, "running", (double)running);
     if (!ok) {
@@ -106,6 +126,25 @@ static int h_info(request *r)
         o = NULL;
     }
     return http_json(r, MHD_HTTP_OK, o);
+}
+
+/* GET /api/v1/hardware[?since=T]: the sampler's current sample and its
+ * history (after Unix time T: a poller asks only for what is new). */
+static int h_hardware(request *r)
+{
+    const char *since = http_arg(r, "since");
+    double t = 0;
+    if (since) {
+        char *end = NULL;
+        errno = 0;
+        t = strtod(since, &end);
+        if (!*since || *end || errno || !(t >= 0 && t < 1e12))
+            return http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_parameter",
+                              "since must be a time in Unix seconds (a number from 0), not \"%.40s\"", since);
+    }
+    if (!r->srv->hw)
+        return http_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", "the hardware sampler is not running");
+    return http_json(r, MHD_HTTP_OK, hw_json(r->srv->hw, t));
 }
 
 static int h_limits(request *r)
@@ -819,6 +858,8 @@ const route http_routes[] = {
     { .method = "GET", .pattern = "/api/v1/info", .fn = h_info },
     { .method = "GET", .pattern = "/api/v1/openapi.json", .fn = h_openapi },
     { .method = "GET", .pattern = "/api/v1/limits", .fn = h_limits },
+    { .method = "GET", .pattern = "/api/v1/hardware", .fn = h_hardware },
+    { .method = "GET", .pattern = "/metrics", .fn = prom_handle },
     { .method = "GET", .pattern = "/api/v1/schema", .fn = h_schema },
     { .method = "GET", .pattern = "/api/v1/networks", .fn = h_networks },
     { .method = "POST", .pattern = "/api/v1/networks/summary", .fn = h_network_summary, .body = BODY_JSON },

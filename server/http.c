@@ -16,14 +16,36 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "base/utf8.h"              /* utf8_valid, utf8_dup_any: answers are UTF-8 */
 #include "server/auth.h"           /* auth_request */
 #include "server/guard.h"          /* guard_check, guard_body_type, guard_json_nul */
+#include "server/prom.h"           /* prom_http_observe: GET /metrics' request counters */
 #include "server/static_files.h"   /* static_serve */
 #include "server/upload.h"         /* upload_begin, upload_data, upload_free */
 
 /* ---- answers -------------------------------------------------------------- */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool is_api(const char *url);
+
+/* What GET /metrics labels a request with: its route's pattern, "static" for a
+ * dashboard file, "unrouted" for anything else (never the raw URL). */
+static const char *route_label(const request *r)
+{
+    if (r->rt)
+        return r->rt->pattern;
+    if (!r->pending.status && !is_api(r->url) && (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD")))
+        return "static";
+    return "unrouted";
+}
 
 enum MHD_Result http_queue(request *r, unsigned status, struct MHD_Response *resp)
 {
@@ -31,8 +53,10 @@ enum MHD_Result http_queue(request *r, unsigned status, struct MHD_Response *res
         return MHD_NO;
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
-    if (ret == MHD_YES)
+    if (ret == MHD_YES) {
         r->answered = true;
+        prom_http_observe(r->method, route_label(r), status, mono_now() - r->t0);
+    }
     return ret;
 }
 
@@ -394,6 +418,7 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         r->conn = c;
         r->url = url;
         r->method = method;
+        r->t0 = mono_now();
         *con_cls = r;
         int refused;
         if (guard_check(r, &refused))       /* size, Host, Origin: before anything else */

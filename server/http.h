@@ -51,6 +51,8 @@ typedef struct request {
     int64_t user_id;
     bool admin;
 
+    double t0;                    /* monotonic seconds at its first byte (GET /metrics' latency) */
+
     struct upload *up;            /* BODY_UPLOAD state (upload.c) */
     void *form;                   /* BODY_UPLOAD state of a route with its own route_upload */
     bool answered;

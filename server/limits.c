@@ -44,6 +44,8 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "one image's pixels (width x height from its header), checked before it is decoded" },
     { "import-pixels", LIMIT_COUNT, OFF(import_pixels), IMPORT_IMPORT_PIXELS_DEFAULT, 1, (uint64_t)1 << 50,
       "the pixels of every image of one import (from their headers), checked before decoding" },
+    { "hardware-interval", LIMIT_SECONDS, OFF(hardware_interval_s), 2, 1, 60,
+      "seconds between hardware samples (GET /api/v1/hardware keeps the last 10 minutes)" },
     /* libsodium's Argon2id: its minimums (1 pass, 8 KiB) are for tests only;
      * the defaults are its INTERACTIVE level. server/auth.c checks the pair. */
     { "password-ops", LIMIT_COUNT, OFF(password_ops), 2, 1, 20,

@@ -47,6 +47,7 @@
 #include "server/upload.h"     /* upload_wait_probes, upload_wait_imports */
 #include "server/infer.h"      /* infer_service_start, infer_service_stop */
 #include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
+#include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
 
 #ifndef KILN_DEFAULT_WEB_DIR
 #define KILN_DEFAULT_WEB_DIR "web"
@@ -436,6 +437,10 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: cannot start the scheduler: %s\n", err);
         goto out;
     }
+    if (!(srv.hw = hw_start((unsigned)srv.limits.hardware_interval_s, srv.sched, err, sizeof err))) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
     if (infer_service_start(&srv, worker_exe, err, sizeof err) != 0) {
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
@@ -489,6 +494,8 @@ out:
     srv.daemon = NULL;
     sweeper_stop(srv.sweeper);             /* before the scheduler: no trial is made or promoted after */
     srv.sweeper = NULL;
+    hw_stop(srv.hw);                       /* before the scheduler it asks */
+    srv.hw = NULL;
     sched_stop(srv.sched);
     srv.sched = NULL;
     import_job_stop_all("the server stopped during the import; create the dataset again");

@@ -67,6 +67,9 @@ typedef struct server {
 
     /* Sweeps (sweeps.c): the controller that drives their trials. */
     struct sweeper *sweeper;
+
+    /* The hardware sampler (hardware.c): GET /api/v1/hardware and /metrics. */
+    struct hw_sampler *hw;
 } server;
 
 /* `kiln serve`: parses its options, runs until SIGINT/SIGTERM. Returns a

@@ -503,3 +503,13 @@ void sse_stop(server *srv)
     }
     wake_all(srv, false);
 }
+
+size_t sse_client_count(server *srv)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&srv->sse_mu);
+    for (const sse_conn *s = srv->sse_list; s; s = s->next)
+        n++;
+    pthread_mutex_unlock(&srv->sse_mu);
+    return n;
+}

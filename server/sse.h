@@ -41,6 +41,9 @@ int sse_start(server *srv);
  * and before MHD_stop_daemon. */
 void sse_stop(server *srv);
 
+/* How many SSE clients are connected now (GET /metrics). */
+size_t sse_client_count(server *srv);
+
 /* Formats one event into buf (cap bytes). A data text holding newlines
  * becomes several data: lines. Returns the length the event needs (without
  * a NUL); when that is >= cap nothing useful was written (like snprintf). */

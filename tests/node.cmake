@@ -66,3 +66,14 @@ kiln_node_test(integration_jobs_list tests/integration/jobs_list.test.mjs integr
 set_property(TEST integration_jobs_list APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
 kiln_node_test(browser_jobs_table tests/browser/jobs_table.test.mjs browser 300)
 set_property(TEST browser_jobs_table APPEND PROPERTY ENVIRONMENT "KILN_FILL_JOBS=$<TARGET_FILE:kiln_fill_jobs>")
+# Operations (issue 17): GET /api/v1/hardware (CPU here, GPUs through a fake NVML:
+# tests/tools/fake_nvml.c, opened through KILN_NVML_LIBRARY) and GET /metrics
+# checked by promtool (Debian's prometheus package).
+add_library(kiln_fake_nvml SHARED ${CMAKE_SOURCE_DIR}/tests/tools/fake_nvml.c)
+kiln_warnings(kiln_fake_nvml)
+kiln_node_test(integration_hardware tests/integration/hardware.test.mjs integration 120)
+set_property(TEST integration_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
+kiln_node_test(integration_metrics tests/integration/metrics.test.mjs integration 300)
+set_property(TEST integration_metrics APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
+kiln_node_test(browser_hardware tests/browser/hardware.test.mjs browser 300)
+set_property(TEST browser_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")

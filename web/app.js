@@ -64,6 +64,17 @@ function route() {
   window.scrollTo(0, 0);
 }
 
+/* The header's backend chip: what can run here (GET /api/v1/info's
+ * backends_available), and what is built but has no device, e.g.
+ * "backend: cpu (CUDA built, no GPU found)". */
+function backendText(info) {
+  const built = info.backends || [];
+  const usable = info.backends_available || built;
+  const idle = built.filter((b) => !usable.includes(b))
+    .map((b) => `${b === 'cuda' ? 'CUDA' : b} built, no ${b === 'cuda' ? 'GPU' : 'device'} found`);
+  return `backend: ${usable.join(', ') || '—'}${idle.length ? ` (${idle.join('; ')})` : ''}`;
+}
+
 async function loadInfo() {
   const el = document.getElementById('service-info');
   try {
@@ -77,7 +88,7 @@ async function loadInfo() {
     });
     fill(el,
       h('span', { class: 'chip', id: 'info-version' }, `v${info.version}`),
-      h('span', { class: 'chip', id: 'info-backends' }, `backend: ${(info.backends || []).join(', ') || '—'}`),
+      h('span', { class: 'chip', id: 'info-backends' }, backendText(info)),
       ...devices);
   } catch (e) {
     fill(el, h('span', { class: 'chip chip-error' }, `service unavailable: ${e.message}`));

@@ -6,6 +6,7 @@ import { get, post, request, getSchema, uploadDataset, ApiError } from './api.js
 import { buildJobForm } from './jobform.js';
 import { sweepsCard } from './sweep.js';
 import { buildJobsTable } from './jobstable.js';
+import { hardwareCard } from './hardware.js';
 import {
   h, fill, statusBadge, progressBar, fmtPercent, fmtCount, fmtTime, fmtShape, fmtBytes, fmtDuration, limit,
 } from './ui.js';
@@ -26,6 +27,7 @@ export function renderHome(root) {
   const uploadForm = buildUploadForm(state, refresh);
   const jobForm = buildJobForm(state);
   const sweeps = sweepsCard();          // its own section and refresh (sweep.js)
+  const hardware = hardwareCard();      // its own section and refresh (hardware.js)
   const newJobCard = h('section', { class: 'card', id: 'newjob-card', 'aria-labelledby': 'newjob-title' },
     h('div', { class: 'card-head' }, h('h2', { id: 'newjob-title' }, 'New training job')),
     jobForm.el);
@@ -57,7 +59,8 @@ export function renderHome(root) {
         newJobCard,
         h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
           h('div', { class: 'card-head' }, h('h2', { id: 'upload-title' }, 'New dataset')),
-          uploadForm)),
+          uploadForm),
+        hardware.el),
       h('div', { class: 'grid-full' }, sweeps.el)));
 
   async function refresh() {
@@ -86,7 +89,7 @@ export function renderHome(root) {
 
   refresh();
   state.timer = setInterval(refresh, REFRESH_MS);
-  return () => { state.alive = false; clearInterval(state.timer); sweeps.stop(); };
+  return () => { state.alive = false; clearInterval(state.timer); sweeps.stop(); hardware.stop(); };
 }
 
 function showError(el, e) {

@@ -9,6 +9,7 @@
  * machines without a driver. NVML numbers GPUs its own way (CUDA_VISIBLE_DEVICES
  * does not apply to it), so a GPU is found by its PCI bus id. */
 #include "engine/cuda/devices.h"
+#include "base/nvml_lib.h"        /* nvml_library: the library's name, and the tests' seam */
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -35,7 +36,7 @@ static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 
 static void nvml_open(void)
 {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(nvml_library(), RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return;
     *(void **)&nvml.init = dlsym(lib, "nvmlInit_v2");

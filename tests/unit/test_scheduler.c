@@ -510,6 +510,11 @@ static void gpu_jobs_get_their_own_gpus(void **state)
     assert_gpus(f, a, "0,1");
     assert_gpus(f, c, "");
     assert_gpus(f, d, "2");
+    store_work kinds[4];
+    int64_t on[4];                        /* what GET /api/v1/hardware shows on each GPU */
+    assert_int_equal(sched_gpu_work(f->s, kinds, on, 4), 3);
+    assert_true(on[0] == a && on[1] == a && on[2] == d && on[3] == 0);
+    assert_true(kinds[0] == STORE_WORK_JOB && kinds[2] == STORE_WORK_JOB);
     store_job j = wait_status(f, x, "failed", 10);
     assert_non_null(strstr(j.error, "GPU 3, but this machine has 3"));
     store_job_clear(&j);
