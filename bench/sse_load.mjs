@@ -37,8 +37,8 @@ const seconds = Number(args.seconds || 60);
 const TINY = { name: 'tiny', layers: [{ type: 'flatten' }, { type: 'dense', units: 'classes' }] };
 const network = args.network === 'tiny' ? TINY : 'lenet';
 const batch = Number(args.batch || 64);
-if (counts.some((n) => !(n >= 1 && n <= 5000)) || !(seconds >= 1 && seconds <= 600)) {
-  console.error('--clients: 1..5000 each; --seconds: 1..600');
+if (counts.some((n) => !(n >= 0 && n <= 5000)) || !(seconds >= 1 && seconds <= 600)) {
+  console.error('--clients: 0..5000 each (0: the GET loop alone, a baseline); --seconds: 1..600');
   process.exit(2);
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -179,7 +179,7 @@ async function one(srv, n, datasetId) {
   const complete = clients.filter((c) => c.ended && c.ids.join(',') === want).length;
   const errors = [...new Set(clients.filter((c) => c.error).map((c) => c.error))];
   for (const c of clients) c.sock.destroy();
-  const prog = clients.reduce((a, c) => a + c.progress, 0) / n;
+  const prog = n ? clients.reduce((a, c) => a + c.progress, 0) / n : stored.progress;
   return {
     clients: n, seconds: Math.round(wall), job: id,
     stored_events: stored.ids.length,
