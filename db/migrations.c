@@ -223,6 +223,38 @@ const store_migration store_migrations[] = {
             "ALTER TABLE evaluations ADD COLUMN devices TEXT;"
             "CREATE INDEX jobs_by_queue ON jobs (status, priority DESC, created_at, id);",
     },
+    {
+        /* A job's event stream, stored (issue 17; db/event_store.h): every
+         * event that carries an SSE id (metric, status, log) has its row, seq
+         * 1, 2, ... per job, taken from jobs.event_seq, which never goes back
+         * (a resumed job's trimmed events leave their ids unused). step: a
+         * metric's, for trimming on resume; NULL otherwise. The backfill
+         * gives an older job the ids its replay had: metrics 1..n in row
+         * order, then a finished job's status as n + 1. */
+        .version = 10,
+        .what = "stored job events",
+        .sql =
+            "CREATE TABLE job_events ("
+            "  job_id  INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+            "  seq     INTEGER NOT NULL,"
+            "  type    TEXT NOT NULL,"
+            "  step    INTEGER,"
+            "  data    TEXT NOT NULL,"
+            "  PRIMARY KEY (job_id, seq)"
+            ") WITHOUT ROWID;"
+            "ALTER TABLE jobs ADD COLUMN event_seq INTEGER NOT NULL DEFAULT 0;"
+            "INSERT INTO job_events (job_id, seq, type, step, data)"
+            "  SELECT job_id, ROW_NUMBER() OVER (PARTITION BY job_id ORDER BY id), 'metric', step,"
+            "         json_object('step', step, 'epoch', epoch, 'tag', tag, 'value', value,"
+            "                     'wall_time', wall_time)"
+            "  FROM metrics;"
+            "INSERT INTO job_events (job_id, seq, type, step, data)"
+            "  SELECT id, (SELECT COUNT(*) FROM metrics WHERE metrics.job_id = jobs.id) + 1, 'status', NULL,"
+            "         json_object('status', status, 'error', error)"
+            "  FROM jobs WHERE status IN ('done', 'failed', 'cancelled');"
+            "UPDATE jobs SET event_seq = COALESCE((SELECT MAX(seq) FROM job_events"
+            "                                      WHERE job_events.job_id = jobs.id), 0);",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

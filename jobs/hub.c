@@ -15,11 +15,20 @@
  *   counting ids, but serves only the new run's events: a reader from id 0
  *   starts after the earlier run's last event (run_start), so it does not
  *   end at that run's final status.
+ * - With a store (hub_set_store), publish appends to it under the hub's
+ *   lock, so the ring's order is the store's; a new stream starts at the
+ *   job's stored newest id (a reader from before that is told *gap), and a
+ *   reopened one marks a reader from before the new run *gap too (the store
+ *   has what is left of the earlier run: its metrics up to the checkpoint).
+ *   An id that does not follow the ring's newest (an append of the same job
+ *   from elsewhere) restarts the ring at it.
  * - Finished streams are kept so late readers still get them, up to
  *   HUB_KEEP_ENDED of them; beyond that the longest-finished is dropped (its
  *   readers then see live=false and replay from the store).
  */
 #include "jobs/hub.h"
+
+#include "db/event_store.h"      /* store_event_append, store_event_last */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -35,6 +44,8 @@ typedef struct stream {
     size_t count;              /* events in the ring: ids last_id-count+1 .. last_id */
     hub_event *ring;           /* HUB_RING slots, allocated at the first event (a queued
                                   job's open stream costs little); id k is at (k-1) % HUB_RING */
+    char *progress;            /* the latest progress snapshot (JSON), or NULL */
+    uint64_t progress_ver;     /* bumped by each snapshot */
     bool open;                 /* accepting events */
     bool ended;                /* hub_finish was called (and no hub_open since) */
     uint64_t ended_seq;        /* order of finishing, for dropping the oldest */
@@ -56,6 +67,7 @@ struct hub {
     stream *streams;
     sub *subs;
     uint64_t finish_seq;
+    store *st;                 /* the source of ids, or NULL (ids count here) */
 };
 
 hub *hub_create(void)
@@ -76,6 +88,7 @@ static void stream_free(stream *st)
         for (size_t i = 0; i < HUB_RING; i++)
             free(st->ring[i].data);
     free(st->ring);
+    free(st->progress);
     free(st);
 }
 
@@ -94,6 +107,11 @@ void hub_destroy(hub *h)
     pthread_cond_destroy(&h->idle);
     pthread_mutex_destroy(&h->mu);
     free(h);
+}
+
+void hub_set_store(hub *h, store *st)
+{
+    h->st = st;
 }
 
 static stream *find_stream(hub *h, int64_t job_id)
@@ -141,6 +159,9 @@ void hub_open(hub *h, int64_t job_id)
         st->job_id = job_id;
         st->next = h->streams;
         h->streams = st;
+        uint64_t stored = 0;
+        if (h->st && store_event_last(h->st, job_id, &stored) == 0)
+            st->last_id = st->run_start = stored;   /* earlier events are the store's */
     }
     if (st->ended)
         st->run_start = st->last_id;
@@ -173,7 +194,27 @@ static void wake_locked(hub *h, int64_t job_id)
     }
 }
 
+/* The id of the next event of st: the store's (after appending it there), or
+ * the stream's next. 0 when it could not be stored. Lock held. */
+static uint64_t next_id(hub *h, stream *st, const char *type, int64_t step, const char *json)
+{
+    if (!h->st)
+        return st->last_id + 1;
+    uint64_t id = 0;
+    if (store_event_append(h->st, st->job_id, type, step, json, &id) != 0) {
+        fprintf(stderr, "kiln: hub: job %lld: could not store a %s event; dropped\n",
+                (long long)st->job_id, type);
+        return 0;
+    }
+    return id;
+}
+
 uint64_t hub_publish(hub *h, int64_t job_id, const char *type, const char *json)
+{
+    return hub_publish_step(h, job_id, type, -1, json);
+}
+
+uint64_t hub_publish_step(hub *h, int64_t job_id, const char *type, int64_t step, const char *json)
 {
     char *copy = strdup(json ? json : "null");
     if (!copy)
@@ -190,7 +231,15 @@ uint64_t hub_publish(hub *h, int64_t job_id, const char *type, const char *json)
         free(copy);
         return 0;
     }
-    uint64_t id = ++st->last_id;
+    uint64_t id = next_id(h, st, type, step, copy);
+    if (id == 0) {
+        pthread_mutex_unlock(&h->mu);
+        free(copy);
+        return 0;
+    }
+    if (id != st->last_id + 1)
+        st->count = 0;                 /* not the ring's next: it starts again here */
+    st->last_id = id;
     hub_event *slot = &st->ring[(id - 1) % HUB_RING];
     free(slot->data);
     slot->id = id;
@@ -201,6 +250,39 @@ uint64_t hub_publish(hub *h, int64_t job_id, const char *type, const char *json)
     wake_locked(h, job_id);
     pthread_mutex_unlock(&h->mu);
     return id;
+}
+
+void hub_set_progress(hub *h, int64_t job_id, const char *json)
+{
+    char *copy = strdup(json ? json : "null");
+    if (!copy)
+        return;
+    pthread_mutex_lock(&h->mu);
+    stream *st = find_stream(h, job_id);
+    if (!st || !st->open) {
+        pthread_mutex_unlock(&h->mu);
+        free(copy);
+        return;
+    }
+    free(st->progress);
+    st->progress = copy;
+    st->progress_ver++;
+    wake_locked(h, job_id);
+    pthread_mutex_unlock(&h->mu);
+}
+
+bool hub_progress(hub *h, int64_t job_id, uint64_t *seen, char **json)
+{
+    bool newer = false;
+    *json = NULL;
+    pthread_mutex_lock(&h->mu);
+    stream *st = find_stream(h, job_id);
+    if (st && st->progress && st->progress_ver > *seen && (*json = strdup(st->progress))) {
+        *seen = st->progress_ver;
+        newer = true;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return newer;
 }
 
 void hub_finish(hub *h, int64_t job_id)
@@ -233,9 +315,11 @@ size_t hub_read(hub *h, int64_t job_id, uint64_t after, hub_event *out, size_t m
     *live = true;
     uint64_t first = st->last_id - st->count + 1;     /* oldest id in the ring */
     uint64_t from = after + 1;
+    if (h->st && after < st->run_start)
+        *gap = true;                   /* from before this run: the store has what is left */
     if (from <= st->run_start)
         from = st->run_start + 1;      /* the earlier run's events are not this run's */
-    if (st->count > 0 && from < first) {
+    if ((st->count > 0 || h->st) && from < first) {
         *gap = true;           /* what the reader missed is gone: it gets the oldest kept */
         from = first;
     }

@@ -91,6 +91,7 @@
 #include "jobs/evaluation.h" /* eval_spec_load: a queued evaluation's devices */
 #include "jobs/jobcfg.h"    /* jobcfg_load: a queued job's devices */
 #include "jobs/joblock.h"   /* joblock_take: a job folder's lock */
+#include "db/event_store.h" /* store_event_trim: a resumed job's stored events */
 
 extern char **environ;
 
@@ -102,6 +103,8 @@ extern char **environ;
 #define JOBJSON_WAIT_S 60
 #define LOG_TAIL_BYTES 4096
 #define LOG_TAIL_LINES 8
+#define LOG_EVENT_BYTES 4096      /* a log line is sent as events of up to this many bytes */
+#define LOG_READ_ROUNDS 16        /* 16 KiB reads of a worker's log per look, at most */
 #define LOCK_CHILD_FD 3           /* the worker's descriptor of its folder's lock (--lock-fd) */
 #define ROOM_STARTING_MAX 64      /* items about to start that a queue view names */
 
@@ -122,6 +125,9 @@ typedef struct worker {
     bool killed;
     uint64_t gpus;                /* bit i: GPU i, which it has to itself; 0: a CPU job */
     int lock_fd;                  /* its folder's lock until the spawn hands it over; -1 */
+    int log_fd;                   /* a job's log, read from where this run began (log events); -1 */
+    char log_line[LOG_EVENT_BYTES];   /* the log's partial last line */
+    size_t log_len;
     char dir[PATH_MAX];
     struct worker *next;
 } worker;
@@ -337,7 +343,7 @@ static void on_metric(sched *s, worker *w, const cJSON *r)
     cJSON_AddNumberToObject(o, "wall_time", m.wall_time);
     char *text = cJSON_PrintUnformatted(o);
     if (text)
-        hub_publish(s->h, w->id, "metric", text);
+        hub_publish_step(s->h, w->id, "metric", m.step, text);
     cJSON_free(text);
     cJSON_Delete(o);
 }
@@ -360,7 +366,7 @@ static void on_progress(sched *s, worker *w, const cJSON *r)
     cJSON_AddNumberToObject(o, "eta", eta);
     char *text = cJSON_PrintUnformatted(o);
     if (text)
-        hub_publish(s->h, w->id, "progress", text);
+        hub_set_progress(s->h, w->id, text);   /* a snapshot, not a stored event */
     cJSON_free(text);
     cJSON_Delete(o);
 }
@@ -465,6 +471,72 @@ static void read_worker(sched *s, worker *w)
             }
         }
     }
+}
+
+/* ---- the worker's log as events ------------------------------------------ */
+
+/* Publishes one log line (or a piece of one) as {"line": "..."}. */
+static void publish_log_line(sched *s, worker *w, const char *line, size_t len)
+{
+    char *text = malloc(len + 1);
+    cJSON *o = text ? cJSON_CreateObject() : NULL;
+    if (o) {
+        memcpy(text, line, len);
+        text[len] = 0;
+        char *json = cJSON_AddStringToObject(o, "line", text) ? cJSON_PrintUnformatted(o) : NULL;
+        if (json)
+            hub_publish(s->h, w->id, "log", json);
+        cJSON_free(json);
+    }
+    cJSON_Delete(o);
+    free(text);
+}
+
+/* Reads what a job's worker has added to its log and publishes each complete
+ * line (a line over LOG_EVENT_BYTES in pieces); at_end: the worker is gone,
+ * so a last line without a newline goes too. Lock held. */
+static void tail_log(sched *s, worker *w, bool at_end)
+{
+    if (w->log_fd < 0)
+        return;
+    char buf[16384];
+    for (int rounds = 0; rounds < LOG_READ_ROUNDS || at_end; rounds++) {
+        ssize_t k = read(w->log_fd, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        for (ssize_t i = 0; i < k; i++) {
+            if (buf[i] == '\n') {
+                publish_log_line(s, w, w->log_line, w->log_len);
+                w->log_len = 0;
+                continue;
+            }
+            if (w->log_len == sizeof w->log_line) {
+                publish_log_line(s, w, w->log_line, w->log_len);
+                w->log_len = 0;
+            }
+            w->log_line[w->log_len++] = buf[i];
+        }
+    }
+    if (at_end && w->log_len) {
+        publish_log_line(s, w, w->log_line, w->log_len);
+        w->log_len = 0;
+    }
+}
+
+/* Opens a job's log for tail_log at its current end (this run's first byte).
+ * A log that cannot be read leaves the stream without log events. */
+static void open_log_tail(worker *w, const char *logpath)
+{
+    w->log_fd = open(logpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (w->log_fd >= 0 && lseek(w->log_fd, 0, SEEK_END) < 0) {
+        close(w->log_fd);
+        w->log_fd = -1;
+    }
+    if (w->log_fd < 0)
+        fprintf(stderr, "kiln: scheduler: job %lld: its log is not streamed: %s\n", (long long)w->id,
+                strerror(errno));
 }
 
 /* ---- ending a worker ------------------------------------------------------ */
@@ -575,6 +647,7 @@ static void finish_worker(sched *s, worker *w, int wstatus)
     bool exit0 = wstatus != WSTATUS_LOST && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
     char reason[LOG_TAIL_BYTES + 1024];
 
+    tail_log(s, w, true);             /* its last log lines come before its status */
     if (w->reported_done && exit0) {
         ops->done(s, w);
     } else if (w->shutdown && !w->cancel_requested) {
@@ -604,6 +677,8 @@ static void worker_free(worker *w)
         close(w->fd);
     if (w->lock_fd >= 0)
         close(w->lock_fd);
+    if (w->log_fd >= 0)
+        close(w->log_fd);
     free(w->line);
     free(w->reported_error);
     free(w);
@@ -656,6 +731,8 @@ static int spawn_worker(sched *s, worker *w, char *err, size_t errlen)
         set_err(err, errlen, "cannot open %s: %s", logpath, strerror(errno));
         goto out;
     }
+    if (w->kind == STORE_WORK_JOB)
+        open_log_tail(w, logpath);
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
         set_err(err, errlen, "pipe: %s", strerror(errno));
         goto out;
@@ -950,8 +1027,10 @@ static void job_prepare(sched *s, int64_t id, const char *dir)
     layout_file(ckdir, sizeof ckdir, dir, LAYOUT_CHECKPOINTS);
     if (ckpt_latest(ckdir, ckpath, sizeof ckpath, &ck, ckerr, sizeof ckerr) == 1) {
         store_metric_delete(s->st, id, ck.step);
+        store_event_trim(s->st, id, ck.step);
     } else {
         store_metric_delete(s->st, id, -1);
+        store_event_trim(s->st, id, -1);
         remove_event_files(dir);
     }
     hub_open(s->h, id);
@@ -1145,6 +1224,7 @@ static bool start_work(sched *s, store_work kind, int64_t id, room *r)
     w->gpus = gpus;
     w->fd = -1;
     w->lock_fd = lock_fd;
+    w->log_fd = -1;
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
 
@@ -1297,6 +1377,8 @@ static void *sched_thread(void *arg)
                         read_worker(s, w);
             }
         }
+        for (worker *w = s->workers; w; w = w->next)
+            tail_log(s, w, false);
         check_workers(s, now_mono());
     }
     if (s->workers)

@@ -23,7 +23,7 @@ const limit_def SERVE_LIMIT_DEFS[] = {
     { "connections", LIMIT_COUNT, OFF(connections), 10000, 16, 1000000,
       "open HTTP connections in all" },
     { "idle-timeout", LIMIT_SECONDS, OFF(idle_timeout_s), 30, 5, 86400,
-      "a connection without traffic is closed after this (SSE pings every 15 s)" },
+      "a connection without traffic is closed after this (SSE streams send a heartbeat every sse-heartbeat)" },
     { "connections-per-client", LIMIT_COUNT, OFF(connections_per_client), 64, 1, 1000000,
       "open HTTP connections of one client address" },
     { "uri-bytes", LIMIT_BYTES, OFF(uri_bytes), 8 * KIB, 1 * KIB, 1 * MIB,
@@ -54,6 +54,8 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "Argon2id memory of a new password's hash (kiln user add takes it too)" },
     { "session-lifetime", LIMIT_SECONDS, OFF(session_lifetime_s), 7 * 86400, 60, 365 * 86400,
       "a dashboard sign-in (the kiln_session cookie) expires after this" },
+    { "sse-heartbeat", LIMIT_SECONDS, OFF(sse_heartbeat_s), 15, 1, 3600,
+      "an event stream sends a heartbeat comment this often, so a vanished client is noticed and closed" },
 };
 const size_t SERVE_LIMIT_COUNT = sizeof SERVE_LIMIT_DEFS / sizeof SERVE_LIMIT_DEFS[0];
 

@@ -37,6 +37,7 @@ typedef struct serve_limits {
     uint64_t dataset_bytes;          /* dataset-bytes: a prepared dataset, estimated before it is written */
     uint64_t image_pixels;           /* image-pixels: one image's pixels, from its header, before decoding */
     uint64_t import_pixels;          /* import-pixels: every image of one import, from their headers */
+    uint64_t sse_heartbeat_s;        /* sse-heartbeat: an event stream's heartbeat comment interval (sse.c) */
     uint64_t hardware_interval_s;    /* hardware-interval: seconds between hardware samples (server/hardware.c) */
 } serve_limits;
 

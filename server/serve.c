@@ -282,6 +282,7 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: out of memory\n");
         goto out;
     }
+    hub_set_store(srv.hub, srv.st);     /* events are stored; their ids are the store's */
     if (!realpath("/proc/self/exe", worker_exe)) {
         fprintf(stderr, "kiln serve: cannot find its own binary (/proc/self/exe): %s\n", strerror(errno));
         goto out;

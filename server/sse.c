@@ -13,15 +13,19 @@
  * the response's free callback: it leaves the registry, then unsubscribes
  * from the hub (which waits out a wake call in progress), then is freed.
  *
- * Replay from the store (a job not in the hub): the stored metrics are read
- * SSE_REPLAY_PAGE at a time by row id (store_metric_page), the next page only
- * when the client has drained the last one, and at most SSE_FILL_BYTES of
- * events are formatted per fill. So a connection holds at most one page and
- * one fill whatever the job's size, a client that does not read costs no
- * more than that, and between pages it holds no lock and no statement of the
- * store. The replay is bounded at start by the job's newest metric row
- * (upto_row), so it ends with the metrics the job had when it began; event
- * ids are the metrics' positions 1..n and n+1 for the status, as before.
+ * Where events come from (one id sequence per job, db/event_store.h): the
+ * hub's ring when it holds everything after the connection's last id, else
+ * the store, a page of SSE_STORE_PAGE events per fill, until the connection
+ * has caught up with the store and the hub can serve it again. Both hold the
+ * same events under the same ids (the hub stores each event before it
+ * publishes it), so the switch loses and repeats nothing; a reconnect after a
+ * server restart or after the hub dropped the stream resumes exactly. A
+ * store-only stream ends when it has caught up and the job is finished.
+ * Between fills a connection holds no lock and no statement of the store, and
+ * at most one page of events.
+ * Progress events carry no id: they are snapshots (hub_progress), and the
+ * latest is in the job's row, so a reconnecting client needs only the newest,
+ * which it gets first; storing them would cost a row per report for nothing.
  * An event stream's socket gets a fixed send buffer (SSE_SNDBUF) instead of
  * the kernel's autotuned one, which grew to the whole replay (2.5 MB of a
  * 20,000-metric job per client that did not read): so a client that does
@@ -40,15 +44,12 @@
 #include <time.h>
 
 #include "server/lookup.h"     /* lookup_job */
-#include "server/render.h"     /* render_metric, render_status */
+#include "db/event_store.h"   /* store_event_page, store_event_last */
 
 #define SSE_BLOCK 4096           /* the response buffer MHD allocates per stream */
 #define SSE_HUB_BATCH 64         /* events taken from the hub per fill */
-#define SSE_REPLAY_PAGE 256      /* stored metrics read from the store at a time */
-#define SSE_FILL_BYTES 8192      /* a replay fill formats events up to about this much */
+#define SSE_STORE_PAGE 64        /* events read from the store per fill */
 #define SSE_SNDBUF (128 * 1024)  /* an event stream socket's send buffer (the kernel doubles it) */
-
-typedef enum sse_mode { SSE_LIVE, SSE_REPLAY } sse_mode;
 
 typedef struct sse_conn {
     server *srv;
@@ -62,22 +63,10 @@ typedef struct sse_conn {
     bool pending;                /* woken while not suspended: look again */
     bool ping_due;
 
-    uint64_t resumed_from;       /* the client's Last-Event-ID (0: none) */
-    bool checked_resume;         /* resumed_from was checked against the stream */
-    sse_mode mode;
-    bool accept_gap;             /* a fresh reader of a running job's gapped ring */
+    uint64_t progress_seen;      /* the hub's progress snapshot version sent */
     bool done;                   /* end the stream once buf has drained */
     char *buf;
     size_t len, off, cap;
-
-    /* Replay of a job that is not live: a page of its stored metrics. */
-    store_metric *page;          /* SSE_REPLAY_PAGE slots, allocated by start_replay */
-    size_t npage, page_next;     /* metrics in the page, the next to send */
-    int64_t after_row;           /* row id of the last metric read from the store */
-    int64_t upto_row;            /* the job's newest metric row when the replay began */
-    uint64_t next_index;         /* the event id (position, from 1) of page[page_next] */
-    bool store_done;             /* every metric up to upto_row has been read */
-    char *final_status, *final_error;
 
     struct sse_conn *prev, *next;   /* registry */
 } sse_conn;
@@ -94,7 +83,9 @@ size_t sse_format(char *buf, size_t cap, uint64_t id, const char *type, const ch
         if (k > 0)                                                                         \
             need += (size_t)k;                                                             \
     } while (0)
-    PUT("id: %" PRIu64 "\nevent: %s\n", id, type);
+    if (id > 0)
+        PUT("id: %" PRIu64 "\n", id);
+    PUT("event: %s\n", type);
     const char *p = data ? data : "null";
     for (;;) {
         size_t n = strcspn(p, "\r\n");
@@ -153,17 +144,6 @@ static int append_text(sse_conn *s, const char *text)
     return 0;
 }
 
-static int append_json(sse_conn *s, uint64_t id, const char *type, cJSON *obj)
-{
-    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
-    cJSON_Delete(obj);
-    if (!text)
-        return -1;
-    int rc = append_event(s, id, type, text);
-    free(text);
-    return rc;
-}
-
 /* ---- filling the buffer ---------------------------------------------------------- */
 
 static bool final_status(const char *st)
@@ -171,161 +151,95 @@ static bool final_status(const char *st)
     return st && (!strcmp(st, "done") || !strcmp(st, "failed") || !strcmp(st, "cancelled"));
 }
 
-/* Positions the replay after the client's Last-Event-ID: event k (k <= n)
- * is the k-th stored metric, n + 1 the status. An id past n + 1 belongs to
- * a live stream of this job, not to this replay: the client gets all of it.
- * Returns 0 or -1. */
-static int replay_seek(sse_conn *s)
+/* The job's progress snapshot when it is newer than the one sent (no id).
+ * Returns 1 when appended, 0 when none, -1 on error. */
+static int fill_progress(sse_conn *s)
 {
-    s->after_row = 0;
-    s->next_index = 1;
-    if (s->last_id == 0)
+    char *json = NULL;
+    if (!hub_progress(s->srv->hub, s->job_id, &s->progress_seen, &json))
         return 0;
-    int64_t row = 0;
-    int rc = store_metric_row_at(s->srv->st, s->job_id, (int64_t)s->last_id, s->upto_row, &row);
-    if (rc == 0) {                          /* the client has metrics 1..last_id */
-        s->after_row = row;
-        s->next_index = s->last_id + 1;
-        return 0;
-    }
-    if (rc != STORE_NOT_FOUND)
-        return -1;
-    int64_t n = 0;                          /* fewer metrics than last_id */
-    if (store_metric_count(s->srv->st, s->job_id, s->upto_row, &n) != 0)
-        return -1;
-    if (s->last_id > (uint64_t)n + 1)
-        s->last_id = 0;                     /* an id of a live stream, past this replay: all of it */
-    else
-        s->after_row = s->upto_row;         /* it has every metric (and maybe the status) */
-    s->next_index = s->last_id == 0 ? 1 : (uint64_t)n + 1;
-    return 0;
+    int rc = append_event(s, 0, "progress", json);
+    free(json);
+    return rc == 0 ? 1 : -1;
 }
 
-/* Starts the replay of a finished job: its status, where its metrics end, and
- * where this client is in them. Returns 0, or -1. */
-static int start_replay(sse_conn *s, const store_job *j)
-{
-    s->final_status = strdup(j->status);
-    s->final_error = j->error ? strdup(j->error) : NULL;
-    s->page = malloc(SSE_REPLAY_PAGE * sizeof *s->page);
-    if (!s->final_status || (j->error && !s->final_error) || !s->page)
-        return -1;
-    if (store_metric_last_row(s->srv->st, s->job_id, &s->upto_row) != 0 || replay_seek(s) != 0)
-        return -1;
-    s->mode = SSE_REPLAY;
-    s->npage = s->page_next = 0;
-    s->store_done = s->after_row >= s->upto_row;
-    return 0;
-}
-
-/* Reads the next page of stored metrics when the last one is spent. Returns
- * 0 or -1. */
-static int next_page(sse_conn *s)
-{
-    if (s->page_next < s->npage || s->store_done)
-        return 0;
-    size_t n = 0;
-    int64_t last = s->after_row;
-    if (store_metric_page(s->srv->st, s->job_id, s->after_row, s->upto_row, s->page,
-                          SSE_REPLAY_PAGE, &n, &last) != 0)
-        return -1;
-    s->npage = n;
-    s->page_next = 0;
-    s->after_row = last;
-    if (n < SSE_REPLAY_PAGE || last >= s->upto_row)
-        s->store_done = true;
-    return 0;
-}
-
-/* Replay: the next stored metrics (about SSE_FILL_BYTES of them), then the
- * status. Returns 1 when something was appended or the stream is done, -1 on
- * error. */
-static int fill_replay(sse_conn *s)
-{
-    while (s->len < SSE_FILL_BYTES) {
-        if (next_page(s) != 0)
-            return -1;
-        if (s->page_next >= s->npage)
-            break;                          /* no more metrics */
-        uint64_t id = s->next_index++;
-        if (append_json(s, id, "metric", render_metric(&s->page[s->page_next++])) != 0)
-            return -1;
-        s->last_id = id;
-    }
-    if (s->len > 0 && (s->page_next < s->npage || !s->store_done))
-        return 1;
-    uint64_t id = s->next_index;
-    if (id > s->last_id) {
-        if (append_json(s, id, "status", render_status(s->final_status, s->final_error)) != 0)
-            return -1;
-        s->last_id = id;
-    }
-    free(s->page);                          /* the replay needs no more of the store */
-    s->page = NULL;
-    s->npage = s->page_next = 0;
-    s->done = true;
-    return 1;
-}
-
-/* Live: events from the hub. Returns 1 when something was appended or the
- * stream is done, 0 when there is nothing yet (wait), -1 on error. */
-static int fill_live(sse_conn *s)
+/* From the hub. Returns 1 when it served the connection (something appended
+ * or the stream is done), 0 when it has nothing yet (wait), 2 when it cannot
+ * serve it (no stream, or events after last_id have left the ring or are an
+ * earlier run's): read the store. -1 on error. */
+static int fill_hub(sse_conn *s)
 {
     hub_event ev[SSE_HUB_BATCH];
     bool live, ended, gap;
     size_t n = hub_read(s->srv->hub, s->job_id, s->last_id, ev, SSE_HUB_BATCH, &live, &ended, &gap);
-    if (live && n == 0 && !ended && s->resumed_from > 0 && !s->checked_resume) {
-        /* A Last-Event-ID past the newest event: the client saw an earlier
-         * stream of this job (before a server restart); it gets all of this one. */
-        s->checked_resume = true;
-        hub_event probe[1];
-        bool l2, e2, g2;
-        size_t k = hub_read(s->srv->hub, s->job_id, s->last_id - 1, probe, 1, &l2, &e2, &g2);
-        for (size_t i = 0; i < k; i++)
-            hub_event_clear(&probe[i]);
-        if (k == 0) {
-            s->last_id = 0;
-            return 1;                       /* read again from the start */
-        }
-    }
-    if (live && (!gap || s->last_id > 0 || s->accept_gap)) {
-        int rc = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (rc == 0 && append_event(s, ev[i].id, ev[i].type, ev[i].data) != 0)
-                rc = -1;
-            if (rc == 0)
-                s->last_id = ev[i].id;
-            hub_event_clear(&ev[i]);
-        }
-        if (rc != 0)
-            return -1;
-        if (ended)
-            s->done = true;
-        return n > 0 || ended ? 1 : 0;
-    }
-    for (size_t i = 0; i < n; i++)
+    int rc = live && !gap ? 0 : 2;
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0 && append_event(s, ev[i].id, ev[i].type, ev[i].data) != 0)
+            rc = -1;
+        if (rc == 0)
+            s->last_id = ev[i].id;
         hub_event_clear(&ev[i]);
+    }
+    if (rc != 0)
+        return rc;
+    if (ended)
+        s->done = true;
+    return n > 0 || ended ? 1 : 0;
+}
 
-    /* Not in the hub, or a fresh reader of a stream whose start has left the
-     * ring: the store says what the job is. */
+/* From the store: the next page after last_id. When there is none (caught
+ * up), a job with no stream in the hub ends here if it is finished (or
+ * deleted); otherwise the connection waits for the hub. Returns 1 (appended
+ * or done), 0 (wait) or -1. */
+static int fill_store(sse_conn *s)
+{
+    store_event ev[SSE_STORE_PAGE];
+    size_t n = 0;
+    if (store_event_page(s->srv->st, s->job_id, s->last_id, ev, SSE_STORE_PAGE, &n) != 0)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0 && append_event(s, ev[i].id, ev[i].type, ev[i].data) != 0)
+            rc = -1;
+        if (rc == 0)
+            s->last_id = ev[i].id;
+        store_event_clear(&ev[i]);
+    }
+    if (rc != 0 || n > 0)
+        return rc == 0 ? 1 : -1;
+
+    bool live, ended, gap;
+    size_t k = hub_read(s->srv->hub, s->job_id, s->last_id, NULL, 0, &live, &ended, &gap);
+    (void)k;
+    if (live)
+        return 0;                           /* the hub has nothing newer yet: wait for it */
     store_job j;
-    int rc = store_job_get(s->srv->st, s->job_id, &j);
-    if (rc == STORE_NOT_FOUND) {
+    int jr = store_job_get(s->srv->st, s->job_id, &j);
+    if (jr == STORE_NOT_FOUND) {
         s->done = true;                     /* deleted meanwhile */
         return 1;
     }
-    if (rc != 0)
+    if (jr != 0)
         return -1;
-    int ret = 0;
-    if (final_status(j.status)) {
-        ret = start_replay(s, &j) == 0 ? fill_replay(s) : -1;   /* complete from the store */
-    } else if (live) {
-        s->accept_gap = true;               /* running: go on from the oldest event kept */
-        ret = 1;
-    }
-    /* else queued (or running without a stream here): wait for the scheduler */
+    if (final_status(j.status))
+        s->done = true;                     /* every event it will ever have was sent */
     store_job_clear(&j);
-    return ret;
+    return s->done ? 1 : 0;                 /* queued: wait for the scheduler's stream */
+}
+
+/* Fills the buffer: the newest progress, then events after last_id from the
+ * hub or, when it cannot serve them, the store. 1, 0 (nothing: wait) or -1. */
+static int fill(sse_conn *s)
+{
+    int p = fill_progress(s);
+    if (p < 0)
+        return -1;
+    int rc = fill_hub(s);
+    if (rc == 2)
+        rc = fill_store(s);
+    if (rc < 0)
+        return -1;
+    return rc > 0 || p > 0 ? 1 : 0;
 }
 
 /* ---- the reader ------------------------------------------------------------------ */
@@ -346,7 +260,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         s->off = s->len = 0;
         if (s->done || atomic_load(&s->srv->stopping))
             return MHD_CONTENT_READER_END_OF_STREAM;
-        int rc = s->mode == SSE_REPLAY ? fill_replay(s) : fill_live(s);
+        int rc = fill(s);
         if (rc < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rc > 0)
@@ -362,7 +276,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         if (s->ping_due) {
             s->ping_due = false;
             pthread_mutex_unlock(&s->mu);
-            if (append_text(s, ": ping\n\n") != 0)
+            if (append_text(s, ": heartbeat\n\n") != 0)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
@@ -425,9 +339,6 @@ static void sse_conn_free(sse_conn *s)
         hub_unsubscribe(s->srv->hub, s->sub);
     pthread_mutex_destroy(&s->mu);
     free(s->buf);
-    free(s->page);
-    free(s->final_status);
-    free(s->final_error);
     free(s);
 }
 
@@ -460,6 +371,12 @@ int sse_handle(request *r)
         last = (uint64_t)v;
     }
 
+    /* An id past the job's newest is not one of this job's (another data
+     * directory's, or made up): the client gets the whole stream. */
+    uint64_t newest = 0;
+    if (last > 0 && store_event_last(srv->st, r->id, &newest) == 0 && last > newest)
+        last = 0;
+
     sse_conn *s = calloc(1, sizeof *s);
     if (!s)
         return http_error(r, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", "out of memory");
@@ -467,7 +384,6 @@ int sse_handle(request *r)
     s->conn = r->conn;
     s->job_id = r->id;
     s->last_id = last;
-    s->resumed_from = last;
     pthread_mutex_init(&s->mu, NULL);
     /* A first comment, so the headers go out at once even when the job is
      * still queued (MHD sends them with the first body bytes). */
@@ -552,7 +468,7 @@ static void *ping_main(void *arg)
     while (!atomic_load(&srv->stopping)) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += SSE_PING_SECONDS;
+        until.tv_sec += (time_t)srv->limits.sse_heartbeat_s;
         while (!atomic_load(&srv->stopping)) {
             if (pthread_cond_timedwait(&srv->ping_cond, &srv->sse_mu, &until) == ETIMEDOUT)
                 break;

@@ -1,14 +1,18 @@
 /* server/sse.h: GET /api/v1/jobs/{id}/events, Server-Sent Events.
  *
- * Each connection streams its job's hub events after the last id it has sent
- * (from Last-Event-ID when the client reconnects), formatted as
+ * Each connection streams its job's events after the last id it has sent
+ * (from Last-Event-ID, or ?last_event_id=, when the client reconnects):
  *   id: N\nevent: TYPE\ndata: JSON\n\n
- * and ends after the final status. A job whose stream is not in the hub
- * (finished before this server started, or dropped from the hub) is replayed
- * from the store: its metrics as metric events with ids 1..n, then its status
- * as event n+1, then the end. A queued job waits until the scheduler opens its
- * stream. A comment `: ping` goes out every SSE_PING_SECONDS so a vanished
- * client is noticed.
+ * Ids are the job's one stored sequence (db/event_store.h): metric, status and
+ * log events ({"line": "..."}, the worker's log lines as GET .../log has them)
+ * have one, the same live and after a restart, so a reconnect resumes exactly
+ * where the client left off, whether the hub still has the stream or not.
+ * progress events have none (a snapshot: the newest is sent first, and then
+ * each new one). The stream ends after the job's final status (a client that
+ * comes back after it gets nothing more and the end). A queued job waits until
+ * the scheduler opens its stream. A comment `: heartbeat` goes out every
+ * sse-heartbeat seconds (server/limits.c, 15 by default) on an idle stream, so
+ * a vanished client's connection fails its write and is closed.
  *
  * Suspend and resume (libmicrohttpd 0.9.75, whose header says
  * MHD_suspend_connection may be called from the access handler or the content
@@ -26,8 +30,6 @@
 #include <stdint.h>
 
 #include "server/http.h"
-
-#define SSE_PING_SECONDS 15
 
 /* The route handler (GET /api/v1/jobs/:id/events). */
 int sse_handle(request *r);

@@ -47,8 +47,11 @@ kiln_node_test(browser_evaluation tests/browser/evaluation.test.mjs browser 1200
 # Job safety (issue 15): SSE replay in pages, the memory-fit 422, the job folder's lock, resume.
 kiln_node_test(integration_jobsafe tests/integration/jobsafe.test.mjs integration 600)
 set_property(TEST integration_jobsafe APPEND PROPERTY ENVIRONMENT "KILN_FILL_METRICS=$<TARGET_FILE:kiln_fill_metrics>")
+# Live streams without gaps (issue 17): Last-Event-ID across restarts, log events, heartbeats.
+kiln_node_test(integration_streams tests/integration/streams.test.mjs integration 300)
 kiln_node_test(browser_login      tests/browser/login.test.mjs      browser     600)
 kiln_node_test(browser_resume     tests/browser/resume.test.mjs     browser     600)
+kiln_node_test(browser_job_log    tests/browser/job_log.test.mjs    browser     300)
 # kill -9 torture, short: tests/torture/kill9.mjs --kills 3 (the long runs: README, Torture and soak).
 # Clone (issue 16): POST /jobs/{id}/clone with overrides, GET /jobs/{id}/request; the dashboard's Clone.
 kiln_node_test(integration_clone  tests/integration/clone.test.mjs  integration 300)

@@ -344,38 +344,51 @@ export function renderJob(root, id) {
     return n > 1 ? `any ${n} free GPUs${dp}` : 'any free GPU';
   }
 
-  /* The worker's log (GET /jobs/{id}/log, plain text): its last LOG_LINES lines,
-   * fetched at most every 2 s while the job runs and once when it ends. */
-  let logBusy = false;
-  let logAgain = false;
-  let logLast = 0;
-  async function loadLog(force) {
-    if (logBusy) { if (force) logAgain = true; return; }
-    if (!force && Date.now() - logLast < 2000) return;
-    logBusy = true;
-    logLast = Date.now();
+  /* The worker's log follows the stream: each `log` event ({"line"}) is a line
+   * of it, stored with an id like the metrics, so the stream from the start
+   * carries the whole log and a reconnect (Last-Event-ID) goes on where it
+   * stopped; the card shows the last LOG_LINES lines, redrawn at most every
+   * 100 ms. A job whose stream has no log lines (it ran before they were
+   * streamed) gets GET /jobs/{id}/log once, when its stream ends. */
+  const logLines = [];
+  let logFromStream = false;
+  let logDrawTimer = null;
+  function drawLog(force) {
+    logDrawTimer = null;
+    if (!st.alive || !logLines.length) return;
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    logCard.hidden = false;
+    fill(log, logLines.join('\n'));
+    if (atBottom || force) log.scrollTop = log.scrollHeight;
+  }
+  function addLogLine(line) {
+    logFromStream = true;
+    logLines.push(String(line));
+    if (logLines.length > LOG_LINES) logLines.splice(0, logLines.length - LOG_LINES);
+    if (!logDrawTimer) logDrawTimer = setTimeout(() => drawLog(false), 100);
+  }
+  async function loadLogOnce() {
+    if (logFromStream) return;
     try {
       const res = await fetch(`${API}/jobs/${id}/log`, { headers: { accept: 'text/plain' } });
-      if (!res.ok || !st.alive) return;
+      if (!res.ok || !st.alive || logFromStream) return;
       const text = (await res.text()).replace(/\n+$/, '');
       if (!text) return;
-      const lines = text.split('\n');
-      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-      logCard.hidden = false;
-      fill(log, lines.slice(-LOG_LINES).join('\n'));
-      if (atBottom || force) log.scrollTop = log.scrollHeight;
-    } catch { /* the log is a convenience; the stream carries the state */ } finally {
-      logBusy = false;
-      if (logAgain && st.alive) { logAgain = false; loadLog(true); }
-    }
+      logLines.splice(0, logLines.length, ...text.split('\n').slice(-LOG_LINES));
+      drawLog(true);
+    } catch { /* the log is a convenience; the stream carries the state */ }
   }
 
   function connect() {
     if (!st.alive || (st.job && FINAL.has(st.job.status) && st.streamDone)) return;
-    const es = new EventSource(`${API}/jobs/${id}/events`);
+    // A new EventSource (after one was refused) goes on after the last id seen.
+    const after = st.lastEventId ? `?last_event_id=${encodeURIComponent(st.lastEventId)}` : '';
+    const es = new EventSource(`${API}/jobs/${id}/events${after}`);
+    const seen = (e) => { if (e.lastEventId) st.lastEventId = e.lastEventId; };
     st.es = es;
     es.addEventListener('open', () => { st.retries = 0; });
     es.addEventListener('metric', (e) => {
+      seen(e);
       try { addMetric(JSON.parse(e.data)); } catch { /* ignore a malformed event */ }
     });
     es.addEventListener('progress', (e) => {
@@ -383,11 +396,14 @@ export function renderJob(root, id) {
         const p = JSON.parse(e.data);
         if (st.job) Object.assign(st.job, { epoch: p.epoch, step: p.step, steps: p.steps });
         renderProgress(p);
-        loadLog(false);
       } catch { /* ignore */ }
     });
-    es.addEventListener('log', () => loadLog(false));
+    es.addEventListener('log', (e) => {
+      seen(e);
+      try { addLogLine(JSON.parse(e.data).line); } catch { /* ignore a malformed event */ }
+    });
     es.addEventListener('status', (e) => {
+      seen(e);
       let d = {};
       try { d = JSON.parse(e.data); } catch { /* ignore */ }
       renderStatus(d.status, d.error ?? undefined);
@@ -396,7 +412,7 @@ export function renderJob(root, id) {
         es.close();
         // The final numbers (epoch, finished_at, metrics) from the job itself.
         get(`/jobs/${id}`).then(renderJobInfo).catch(() => {});
-        loadLog(true);
+        loadLogOnce();
       }
     });
     es.addEventListener('error', () => {
@@ -417,7 +433,7 @@ export function renderJob(root, id) {
       renderJobInfo(job);
       const m = await get(`/jobs/${id}/metrics`);
       for (const item of m.items || []) addMetric(item);
-      if (FINAL.has(job.status)) { clearInterval(st.pollTimer); st.pollTimer = null; }
+      if (FINAL.has(job.status)) { clearInterval(st.pollTimer); st.pollTimer = null; loadLogOnce(); }
     } catch { /* keep polling */ }
   }
 
@@ -431,7 +447,6 @@ export function renderJob(root, id) {
       const m = await get(`/jobs/${id}/metrics`);
       if (!st.alive) return;
       for (const item of m.items || []) addMetric(item);
-      loadLog(true);
       if (!st.stepsPerEpoch && FINAL.has(job.status)) {
         // A job that ended without a step count: plot against the reported epoch.
         const pend = st.pendingMetrics;

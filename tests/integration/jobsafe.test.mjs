@@ -1,6 +1,7 @@
 // Job safety (issue 15, findings 6, 7 and 9) against a real `kiln serve`:
 // - the SSE replay of a finished job with many stored metrics is streamed from
-//   the store a page at a time: the wire format and Last-Event-ID as before,
+//   the store a page at a time: the wire format and Last-Event-ID (one stored
+//   id sequence for metrics, log lines and the status, issue 17),
 //   and clients that never read cost the server little memory while other
 //   requests are answered;
 // - a job whose training memory does not fit in what is available is refused
@@ -150,31 +151,37 @@ test('SSE replay: a finished job with many metrics streams every one, ids and La
   const n = stored.length;
   assert.ok(n >= FILLED, `${n} stored metrics`);
 
+  // One stored id sequence (issue 17): metrics, log lines and the status each
+  // have an id, increasing; the metric events are the stored metrics in order.
   const url = `${base}/api/v1/jobs/${replayJob}/events`;
   const all = await readSSE(url, { timeoutMs: 60_000 });
   assert.equal(all.status, 200);
   assert.match(all.contentType, /^text\/event-stream/);
   assert.ok(all.ended, 'the replay ends');
-  assert.equal(all.events.length, n + 1);
-  all.events.forEach((e, i) => assert.equal(e.id, i + 1, `event ${i} has id ${i + 1}`));
-  const metrics = all.events.slice(0, n);
-  assert.ok(metrics.every((e) => e.event === 'metric'));
+  const L = all.events.length;
+  all.events.forEach((e, i) => assert.ok(Number.isInteger(e.id) && (i === 0 || e.id > all.events[i - 1].id),
+    `event ${i} has an increasing id (${e.id})`));
+  const metrics = all.events.filter((e) => e.event === 'metric');
+  assert.equal(metrics.length, n);
   assert.deepEqual(metrics.map((e) => e.data), stored, 'the replay carries the stored metrics in order');
-  assert.equal(all.events[n].event, 'status');
-  assert.deepEqual(all.events[n].data, { status: 'cancelled', error: null });
-  assert.equal(all.events[n].raw, '{"status":"cancelled","error":null}');
+  assert.ok(all.events.every((e) => ['metric', 'log', 'status'].includes(e.event)), 'only stored events');
+  assert.equal(all.events[L - 1].event, 'status');
+  assert.deepEqual(all.events[L - 1].data, { status: 'cancelled', error: null });
+  assert.equal(all.events[L - 1].raw, '{"status":"cancelled","error":null}');
+  assert.equal(all.events.filter((e) => e.event === 'status').length, 1, 'one status: the job\'s end');
 
-  const tail = await readSSE(url, { timeoutMs: 30_000, headers: { 'Last-Event-ID': String(n - 3) } });
-  assert.deepEqual(tail.events.map((e) => e.id), [n - 2, n - 1, n, n + 1]);
-  assert.deepEqual(tail.events[0].data, stored[n - 3]);
-  const q = await readSSE(`${url}?last_event_id=${n - 1}`, { timeoutMs: 30_000 });
-  assert.deepEqual(q.events.map((e) => e.id), [n, n + 1]);
-  const nothing = await readSSE(url, { timeoutMs: 30_000, headers: { 'Last-Event-ID': String(n + 1) } });
+  const ids = all.events.map((e) => e.id);
+  const tail = await readSSE(url, { timeoutMs: 30_000, headers: { 'Last-Event-ID': String(ids[L - 4]) } });
+  assert.deepEqual(tail.events.map((e) => e.id), ids.slice(L - 3));
+  assert.deepEqual(tail.events.map((e) => e.data), all.events.slice(L - 3).map((e) => e.data));
+  const q = await readSSE(`${url}?last_event_id=${ids[L - 3]}`, { timeoutMs: 30_000 });
+  assert.deepEqual(q.events.map((e) => e.id), ids.slice(L - 2));
+  const nothing = await readSSE(url, { timeoutMs: 30_000, headers: { 'Last-Event-ID': String(ids[L - 1]) } });
   assert.ok(nothing.ended);
   assert.equal(nothing.events.length, 0, 'a client that has everything gets nothing more');
-  const past = await readSSE(url, { timeoutMs: 60_000, headers: { 'Last-Event-ID': String(n + 7) } });
-  assert.equal(past.events.length, n + 1, 'an id past the replay (a live stream\'s) gets all of it');
-  assert.equal(past.events[0].id, 1);
+  const past = await readSSE(url, { timeoutMs: 60_000, headers: { 'Last-Event-ID': String(ids[L - 1] + 7) } });
+  assert.equal(past.events.length, L, 'an id past the job\'s newest (not one of its ids) gets all of it');
+  assert.equal(past.events[0].id, ids[0]);
 });
 
 test('SSE replay: clients that never read cost little memory and other requests are answered', async () => {

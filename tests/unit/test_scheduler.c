@@ -22,6 +22,7 @@
 #include "tests/settings_util.h"
 #include "engine/checkpoint.h"
 #include "jobs/hub.h"
+#include "db/event_store.h"
 #include "base/layout.h"
 #include "jobs/jobspec.h"
 #include "tests/unit/jobcfg_util.h"
@@ -154,6 +155,8 @@ static int setup(void **state)
     snprintf(path, sizeof path, "%s/kiln.db", f->data);
     f->st = store_open(path, err, sizeof err);
     f->h = hub_create();
+    if (f->h && f->st)
+        hub_set_store(f->h, f->st);      /* as kiln serve: events are stored, ids the store's */
     if (!f->st || !f->h)
         return -1;
     if (store_dataset_insert(f->st, "ds", &f->dataset, err, sizeof err) != 0 ||
@@ -296,17 +299,34 @@ static void a_finished_worker_is_done_with_its_metrics(void **state)
     assert_true(fabs(m[1].value - 0.75) < 1e-12);
     free(m);
 
-    /* The stream: running, progress, metric, metric, then done; and it ended. */
-    hub_event ev[16];
+    /* The stream: running, metric, metric, then done (log lines, if the
+     * worker wrote any, in between); it ended. Progress is a snapshot, not
+     * an event. The store holds the same events under the same ids. */
+    hub_event all[32], ev[16];
     bool ended = false;
-    size_t k = read_events(f, id, ev, 16, &ended);
+    size_t total = read_events(f, id, all, 32, &ended);
     assert_true(ended);
-    assert_int_equal(k, 5);
+    size_t k = 0;
+    for (size_t i = 0; i < total; i++) {
+        assert_int_equal(all[i].id, i + 1);
+        if (strcmp(all[i].type, "log") != 0 && k < 16)
+            ev[k++] = all[i];
+    }
+    store_event stored[32];
+    size_t ns = 0;
+    assert_int_equal(store_event_page(f->st, id, 0, stored, 32, &ns), 0);
+    assert_int_equal(ns, total);
+    for (size_t i = 0; i < ns; i++) {
+        assert_int_equal(stored[i].id, all[i].id);
+        assert_string_equal(stored[i].type, all[i].type);
+        assert_string_equal(stored[i].data, all[i].data);
+        store_event_clear(&stored[i]);
+    }
+    assert_int_equal(k, 4);
     assert_string_equal(ev[0].type, "status");
     assert_non_null(strstr(ev[0].data, "\"running\""));
-    assert_string_equal(ev[1].type, "progress");
-    assert_string_equal(ev[2].type, "metric");
-    cJSON *md = cJSON_Parse(ev[2].data);
+    assert_string_equal(ev[1].type, "metric");
+    cJSON *md = cJSON_Parse(ev[1].data);
     assert_non_null(md);
     assert_string_equal(cJSON_GetObjectItem(md, "tag")->valuestring, "train/loss");
     assert_true(cJSON_GetObjectItem(md, "value")->valuedouble == 2.5);
@@ -314,13 +334,20 @@ static void a_finished_worker_is_done_with_its_metrics(void **state)
     assert_non_null(cJSON_GetObjectItem(md, "epoch"));
     assert_non_null(cJSON_GetObjectItem(md, "wall_time"));
     cJSON_Delete(md);
-    assert_string_equal(ev[3].type, "metric");
-    assert_string_equal(ev[4].type, "status");
-    cJSON *sd = cJSON_Parse(ev[4].data);
+    assert_string_equal(ev[2].type, "metric");
+    assert_string_equal(ev[3].type, "status");
+    cJSON *sd = cJSON_Parse(ev[3].data);
     assert_string_equal(cJSON_GetObjectItem(sd, "status")->valuestring, "done");
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(sd, "error")));
     cJSON_Delete(sd);
-    clear_events(ev, k);
+    clear_events(all, total);
+
+    uint64_t seen = 0;
+    char *progress = NULL;
+    assert_true(hub_progress(f->h, id, &seen, &progress));
+    assert_non_null(strstr(progress, "\"steps\":2"));
+    free(progress);
+    assert_false(hub_progress(f->h, id, &seen, &progress));   /* nothing newer */
 }
 
 typedef struct fail_case {
@@ -386,9 +413,9 @@ static void cancel_queued_running_and_stubborn(void **state)
     j = wait_status(f, queued, "cancelled", 0.001);
     assert_non_null(j.finished_at);
     store_job_clear(&j);
-    hub_event ev[8];
+    hub_event ev[64];                  /* a worker's log lines are events too */
     bool ended = false;
-    size_t n = read_events(f, queued, ev, 8, &ended);
+    size_t n = read_events(f, queued, ev, 64, &ended);
     assert_true(ended);
     assert_int_equal(n, 1);
     assert_non_null(strstr(ev[0].data, "\"cancelled\""));
@@ -399,7 +426,7 @@ static void cancel_queued_running_and_stubborn(void **state)
     assert_int_equal(sched_cancel(f->s, running), 0);
     j = wait_status(f, running, "cancelled", 5);
     store_job_clear(&j);
-    n = read_events(f, running, ev, 8, &ended);
+    n = read_events(f, running, ev, 64, &ended);
     assert_true(ended);
     assert_non_null(strstr(ev[n - 1].data, "\"cancelled\""));
     clear_events(ev, n);
