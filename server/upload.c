@@ -317,7 +317,7 @@ enum MHD_Result upload_begin(request *r, bool has_body, uint64_t declared)
  * as a web server's does: what arrives for up to LINGER_SECONDS and
  * LINGER_BYTES more is read and dropped (a client that has read the answer
  * stops sending), then MHD_NO makes MHD close it. */
-#define LINGER_SECONDS 1.0
+#define LINGER_SECONDS 5.0   /* a client on a loaded machine may take seconds to read the answer */
 #define LINGER_BYTES ((uint64_t)64 << 20)
 
 static double mono_now(void)
