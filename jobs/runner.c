@@ -539,7 +539,7 @@ static void drop_old_step_checkpoints(run *r, int64_t step)
         long long s;
         char tail[32], path[PATH_MAX + 300];
         if (sscanf(de->d_name, "step-%lld.%31s", &s, tail) == 2 &&
-            (!strcmp(tail, "safetensors") || !strcmp(tail, SUMS_SUFFIX + 1)) && s < step) {
+            (!strcmp(tail, "safetensors") || !strcmp(tail, &SUMS_SUFFIX[1])) && s < step) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             if (unlink(path) == 0)
                 report_log("removed %s/%s: a later snapshot replaces it (keep_checkpoints)",
