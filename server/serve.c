@@ -346,8 +346,11 @@ out:
     /* MHD_stop_daemon closes every socket at once: give the resumed streams
      * up to 2 s to send their last chunk, so a client sees the stream end,
      * not a reset (integration_deploy's SIGTERM case). */
-    for (int i = 0; srv.daemon && i < 200 && sse_client_count(&srv) > 0; i++)
+    bool streams = srv.daemon && sse_client_count(&srv) > 0;
+    for (int i = 0; streams && i < 200 && sse_client_count(&srv) > 0; i++)
         usleep(10000);
+    if (streams)
+        usleep(200000);                    /* a stream leaves the list before MHD's thread writes its end */
     upload_wait_probes(&srv);              /* uploads suspended on their archive check resume */
     infer_service_stop(&srv);              /* classifications queued or running are answered */
     if (srv.daemon)
