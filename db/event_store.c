@@ -16,27 +16,11 @@
 
 #include "db/store_db.h"     /* store_db_lock, store_db_unlock */
 
-static void log_err(sqlite3 *db, const char *what)
-{
-    fprintf(stderr, "kiln: store: %s: %s\n", what, sqlite3_errmsg(db));
-}
-
-static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const char *what)
-{
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-        log_err(db, what);
-        sqlite3_finalize(q);
-        return NULL;
-    }
-    return q;
-}
-
 /* Takes the next id of the job's stream (0 with *id, STORE_NOT_FOUND, -1).
  * Inside the append's transaction. */
 static int next_id(sqlite3 *db, int64_t job_id, uint64_t *id)
 {
-    sqlite3_stmt *q = prep(db, "UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ?1 "
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ?1 "
                                "RETURNING event_seq", "taking an event id");
     if (!q)
         return -1;
@@ -50,7 +34,7 @@ static int next_id(sqlite3 *db, int64_t job_id, uint64_t *id)
     } else if (rc == SQLITE_DONE) {
         ret = STORE_NOT_FOUND;
     } else {
-        log_err(db, "taking an event id");
+        store_db_log(db, "taking an event id");
     }
     sqlite3_finalize(q);
     return ret;
@@ -59,7 +43,7 @@ static int next_id(sqlite3 *db, int64_t job_id, uint64_t *id)
 static int insert_event(sqlite3 *db, int64_t job_id, uint64_t id, const char *type, int64_t step,
                         const char *data)
 {
-    sqlite3_stmt *q = prep(db, "INSERT INTO job_events (job_id, seq, type, step, data) "
+    sqlite3_stmt *q = store_db_prep(db, "INSERT INTO job_events (job_id, seq, type, step, data) "
                                "VALUES (?1, ?2, ?3, ?4, ?5)", "storing an event");
     if (!q)
         return -1;
@@ -76,7 +60,7 @@ static int insert_event(sqlite3 *db, int64_t job_id, uint64_t id, const char *ty
         rc = sqlite3_step(q);
     sqlite3_finalize(q);
     if (rc != SQLITE_DONE) {
-        log_err(db, "storing an event");
+        store_db_log(db, "storing an event");
         return -1;
     }
     return 0;
@@ -88,7 +72,7 @@ int store_event_append(store *s, int64_t job_id, const char *type, int64_t step,
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
     if (sqlite3_exec(db, "SAVEPOINT event_append", NULL, NULL, NULL) != SQLITE_OK) {
-        log_err(db, "storing an event");
+        store_db_log(db, "storing an event");
         goto out;
     }
     ret = next_id(db, job_id, id);
@@ -97,7 +81,7 @@ int store_event_append(store *s, int64_t job_id, const char *type, int64_t step,
     if (ret != 0)
         sqlite3_exec(db, "ROLLBACK TO event_append", NULL, NULL, NULL);
     if (sqlite3_exec(db, "RELEASE event_append", NULL, NULL, NULL) != SQLITE_OK && ret == 0) {
-        log_err(db, "storing an event");
+        store_db_log(db, "storing an event");
         ret = -1;
     }
 out:
@@ -111,7 +95,7 @@ int store_event_page(store *s, int64_t job_id, uint64_t after, store_event *out,
     *n = 0;
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT seq, type, data FROM job_events WHERE job_id = ?1 AND seq > ?2 "
+    sqlite3_stmt *q = store_db_prep(db, "SELECT seq, type, data FROM job_events WHERE job_id = ?1 AND seq > ?2 "
                                "ORDER BY seq LIMIT ?3", "reading events");
     if (!q)
         goto out;
@@ -137,7 +121,7 @@ int store_event_page(store *s, int64_t job_id, uint64_t after, store_event *out,
     if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) {
         ret = 0;
     } else {
-        log_err(db, "reading events");
+        store_db_log(db, "reading events");
         for (size_t i = 0; i < *n; i++)
             store_event_clear(&out[i]);
         *n = 0;
@@ -152,7 +136,7 @@ int store_event_trim(store *s, int64_t job_id, int64_t after_step)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "DELETE FROM job_events WHERE job_id = ?1 AND "
+    sqlite3_stmt *q = store_db_prep(db, "DELETE FROM job_events WHERE job_id = ?1 AND "
                                "(type = 'status' OR (type = 'metric' AND (?2 < 0 OR step > ?2)))",
                            "trimming events");
     if (q) {
@@ -164,7 +148,7 @@ int store_event_trim(store *s, int64_t job_id, int64_t after_step)
         if (rc == SQLITE_DONE)
             ret = 0;
         else
-            log_err(db, "trimming events");
+            store_db_log(db, "trimming events");
         sqlite3_finalize(q);
     }
     store_db_unlock(s);
@@ -175,7 +159,7 @@ int store_event_last(store *s, int64_t job_id, uint64_t *id)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT event_seq FROM jobs WHERE id = ?1", "reading an event id");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT event_seq FROM jobs WHERE id = ?1", "reading an event id");
     if (q) {
         int rc = sqlite3_bind_int64(q, 1, job_id);
         if (rc == SQLITE_OK)
@@ -186,7 +170,7 @@ int store_event_last(store *s, int64_t job_id, uint64_t *id)
         } else if (rc == SQLITE_DONE) {
             ret = STORE_NOT_FOUND;
         } else {
-            log_err(db, "reading an event id");
+            store_db_log(db, "reading an event id");
         }
         sqlite3_finalize(q);
     }

@@ -10,6 +10,7 @@
 #define KILN_DB_STORE_DB_H
 
 #include <sqlite3.h>
+#include <stdio.h>
 
 #include "db/store.h"
 
@@ -27,5 +28,23 @@ void store_db_unlock(store *s);
 
 /* Fills *j from a row of STORE_JOB_COLS: 0, or -1 when out of memory (*j clear). */
 int store_db_read_job(sqlite3_stmt *q, store_job *j);
+
+/* Logs a failed statement on stderr: "kiln: store: <what>: <SQLite's message>". */
+static inline void store_db_log(sqlite3 *db, const char *what)
+{
+    fprintf(stderr, "kiln: store: %s: %s\n", what, sqlite3_errmsg(db));
+}
+
+/* Prepares sql, or logs why not (store_db_log) and returns NULL. */
+static inline sqlite3_stmt *store_db_prep(sqlite3 *db, const char *sql, const char *what)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        store_db_log(db, what);
+        sqlite3_finalize(q);
+        return NULL;
+    }
+    return q;
+}
 
 #endif

@@ -21,22 +21,6 @@
                    "finished_at, owner_id"
 #define TRIAL_COLS "sweep_id, trial, job_id, params_json, rung, state, metrics_json, message"
 
-static void log_err(sqlite3 *db, const char *what)
-{
-    fprintf(stderr, "kiln: store: %s: %s\n", what, sqlite3_errmsg(db));
-}
-
-static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const char *what)
-{
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-        log_err(db, what);
-        sqlite3_finalize(q);
-        return NULL;
-    }
-    return q;
-}
-
 static bool dup_col(sqlite3_stmt *q, int i, char **dst)
 {
     *dst = NULL;
@@ -125,7 +109,7 @@ static int one(sqlite3 *db, sqlite3_stmt *q, const rows *k, const char *what, vo
     else if (rc == SQLITE_DONE)
         ret = STORE_NOT_FOUND;
     else
-        log_err(db, what);
+        store_db_log(db, what);
     sqlite3_finalize(q);
     return ret;
 }
@@ -152,7 +136,7 @@ static int all(sqlite3 *db, sqlite3_stmt *q, const rows *k, const char *what, vo
         len++;
     }
     if (rc != SQLITE_DONE) {
-        log_err(db, what);
+        store_db_log(db, what);
         sqlite3_finalize(q);
         for (size_t i = 0; i < len; i++)
             k->clear(arr + i * k->size);
@@ -172,7 +156,7 @@ static int change(sqlite3 *db, sqlite3_stmt *q, int bind_rc, const char *what)
     if (bind_rc == SQLITE_OK && sqlite3_step(q) == SQLITE_DONE)
         ret = sqlite3_changes(db) > 0 ? 0 : STORE_NOT_FOUND;
     else
-        log_err(db, what);
+        store_db_log(db, what);
     sqlite3_finalize(q);
     return ret;
 }
@@ -181,7 +165,7 @@ static int exec(sqlite3 *db, const char *sql)
 {
     if (sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK)
         return 0;
-    log_err(db, sql);
+    store_db_log(db, sql);
     return -1;
 }
 
@@ -191,7 +175,7 @@ int store_sweep_insert(store *s, const char *name, const char *method, const cha
                        int64_t owner, int64_t *id)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "INSERT INTO sweeps (name, method, spec_json, owner_id, created_at) "
+    sqlite3_stmt *q = store_db_prep(db, "INSERT INTO sweeps (name, method, spec_json, owner_id, created_at) "
                                "VALUES (?1, ?2, ?3, NULLIF(?4, 0), " NOW_SQL ")", "inserting sweep");
     int ret = -1;
     if (q) {
@@ -212,7 +196,7 @@ int store_sweep_insert(store *s, const char *name, const char *method, const cha
 int store_sweep_get(store *s, int64_t id, store_sweep *out)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "SELECT " SWEEP_COLS " FROM sweeps WHERE id = ?1", "reading sweep");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " SWEEP_COLS " FROM sweeps WHERE id = ?1", "reading sweep");
     int ret = -1;
     if (q && sqlite3_bind_int64(q, 1, id) == SQLITE_OK)
         ret = one(db, q, &sweep_rows, "reading sweep", out);
@@ -225,7 +209,7 @@ int store_sweep_get(store *s, int64_t id, store_sweep *out)
 int store_sweep_list_for(store *s, int64_t owner, store_sweep **out, size_t *n)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "SELECT " SWEEP_COLS " FROM sweeps WHERE ?1 = 0 OR owner_id = ?1 "
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " SWEEP_COLS " FROM sweeps WHERE ?1 = 0 OR owner_id = ?1 "
                                "ORDER BY id DESC", "listing sweeps");
     int ret = -1;
     if (q && sqlite3_bind_int64(q, 1, owner) == SQLITE_OK)
@@ -239,7 +223,7 @@ int store_sweep_list_for(store *s, int64_t owner, store_sweep **out, size_t *n)
 int store_sweep_ids_with_status(store *s, const char *status, int64_t **ids, size_t *n)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "SELECT id FROM sweeps WHERE status = ?1 ORDER BY id", "listing sweeps");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT id FROM sweeps WHERE status = ?1 ORDER BY id", "listing sweeps");
     int ret = -1;
     if (q && sqlite3_bind_text(q, 1, status, -1, SQLITE_TRANSIENT) == SQLITE_OK)
         ret = all(db, q, &id_rows, "listing sweeps", (void **)ids, n);
@@ -252,7 +236,7 @@ int store_sweep_ids_with_status(store *s, const char *status, int64_t **ids, siz
 int store_sweep_set_best(store *s, int64_t id, int best_trial, double best_metric)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "UPDATE sweeps SET best_trial = NULLIF(?2, -1), best_metric = ?3 "
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE sweeps SET best_trial = NULLIF(?2, -1), best_metric = ?3 "
                                "WHERE id = ?1", "updating sweep");
     int ret = -1;
     if (q) {
@@ -268,7 +252,7 @@ int store_sweep_set_best(store *s, int64_t id, int best_trial, double best_metri
 int store_sweep_finish(store *s, int64_t id, const char *status, const char *error)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "UPDATE sweeps SET status = ?2, error = ?3, finished_at = " NOW_SQL
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE sweeps SET status = ?2, error = ?3, finished_at = " NOW_SQL
                                " WHERE id = ?1 AND status = 'running'", "ending sweep");
     int ret = -1;
     if (q) {
@@ -284,7 +268,7 @@ int store_sweep_finish(store *s, int64_t id, const char *status, const char *err
 int store_sweep_delete(store *s, int64_t id)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "DELETE FROM sweeps WHERE id = ?1", "deleting sweep");
+    sqlite3_stmt *q = store_db_prep(db, "DELETE FROM sweeps WHERE id = ?1", "deleting sweep");
     int ret = q ? change(db, q, sqlite3_bind_int64(q, 1, id), "deleting sweep") : -1;
     store_db_unlock(s);
     return ret;
@@ -332,7 +316,7 @@ static int mark_job(sqlite3 *db, const store_trial *t)
 {
     if (!t->job_id)
         return 0;
-    sqlite3_stmt *q = prep(db, "UPDATE jobs SET sweep_id = ?2 WHERE id = ?1", "marking a trial's job");
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE jobs SET sweep_id = ?2 WHERE id = ?1", "marking a trial's job");
     if (!q)
         return -1;
     int b = sqlite3_bind_int64(q, 1, t->job_id);
@@ -346,7 +330,7 @@ int store_trial_insert(store *s, const store_trial *t)
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
     if (exec(db, "BEGIN IMMEDIATE") == 0) {
-        sqlite3_stmt *q = prep(db, "INSERT INTO sweep_trials (" TRIAL_COLS ") VALUES "
+        sqlite3_stmt *q = store_db_prep(db, "INSERT INTO sweep_trials (" TRIAL_COLS ") VALUES "
                                    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", "inserting trial");
         ret = q ? change(db, q, bind_trial(q, t), "inserting trial") : -1;
         if (ret == 0)
@@ -362,7 +346,7 @@ int store_trial_insert(store *s, const store_trial *t)
 int store_trial_update(store *s, const store_trial *t)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "UPDATE sweep_trials SET job_id = ?3, params_json = ?4, rung = ?5, "
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE sweep_trials SET job_id = ?3, params_json = ?4, rung = ?5, "
                                "state = ?6, metrics_json = ?7, message = ?8 "
                                "WHERE sweep_id = ?1 AND trial = ?2", "updating trial");
     int ret = q ? change(db, q, bind_trial(q, t), "updating trial") : -1;
@@ -373,7 +357,7 @@ int store_trial_update(store *s, const store_trial *t)
 int store_trial_list(store *s, int64_t sweep_id, store_trial **out, size_t *n)
 {
     sqlite3 *db = store_db_lock(s);
-    sqlite3_stmt *q = prep(db, "SELECT " TRIAL_COLS " FROM sweep_trials WHERE sweep_id = ?1 "
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " TRIAL_COLS " FROM sweep_trials WHERE sweep_id = ?1 "
                                "ORDER BY trial", "listing trials");
     int ret = -1;
     if (q && sqlite3_bind_int64(q, 1, sweep_id) == SQLITE_OK)
@@ -409,7 +393,7 @@ int store_sweep_promote(store *s, const store_trial *t, int64_t job_id, int epoc
     int ret = -1;
     if (exec(db, "BEGIN IMMEDIATE") != 0)
         goto out;
-    sqlite3_stmt *q = prep(db, "UPDATE jobs SET status = 'queued', error = NULL, started_at = NULL, "
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE jobs SET status = 'queued', error = NULL, started_at = NULL, "
                                "finished_at = NULL, epochs = ?2, steps = ?3, config_json = ?4, "
                                "eta_seconds = -1 WHERE id = ?1 AND status = 'done'", "promoting a trial");
     if (q) {
@@ -420,7 +404,7 @@ int store_sweep_promote(store *s, const store_trial *t, int64_t job_id, int epoc
         ret = change(db, q, b, "promoting a trial");
     }
     if (ret == 0) {
-        q = prep(db, "UPDATE sweep_trials SET job_id = ?3, params_json = ?4, rung = ?5, state = ?6, "
+        q = store_db_prep(db, "UPDATE sweep_trials SET job_id = ?3, params_json = ?4, rung = ?5, state = ?6, "
                      "metrics_json = ?7, message = ?8 WHERE sweep_id = ?1 AND trial = ?2",
                  "promoting a trial");
         ret = q ? change(db, q, bind_trial(q, t), "promoting a trial") : -1;

@@ -24,22 +24,6 @@
  * both are RFC 3339 UTC with seconds). */
 #define TOKEN_LIVE_SQL "t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > " NOW_SQL ")"
 
-static void log_err(sqlite3 *db, const char *what)
-{
-    fprintf(stderr, "kiln: store: %s: %s\n", what, sqlite3_errmsg(db));
-}
-
-static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const char *what)
-{
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-        log_err(db, what);
-        sqlite3_finalize(q);
-        return NULL;
-    }
-    return q;
-}
-
 static bool dup_col(sqlite3_stmt *q, int i, char **dst)
 {
     *dst = NULL;
@@ -111,7 +95,7 @@ static int one(sqlite3 *db, sqlite3_stmt *q, const rows *k, const char *what, vo
     else if (rc == SQLITE_DONE)
         ret = STORE_NOT_FOUND;
     else
-        log_err(db, what);
+        store_db_log(db, what);
     sqlite3_finalize(q);
     return ret;
 }
@@ -139,7 +123,7 @@ static int all(sqlite3 *db, sqlite3_stmt *q, const rows *k, const char *what, vo
         len++;
     }
     if (rc != SQLITE_DONE) {
-        log_err(db, what);
+        store_db_log(db, what);
         sqlite3_finalize(q);
         for (size_t i = 0; i < len; i++)
             k->clear(arr + i * k->size);
@@ -159,7 +143,7 @@ static int change(sqlite3 *db, sqlite3_stmt *q, int bind_rc, const char *what)
     if (bind_rc == SQLITE_OK && sqlite3_step(q) == SQLITE_DONE)
         ret = sqlite3_changes(db) > 0 ? 0 : STORE_NOT_FOUND;
     else
-        log_err(db, what);
+        store_db_log(db, what);
     sqlite3_finalize(q);
     return ret;
 }
@@ -202,7 +186,7 @@ int store_user_get(store *s, int64_t id, store_user *out)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT " USER_COLS " FROM users WHERE id = ?1", "reading user");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " USER_COLS " FROM users WHERE id = ?1", "reading user");
     if (q)
         ret = sqlite3_bind_int64(q, 1, id) == SQLITE_OK ? one(db, q, &user_rows, "reading user", out)
                                                          : (sqlite3_finalize(q), -1);
@@ -214,7 +198,7 @@ int store_user_find(store *s, const char *name, store_user *out)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT " USER_COLS " FROM users WHERE name = ?1", "reading user");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " USER_COLS " FROM users WHERE name = ?1", "reading user");
     if (q)
         ret = sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT) == SQLITE_OK
                   ? one(db, q, &user_rows, "reading user", out)
@@ -230,7 +214,7 @@ int store_user_list(store *s, store_user **out, size_t *n)
     *n = 0;
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT " USER_COLS " FROM users ORDER BY id", "listing users");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " USER_COLS " FROM users ORDER BY id", "listing users");
     if (q)
         ret = all(db, q, &user_rows, "listing users", &arr, n);
     store_db_unlock(s);
@@ -242,7 +226,7 @@ int store_user_delete(store *s, int64_t id)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "DELETE FROM users WHERE id = ?1", "deleting user");
+    sqlite3_stmt *q = store_db_prep(db, "DELETE FROM users WHERE id = ?1", "deleting user");
     if (q)
         ret = change(db, q, sqlite3_bind_int64(q, 1, id), "deleting user");
     store_db_unlock(s);
@@ -253,7 +237,7 @@ int store_user_count(store *s, int64_t *users, int64_t *admins)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT COUNT(*), COALESCE(SUM(admin), 0) FROM users", "counting users");
+    sqlite3_stmt *q = store_db_prep(db, "SELECT COUNT(*), COALESCE(SUM(admin), 0) FROM users", "counting users");
     if (q) {
         if (sqlite3_step(q) == SQLITE_ROW) {
             *users = sqlite3_column_int64(q, 0);
@@ -261,7 +245,7 @@ int store_user_count(store *s, int64_t *users, int64_t *admins)
                 *admins = sqlite3_column_int64(q, 1);
             ret = 0;
         } else {
-            log_err(db, "counting users");
+            store_db_log(db, "counting users");
         }
         sqlite3_finalize(q);
     }
@@ -329,7 +313,7 @@ int store_token_check(store *s, const char *hash, const char *kind, store_user *
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT u.id, u.name, u.password_hash, u.admin, u.created_at, t.id "
+    sqlite3_stmt *q = store_db_prep(db, "SELECT u.id, u.name, u.password_hash, u.admin, u.created_at, t.id "
                                "FROM tokens t JOIN users u ON u.id = t.user_id "
                                "WHERE t.hash = ?1 AND t.kind = ?2 AND " TOKEN_LIVE_SQL, "checking token");
     if (!q)
@@ -344,12 +328,12 @@ int store_token_check(store *s, const char *hash, const char *kind, store_user *
     } else if (rc == SQLITE_DONE) {
         ret = STORE_NOT_FOUND;
     } else {
-        log_err(db, "checking token");
+        store_db_log(db, "checking token");
     }
     sqlite3_finalize(q);
     if (ret != 0)
         goto out;
-    q = prep(db, "UPDATE tokens SET last_used_at = " NOW_SQL " WHERE id = ?1 AND "
+    q = store_db_prep(db, "UPDATE tokens SET last_used_at = " NOW_SQL " WHERE id = ?1 AND "
                  "(last_used_at IS NULL OR last_used_at < strftime('%Y-%m-%dT%H:%M:%SZ', 'now', '-60 seconds'))",
              "stamping token use");
     if (q && change(db, q, sqlite3_bind_int64(q, 1, *token_id), "stamping token use") < 0)
@@ -363,7 +347,7 @@ int store_token_get(store *s, int64_t id, store_token *out)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT " TOKEN_COLS " FROM tokens t JOIN users u ON u.id = t.user_id "
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " TOKEN_COLS " FROM tokens t JOIN users u ON u.id = t.user_id "
                                "WHERE t.id = ?1", "reading token");
     if (q)
         ret = sqlite3_bind_int64(q, 1, id) == SQLITE_OK ? one(db, q, &token_rows, "reading token", out)
@@ -379,7 +363,7 @@ int store_token_list(store *s, int64_t user_id, const char *kind, store_token **
     *n = 0;
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "SELECT " TOKEN_COLS " FROM tokens t JOIN users u ON u.id = t.user_id "
+    sqlite3_stmt *q = store_db_prep(db, "SELECT " TOKEN_COLS " FROM tokens t JOIN users u ON u.id = t.user_id "
                                "WHERE (?1 = 0 OR t.user_id = ?1) AND t.kind = ?2 ORDER BY t.id DESC",
                            "listing tokens");
     if (q) {
@@ -400,7 +384,7 @@ int store_token_revoke(store *s, int64_t id)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "UPDATE tokens SET revoked_at = " NOW_SQL " WHERE id = ?1 AND revoked_at IS NULL",
+    sqlite3_stmt *q = store_db_prep(db, "UPDATE tokens SET revoked_at = " NOW_SQL " WHERE id = ?1 AND revoked_at IS NULL",
                            "revoking token");
     if (q)
         ret = change(db, q, sqlite3_bind_int64(q, 1, id), "revoking token");
@@ -412,7 +396,7 @@ int store_token_purge_sessions(store *s)
 {
     sqlite3 *db = store_db_lock(s);
     int ret = -1;
-    sqlite3_stmt *q = prep(db, "DELETE FROM tokens WHERE kind = 'session' AND (revoked_at IS NOT NULL OR "
+    sqlite3_stmt *q = store_db_prep(db, "DELETE FROM tokens WHERE kind = 'session' AND (revoked_at IS NOT NULL OR "
                                "(expires_at IS NOT NULL AND expires_at <= " NOW_SQL "))", "purging sessions");
     if (q) {
         ret = change(db, q, SQLITE_OK, "purging sessions");
