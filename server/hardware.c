@@ -223,10 +223,15 @@ static void sample_once(hw_sampler *hw)
 {
     hw_sample s;
     memset(&s, 0, sizeof s);
+    /* Whole milliseconds: cJSON prints a double in 15 significant digits
+     * whenever that reads back within its relative epsilon (0.4 us at
+     * today's Unix time), so a finer time could print a hair below itself
+     * and a client's ?since=<printed time> would get that sample again. A
+     * time of 13 digits prints and reads back exactly. */
     s.time = (double)time(NULL);
     struct timespec ts;
     if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
-        s.time = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+        s.time = (double)((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) / 1000.0;
     sample_cpu(hw, &s);
     sample_memory(&s);
     sample_load(&s);
