@@ -226,13 +226,17 @@ static void errors_field(const cJSON *root, char *out, size_t len)
         const cJSON *msg = cJSON_IsString(e) ? e : cJSON_GetObjectItemCaseSensitive(e, "error");
         if (!cJSON_IsString(msg) || !msg->valuestring)
             msg = cJSON_GetObjectItemCaseSensitive(e, "description");
-        char buf[256];
+        char buf[200];
         if (cJSON_IsString(msg) && msg->valuestring)
             utf8_from_any(msg->valuestring, strlen(msg->valuestring), buf, sizeof buf);
         else
             snprintf(buf, sizeof buf, "an error without a message");
+        const cJSON *no = cJSON_GetObjectItemCaseSensitive(e, "errno");
         size_t o = strlen(out);
-        snprintf(out + o, len - o, "%s%s", o ? "; " : "", buf);
+        if (cJSON_IsNumber(no) && fabs(no->valuedouble) < 1e9)
+            snprintf(out + o, len - o, "%s%s (errno %d)", o ? "; " : "", buf, (int)no->valuedouble);
+        else
+            snprintf(out + o, len - o, "%s%s", o ? "; " : "", buf);
     }
 }
 
@@ -581,7 +585,8 @@ static void sample_once(cluster *c)
     memset(&nodes, 0, sizeof nodes);
     if (run_sinfo(c, &o, err, sizeof err) == 0 && cluster_parse_sinfo(o.out ? o.out : "", o.len, &nodes, err,
                                                                       sizeof err) == 0 && nodes.warning[0])
-        set_err(err, sizeof err, "sinfo: %s", nodes.warning);
+        set_err(err, sizeof err, "sinfo --json reported: %s%s", nodes.warning,
+                nodes.n ? "" : " (and no nodes: is slurmctld running and reachable?)");
     free(o.out);
     if (err[0] && !nodes.warning[0])
         cluster_nodes_free(&nodes);    /* a failed sinfo shows no nodes, not half of them */

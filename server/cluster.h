@@ -10,6 +10,9 @@
  * out and never waits on sinfo. A failing sinfo (not found, a non-zero exit, a
  * timeout, output that is not sinfo's JSON) is a result too: its message in
  * "error" and no nodes; the thread goes on and tries again next interval.
+ * sinfo's own "errors" list (Slurm 22.05 prints {"error": "Unspecified
+ * error", "errno": -1} and no nodes, with exit status 0, when slurmctld is
+ * down) is an error too, beside whatever nodes it did list.
  *
  * Nothing here trusts sinfo's output: a missing or odd field is unknown
  * (null in the JSON), never a crash; strings are cut to their fields' sizes at

@@ -115,6 +115,17 @@ static void test_recorded(void **state)
         }
         free(text);
     }
+
+    /* Recorded with slurmctld stopped: exit status 0, an "errors" list, no nodes. */
+    size_t len;
+    char *text = read_file("no_controller.json", &len);
+    cluster_nodes n;
+    char err[256];
+    assert_int_equal(cluster_parse_sinfo(text, len, &n, err, sizeof err), 0);
+    assert_int_equal(n.n, 0);
+    assert_string_equal(n.warning, "Unspecified error (errno -1)");
+    cluster_nodes_free(&n);
+    free(text);
 }
 
 /* Parses s; returns the result code, the nodes in *n. */
@@ -330,6 +341,14 @@ static void test_sampler(void **state)
     cJSON *node = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "nodes"), 0);
     assert_string_equal(cJSON_GetObjectItem(node, "state")->valuestring, "mixed");
     assert_int_equal(cJSON_GetObjectItem(node, "gpus_used")->valuedouble, 1);
+    cJSON_Delete(j);
+
+    /* sinfo's errors list (as with slurmctld down): an error. */
+    snprintf(body, sizeof body, "exec cat %s/tests/data/sinfo/no_controller.json", KILN_SOURCE_DIR);
+    write_sinfo(body);
+    j = sample_with(bindir, NULL);
+    assert_string_equal(error_of(j), "sinfo --json reported: Unspecified error (errno -1) (and no nodes: is "
+                                     "slurmctld running and reachable?)");
     cJSON_Delete(j);
 
     /* A failing sinfo: its exit status and stderr, no nodes. */
