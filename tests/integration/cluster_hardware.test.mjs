@@ -93,7 +93,7 @@ test('the node appears with 2 GPUs, idle', async (t) => {
 
 test('a job on 1 GPU shows as 1 GPU used, the node mixed, within the interval', async (t) => {
   if (skip) { t.skip(skip); return; }
-  const id = slurm(cluster, 'sbatch', ['--parsable', '--gres=gpu:1', '--wrap', 'sleep 30']).trim().split(';')[0];
+  const id = slurm(cluster, 'sbatch', ['--parsable', '--gres=gpu:1', '--output', path.join(cluster.dir, 'job-%j.out'), '--wrap', 'sleep 30']).trim().split(';')[0];
   assert.match(id, /^\d+$/);
   try {
     await waitFor(() => /^R$/m.test(slurm(cluster, 'squeue', ['-h', '-j', id, '-o', '%t'])),
