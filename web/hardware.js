@@ -74,8 +74,9 @@ function nodeState(n) {
 }
 
 function nodeRows(n) {
+  const alloc = n.memory_allocated_bytes;     // fmtBytes shows 0 as a dash: none allocated is "0 B" here
   const mem = n.memory_total_bytes === null ? '—'
-    : `${n.memory_allocated_bytes === null ? '?' : fmtBytes(n.memory_allocated_bytes)} / ${fmtBytes(n.memory_total_bytes)}`;
+    : `${alloc === null ? '?' : alloc === 0 ? '0 B' : fmtBytes(alloc)} / ${fmtBytes(n.memory_total_bytes)}`;
   const rows = [h('tr', { 'data-node': n.name },
     h('td', {}, h('strong', {}, n.name || '—'),
       n.partitions.length ? h('div', { class: 'muted small' }, n.partitions.join(', ')) : null),

@@ -89,6 +89,13 @@ test('the node appears with 2 GPUs, idle', async (t) => {
     reason: null,
   });
   assert.ok(n.memory_free_bytes > 0 && n.memory_free_bytes % MiB === 0, `free memory ${n.memory_free_bytes}`);
+  // the OpenAPI document names exactly these fields
+  const doc = (await api(base, 'GET', '/api/v1/openapi.json')).body;
+  const schemas = doc.components.schemas;
+  assert.ok(schemas.Hardware.required.includes('cluster'));
+  assert.deepEqual(Object.keys(c).sort(), Object.keys(schemas.Cluster.properties).sort());
+  assert.deepEqual(Object.keys(n).sort(), Object.keys(schemas.ClusterNode.properties).sort());
+  assert.deepEqual(schemas.ClusterNode.required.slice().sort(), Object.keys(n).sort());
 });
 
 test('a job on 1 GPU shows as 1 GPU used, the node mixed, within the interval', async (t) => {
