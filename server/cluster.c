@@ -493,20 +493,27 @@ static int read_some(int fd, bool is_out, sinfo_output *o)
     return 0;
 }
 
-/* Reads both pipes until both end, the time limit passes, stdout passes its
- * cap or the sampler stops. 0, or -1 with err set. */
-static int drain_sinfo(cluster *c, int outfd, int errfd, sinfo_output *o, char *err, size_t errlen)
+/* Reads both pipes until both end and sinfo has exited (*status), the time
+ * limit passes, stdout passes its cap or the sampler stops. 0, or -1 with err
+ * set (sinfo is then still to be killed and reaped). */
+static int drain_sinfo(cluster *c, pid_t pid, int outfd, int errfd, sinfo_output *o, int *status, char *err,
+                       size_t errlen)
 {
     struct pollfd p[2] = { { .fd = outfd, .events = POLLIN }, { .fd = errfd, .events = POLLIN } };
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (p[0].fd >= 0 || p[1].fd >= 0) {
+    for (;;) {
+        /* Both pipes closed: has it exited? (One that closes its output and
+         * lingers meets the time limit, not an endless waitpid.) */
+        if (p[0].fd < 0 && p[1].fd < 0 && waitpid(pid, status, WNOHANG) == pid)
+            return 0;
         if (atomic_load(&c->stopping))
             return set_err(err, errlen, "the server is stopping");
         clock_gettime(CLOCK_MONOTONIC, &t);
         if (t.tv_sec - t0.tv_sec >= CLUSTER_SINFO_TIMEOUT_S)
             return set_err(err, errlen, "%s --json did not finish within %d s", c->sinfo, CLUSTER_SINFO_TIMEOUT_S);
-        if (poll(p, 2, 200) < 0 && errno != EINTR)
+        bool reading = p[0].fd >= 0 || p[1].fd >= 0;
+        if (poll(p, 2, reading ? 200 : 10) < 0 && errno != EINTR)
             return set_err(err, errlen, "poll: %s", strerror(errno));
         for (int i = 0; i < 2; i++) {
             if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -547,13 +554,11 @@ static int run_sinfo(cluster *c, sinfo_output *o, char *err, size_t errlen)
     close(out[1]);
     close(errp[1]);
     out[1] = errp[1] = -1;
-    if (drain_sinfo(c, out[0], errp[0], o, err, errlen) != 0) {
+    if (drain_sinfo(c, pid, out[0], errp[0], o, &status, err, errlen) != 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         goto out;
     }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
     char text[sizeof o->errtext];
     utf8_from_any(o->errtext, o->errlen, text, sizeof text);
     one_line(text);

@@ -29,7 +29,7 @@
 #include <cjson/cJSON.h>
 
 #define CLUSTER_MAX_NODES 10000          /* nodes kept from one sinfo (more are counted in nodes_omitted) */
-#define CLUSTER_OUTPUT_MAX (64u << 20)   /* bytes of sinfo's stdout read; more is an error */
+#define CLUSTER_OUTPUT_MAX (32u << 20)   /* bytes of sinfo's stdout read (about 1.5 KB a node); more is an error */
 #define CLUSTER_SINFO_TIMEOUT_S 20       /* a sinfo still running after this is killed: an error */
 #define CLUSTER_NAME_MAX 64              /* a node's or a partition's name (HOST_NAME_MAX) */
 #define CLUSTER_STATE_MAX 64             /* "idle", "mixed", "allocated", "down", ... */

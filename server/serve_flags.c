@@ -178,7 +178,7 @@ const serve_flag SERVE_FLAGS[] = {
               "but GET /healthz and GET /metrics), all, or off" },
     { .name = "--slurm-cluster", .env = "KILN_SLURM_CLUSTER", .kind = FLAG_SWITCH, .def = "0",
       .def_doc = "off", .apply = apply_slurm_cluster,
-      .help = "list the Slurm cluster's nodes (`sinfo --json`, every cluster-interval)\n"
+      .help = "list the Slurm cluster's nodes (sinfo --json, every cluster-interval)\n"
               "in GET /api/v1/hardware and the hardware panel; sinfo is found on PATH and\n"
               "reads SLURM_CONF from kiln serve's environment" },
 };

@@ -373,7 +373,7 @@ static void test_sampler(void **state)
     /* More than CLUSTER_OUTPUT_MAX bytes: an error, and sinfo is killed. */
     write_sinfo("exec cat /dev/zero");
     j = sample_with(bindir, NULL);
-    assert_non_null(strstr(error_of(j), "wrote more than 64 MiB"));
+    assert_non_null(strstr(error_of(j), "wrote more than 32 MiB"));
     cJSON_Delete(j);
 
     /* No sinfo in the folder. */
@@ -399,6 +399,15 @@ static void test_sampler(void **state)
     double t0 = mono();
     cluster_stop(c);
     assert_true(mono() - t0 < 5.0);   /* a bound on a hang, not a timing */
+
+    /* One that closes its output and lingers: not an endless wait either. */
+    write_sinfo("exec >&- 2>&-; exec sleep 120");
+    c = cluster_start(&cfg, err, sizeof err);
+    assert_non_null(c);
+    usleep(300000);
+    t0 = mono();
+    cluster_stop(c);
+    assert_true(mono() - t0 < 5.0);
 
     cfg.interval_s = 0;
     assert_null(cluster_start(&cfg, err, sizeof err));
