@@ -529,14 +529,27 @@ static int drain_sinfo(cluster *c, pid_t pid, int outfd, int errfd, sinfo_output
     return 0;
 }
 
-/* stderr's text on one line, for an error message. */
-static void one_line(char *s)
+/* stderr's text (n bytes) on one line into out, its lines joined by "; ",
+ * for an error message. */
+static void one_line(const char *s, size_t n, char *out, size_t len)
 {
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    for (char *p = s; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t')
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && o + 3 < len;) {
+        size_t e = i;
+        while (e < n && s[e] != '\n' && s[e] != '\r')
+            e++;
+        size_t a = i, b = e;
+        while (a < b && isspace((unsigned char)s[a]))
+            a++;
+        while (b > a && isspace((unsigned char)s[b - 1]))
+            b--;
+        if (b > a)
+            o += (size_t)snprintf(out + o, len - o, "%s%.*s", o ? "; " : "", (int)(b - a), s + a);
+        i = e + 1;
+    }
+    for (char *p = out; *p; p++)
+        if (*p == '\t')
             *p = ' ';
 }
 
@@ -559,9 +572,9 @@ static int run_sinfo(cluster *c, sinfo_output *o, char *err, size_t errlen)
         waitpid(pid, NULL, 0);
         goto out;
     }
-    char text[sizeof o->errtext];
-    utf8_from_any(o->errtext, o->errlen, text, sizeof text);
-    one_line(text);
+    char raw[sizeof o->errtext * 2 + 1], text[sizeof o->errtext];
+    size_t rawlen = utf8_from_any(o->errtext, o->errlen, raw, sizeof raw);
+    one_line(raw, rawlen, text, sizeof text);
     if (WIFSIGNALED(status))
         set_err(err, errlen, "%s --json was killed by signal %d%s%s", c->sinfo, WTERMSIG(status),
                 *text ? ": " : "", text);

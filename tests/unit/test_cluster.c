@@ -352,9 +352,12 @@ static void test_sampler(void **state)
     cJSON_Delete(j);
 
     /* A failing sinfo: its exit status and stderr, no nodes. */
-    write_sinfo("echo 'sinfo: error: Unable to contact slurm controller (connect failure)' >&2; exit 1");
+    write_sinfo("printf 'sinfo: error: Unable to contact slurm controller (connect failure)\\n\\n  "
+                "sinfo: fatal: giving up \\r\\n' >&2; exit 1");
     j = sample_with(bindir, NULL);
-    assert_non_null(strstr(error_of(j), "exited with status 1: sinfo: error: Unable to contact slurm controller"));
+    assert_non_null(strstr(error_of(j), "exited with status 1: sinfo: error: Unable to contact slurm controller "
+                                        "(connect failure); sinfo: fatal: giving up"));
+    assert_true(error_of(j)[strlen(error_of(j)) - 1] == 'p');
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "nodes")), 0);
     cJSON_Delete(j);
 
