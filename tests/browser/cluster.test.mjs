@@ -86,6 +86,7 @@ test('a running 1-GPU job and a drain show as the node\'s state, use and reason'
   assert.equal((await page.textContent(`#hw-cluster tr[data-reason-of="${cluster.node}"]`)).trim(),
     'reason: disk check by the kiln test');
   await page.locator('#hardware-card').screenshot({ path: path.join(OUT, 'cluster-drain.png') });
+  await page.screenshot({ path: path.join(OUT, 'cluster-home.png'), fullPage: true });
   assert.deepEqual(problems, []);
 });
 
