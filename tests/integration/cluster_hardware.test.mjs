@@ -35,6 +35,14 @@ async function clusterOf() {
   return r.body.cluster;
 }
 
+/* Cancels every job and waits until Slurm has none left, not even
+ * completing: a job's slurmstepd that cannot report its end to a stopped
+ * slurmctld lingers after the cluster is gone. */
+async function noJobs() {
+  try { slurm(cluster, 'scancel', ['--user', os.userInfo().username]); } catch { /* none */ }
+  await waitFor(() => slurm(cluster, 'squeue', ['-h']).trim() === '', { timeoutMs: 30_000, what: 'no Slurm jobs' });
+}
+
 /* The first cluster answer taken after `after` (Unix seconds) that satisfies ok. */
 function sampleAfter(after, ok, what, timeoutMs) {
   return waitFor(async () => {
@@ -62,7 +70,12 @@ before(async () => {
 after(async () => {
   delete process.env.SLURM_CONF;
   if (server) await server.stop();
-  if (cluster && !cluster.skip) await cluster.stop();
+  if (cluster && !cluster.skip) {
+    let ctld = false;
+    try { process.kill(cluster.pids.slurmctld, 0); ctld = true; } catch { /* stopped by the last test */ }
+    if (ctld) await noJobs().catch((e) => console.log(`# ${e.message}`));
+    await cluster.stop();
+  }
   if (tmp) tmp.cleanup();
 });
 
@@ -126,6 +139,7 @@ test('a job on 1 GPU shows as 1 GPU used, the node mixed, within the interval', 
 
 test('a failing sinfo is cluster.error, and never holds up a request or the shutdown', async (t) => {
   if (skip) { t.skip(skip); return; }
+  await noJobs();
   process.kill(cluster.pids.slurmctld, 'SIGTERM');
   await waitFor(() => { try { process.kill(cluster.pids.slurmctld, 0); return false; } catch { return true; } },
     { timeoutMs: 10_000, what: 'slurmctld gone' });
