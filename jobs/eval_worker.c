@@ -16,6 +16,7 @@
  * {"t":"status","status":"cancelled"}, exit 0; a second one kills. A write
  * error on stdout (the server is gone) ends the worker.
  */
+#include "jobs/worker_prio.h"   /* worker_prio_lower */
 #include "jobs/evaluation.h"
 
 #include <math.h>
@@ -323,6 +324,7 @@ int eval_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    worker_prio_lower("evaluate");
     report_start(NULL);
     return evaluate(dir, gpus);
 }

@@ -80,6 +80,7 @@
  * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
  * bad command line.
  */
+#include "jobs/worker_prio.h"   /* worker_prio_lower: the worker yields the CPU to the server */
 #include "jobs/runner.h"
 
 #include <errno.h>
@@ -1198,6 +1199,7 @@ int runner_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    worker_prio_lower("worker");
     return runner_run(dir, false);
 }
 

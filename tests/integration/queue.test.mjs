@@ -10,7 +10,7 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { api, describeResponse, importDemo, runKiln, startServer, tempDir, waitFor } from './lib/kiln.mjs';
 
@@ -21,6 +21,7 @@ let tmp;
 let server;
 let base;
 let datasetId;
+let dataDir;
 const tok = {};
 const ids = {};
 
@@ -51,11 +52,32 @@ async function jobStatus(id, want) {
   }, { timeoutMs: 60_000, what: `job ${id} ${want}` });
 }
 
+/* The nice value of every thread of the worker that runs job id (field 19
+ * of /proc/PID/task/TID/stat), found by its --job-dir. */
+function workerNices(id) {
+  const dir = path.join(dataDir, 'jobs', String(id));
+  for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    let argv;
+    try { argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0'); } catch { continue; }
+    if (argv[1] !== 'worker' || argv[argv.indexOf('--job-dir') + 1] !== dir) continue;
+    return readdirSync(`/proc/${pid}/task`).map((tid) => {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+    });
+  }
+  return null;
+}
+
+const serverNice = () => {
+  const stat = readFileSync(`/proc/${server.child.pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+};
+
 const queue = async (who) => (await call(who, 'GET', '/api/v1/queue', undefined, 200)).body;
 
 before(async () => {
   tmp = tempDir('kiln-queue-');
-  const dataDir = path.join(tmp.dir, 'data');
+  dataDir = path.join(tmp.dir, 'data');
   await user(dataDir, 'alice', true);
   await user(dataDir, 'bob', false);
   datasetId = (await importDemo(dataDir)).id;
@@ -91,6 +113,18 @@ test('the queue: running with devices, queued in priority order with position an
   ids.a = a.id;
   const running = await jobStatus(a.id, 'running');
   assert.deepEqual(running.assigned_devices, ['cpu']);
+  // The worker and every thread of it yield the CPU to the server: nice 10
+  // (jobs/worker_prio.h), the server itself at 0.
+  // (The job is "running" from its spawn: the worker lowers itself first
+  // thing, and its training threads come after; one left at 0 never passes.)
+  let seen;
+  await waitFor(() => {
+    seen = workerNices(a.id);
+    return seen && seen.length > 1 && seen.every((n) => n === 10);
+  }, { timeoutMs: 15_000, what: `job ${a.id}'s worker threads at nice 10` }).catch((e) => {
+    throw new Error(`${e.message}; its threads' nice values: ${seen}`);
+  });
+  assert.equal(serverNice(), 0);
 
   const b = await job('bob', { epochs: 1, name: 'bob B' });
   const c = await job('alice', { epochs: 1, name: 'urgent C', priority: 5 });
