@@ -1467,7 +1467,7 @@ int runner_run(const char *dir, bool human_output)
     report_log("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
           mono_now() - t0);
     end = TB_STATUS_UNKNOWN;
-    if (tb_hparams_end(r.tb, r.step, TB_STATUS_SUCCESS, wall_now(), err, sizeof err) != 0) {
+    if (r.tb && tb_hparams_end(r.tb, r.step, TB_STATUS_SUCCESS, wall_now(), err, sizeof err) != 0) {
         report_error(err);
         goto out;
     }
