@@ -40,10 +40,12 @@ static int read_run_id(worker_rank *w, char *err, size_t errlen)
 {
     const char *id = getenv("KILN_RUN_ID");
     const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    const char *restart = getenv("SLURM_RESTART_COUNT");     /* a requeued job keeps its id */
     if (id)
         snprintf(w->run_id, sizeof w->run_id, "%s", id);
     else if (job)
-        snprintf(w->run_id, sizeof w->run_id, "slurm-%s.%s", job, step ? step : "0");
+        snprintf(w->run_id, sizeof w->run_id, "slurm-%s.%s%s%s", job, step ? step : "0",
+                 restart ? ".r" : "", restart ? restart : "");
     else
         snprintf(w->run_id, sizeof w->run_id, "0");
     if (!run_id_ok(w->run_id))
@@ -93,6 +95,11 @@ int ranks_from_env(worker_rank *out, char *err, size_t errlen)
     }
     if (read_run_id(&w, err, errlen) < 0)
         return -1;
+    const char *host = getenv("KILN_RANK_HOST");
+    if (host && (!*host || strlen(host) >= sizeof w.host))
+        return set_err(err, errlen, "KILN_RANK_HOST must be an address or host name of 1 to "
+                       "%zu bytes", sizeof w.host - 1);
+    snprintf(w.host, sizeof w.host, "%s", host ? host : "");
     *out = w;
     return 0;
 }

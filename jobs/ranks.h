@@ -8,7 +8,8 @@
  * take precedence. The ranks meet in the job folder's rendezvous/<run>
  * (engine/settings.h, net_world), <run> naming this launch so that a
  * relaunch never reads an earlier one's addresses: KILN_RUN_ID, else Slurm's
- * SLURM_JOB_ID.SLURM_STEP_ID, else "0" (then a relaunch by hand needs a new
+ * "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>" (".r<SLURM_RESTART_COUNT>" after it
+ * for a requeued job, which keeps its id), else "0" (then a relaunch by hand needs a new
  * KILN_RUN_ID, or the old folder removed).
  */
 #ifndef KILN_JOBS_RANKS_H
@@ -23,6 +24,9 @@ typedef struct worker_rank {
     int local_rank;          /* its place among the ranks on this node (its GPU) */
     char run_id[RANKS_RUN_ID_MAX];
     const char *source;      /* "KILN_RANK", "SLURM_PROCID", or NULL when alone */
+    char host[256];          /* KILN_RANK_HOST: the address the other ranks reach this one
+                              * by, where the host name does not give it (Debian's
+                              * /etc/hosts maps it to 127.0.1.1); "": not set */
 } worker_rank;
 
 /* Reads the environment as the file comment says: KILN_WORLD_SIZE (with

@@ -793,7 +793,9 @@ static int world_devices(run *r, net_devices *d, char *err, size_t errlen)
     if (fio_mkdir_p(parent) != 0)
         return set_err(err, errlen, "cannot create %s: %s", parent, strerror(errno));
     /* one node: loopback; several: the name the other nodes know this one by */
-    if (c->nodes == 1)
+    if (me.host[0])
+        snprintf(w->host, sizeof w->host, "%s", me.host);
+    else if (c->nodes == 1)
         snprintf(w->host, sizeof w->host, "127.0.0.1");
     else if (gethostname(w->host, sizeof w->host) != 0)
         return set_err(err, errlen, "cannot read this node's host name: %s", strerror(errno));

@@ -597,7 +597,7 @@ static void clear_rank_env(void)
 {
     static const char *const names[] = { "KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK",
         "KILN_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
-        "SLURM_STEP_ID" };
+        "SLURM_STEP_ID", "SLURM_RESTART_COUNT" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unsetenv(names[i]);
 }
@@ -631,6 +631,9 @@ static void ranks_from_the_environment(void **state)
     assert_int_equal(w.local_rank, 1);
     assert_string_equal(w.source, "SLURM_PROCID");
     assert_string_equal(w.run_id, "slurm-77.0");
+    setenv("SLURM_RESTART_COUNT", "2", 1);        /* requeued: a fresh rendezvous */
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), 0);
+    assert_string_equal(w.run_id, "slurm-77.0.r2");
 
     setenv("KILN_WORLD_SIZE", "2", 1);            /* KILN_* win */
     setenv("KILN_RANK", "1", 1);
