@@ -14,12 +14,13 @@
 // rank alone, and the local dispatcher, refuse a multi-rank job.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import {
   kilnBin, tempDir, runKiln, importDemo, startServer, api, parseSafetensors, waitFor,
 } from './lib/kiln.mjs';
+import { startCluster } from './lib/slurm.mjs';
 
 let tmp;
 let dataDir;
@@ -202,8 +203,32 @@ test('2 ranks stopped part-way resume from rank 0\'s checkpoint to the same weig
     'the resumed ranks\' model differs from the uninterrupted ranks\'');
 });
 
+test('srun starts the 2 ranks (SLURM_PROCID, SLURM_NTASKS): the same model as the ranks above', async (t) => {
+  assert.ok(runs.model, 'needs the first test');
+  const c = await startCluster({ gpus: 0 });
+  if (c.skip) { t.skip(`the Slurm daemons cannot start here: ${c.skip}`); return; }
+  try {
+    const dir = jobDir('srun', { tasks_per_node: 2 });
+    const env = { ...c.env };
+    for (const k of ['KILN_RANK', 'KILN_WORLD_SIZE', 'KILN_LOCAL_RANK', 'KILN_RUN_ID']) delete env[k];
+    const r = spawnSync(path.join(c.slurmBin, 'srun'), ['-p', c.partition, '-N', '1', '-n', '2', '--label',
+      kilnBin(), 'worker', '--job-dir', dir, '--report-file', path.join(dir, 'reports.jsonl')],
+    { env, encoding: 'utf8', timeout: 240_000 });
+    assert.equal(r.status, 0, `srun: ${r.stdout}\n${r.stderr}`);
+    assert.equal(r.stdout, '');                 // rank 0 reports to the file, rank 1 not at all
+    assert.match(r.stderr, /^0: .*data parallel across 2 processes \(ranks from SLURM_PROCID, run slurm-\d+\.0,/m);
+    assert.doesNotMatch(r.stderr, /^1: /m);
+    const reports = lines(readFileSync(path.join(dir, 'reports.jsonl'), 'utf8'));
+    assert.equal(reports[reports.length - 1].t, 'done');
+    assert.ok(readFileSync(path.join(dir, 'model.safetensors')).equals(runs.model),
+      'the ranks srun started trained another model than the ranks started by hand');
+  } finally {
+    await c.stop();
+  }
+});
+
 test('a rank killed mid-run makes the other fail at once, with the reason', async () => {
-  const dir = jobDir('dead', { tasks_per_node: 2, batch_size: 16 });   // 500 steps: time to kill one
+  const dir = jobDir('dead', { tasks_per_node: 2, batch_size: 16, epochs: 5 });   // 2500 steps: time to kill one
   const [w0, w1] = ranks(dir, 'd');
   const file = path.join(dir, 'reports.jsonl');
   await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').includes('"train/loss"'),
