@@ -52,6 +52,7 @@
 #include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
 #include "server/serve_flags.h" /* serve_opts, serve_flags_parse: the table of flags */
 #include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
+#include "server/cluster.h"    /* cluster_start, cluster_stop: the Slurm cluster's nodes */
 
 #define SERVE_THREADS 4
 #define SERVE_IMPORT_GRACE_MS 5000
@@ -297,6 +298,11 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
     }
+    cluster_config ccfg = { .interval_s = (unsigned)srv.limits.cluster_interval_s };
+    if (o.slurm_cluster && !(srv.cluster = cluster_start(&ccfg, err, sizeof err))) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
     if (infer_service_start(&srv, worker_exe, err, sizeof err) != 0) {
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
@@ -360,6 +366,8 @@ out:
     srv.sweeper = NULL;
     hw_stop(srv.hw);                       /* before the scheduler it asks */
     srv.hw = NULL;
+    cluster_stop(srv.cluster);             /* kills a sinfo still running */
+    srv.cluster = NULL;
     sched_stop(srv.sched);
     srv.sched = NULL;
     import_job_stop_all("the server stopped during the import; create the dataset again");
