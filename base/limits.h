@@ -16,4 +16,11 @@ _Static_assert(KILN_MAX_DEVICES >= 1 && KILN_MAX_DEVICES <= 64,
                "KILN_MAX_DEVICES must fit the scheduler's uint64_t GPU masks");
 #endif
 
+/* Nodes one job can span ("nodes", jobs/jobcfg.c; a multi-process job's
+ * ranks run on them, engine/settings.h net_world). */
+#define KILN_MAX_NODES 64
+/* Worker processes (ranks) one job can run as: nodes times the ranks on each
+ * ("tasks_per_node" on the CPU, one per GPU). */
+#define KILN_MAX_RANKS (KILN_MAX_NODES * KILN_MAX_DEVICES)
+
 #endif

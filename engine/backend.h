@@ -429,6 +429,20 @@ typedef struct backend {
     /* After a rank failed: the others' collectives return -1 instead of
      * waiting for it forever. The communicator is then of no further use. */
     void (*comm_abort)(be_comm *c);
+
+    /* ---- data parallelism across processes (engine/net_world.c) ---- */
+    /* A communicator with the other processes of w (engine/settings.h,
+     * net_world): this process is rank w->rank, on ctx (its one device).
+     * allreduce, allreduce_wait and comm_abort then work as above, rank
+     * w->rank, every process calling them from one thread; comm_free frees
+     * it. NULL where the backend cannot. */
+    int (*comm_create_world)(be_ctx *ctx, const net_world *w, be_comm **out, char *err,
+                             size_t errlen);
+    /* A world communicator's: every rank's `bytes` host bytes of in, into
+     * out (size * bytes) in rank order, when every rank has called it alike
+     * (blocking). Returns 0, or -1 with err set. */
+    int (*comm_gather)(be_ctx *ctx, be_comm *c, const void *in, size_t bytes, void *out,
+                       char *err, size_t errlen);
 } backend;
 
 /* The CPU backend (engine/cpu/). */

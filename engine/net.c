@@ -29,6 +29,8 @@ net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     const backend *be = backend_for(d->kind, err, errlen);
     if (!be)
         return NULL;
+    if (d->world.size > 1)
+        return net_world_create(spec, in, classes, max_batch, be, d, solver, seed, err, errlen);
     if (nd == 1)
         return net_build(spec, in, classes, max_batch, be, devs[0], 0, 1, solver, seed, err,
                          errlen);
@@ -41,6 +43,8 @@ void net_free(net *n)
         return;
     if (n->rep)                 /* the primary: its replicas first, which share its comm */
         net_dp_free(n);
+    if (n->world)
+        net_world_free(n);
     net_build_free(n);
 }
 

@@ -54,7 +54,20 @@ typedef struct net net;
  * averaged across replicas). The net's functions are used as for one
  * device: net_eval splits its images over the replicas too, net_predict
  * runs on the first. (Several CPU "devices" run replicas on the one CPU: that
- * exists to test this code.) */
+ * exists to test this code.)
+ *
+ * Across processes (devices->world.size > 1, engine/settings.h net_world):
+ * this process is one rank with one device (devices->count 1), and the net
+ * is the same data-parallel net with its replicas in other processes, on
+ * this machine or others: each rank gives net_train_step and net_eval the
+ * whole batch and runs its rows of it (the replicas' split), and the
+ * results are those of one process with as many replicas, bit for bit on
+ * the CPU (engine/net_world.c). net_train_step, net_eval and net_any are
+ * then collectives: every rank calls them alike, in the same order. A rank
+ * that fails makes the others' next collective fail (at once when its
+ * process is gone, after the world's timeout when it hangs). Each rank
+ * builds its parameters from the seed; a checkpoint restored (net_load,
+ * ckpt_load) must be the same one on every rank. */
 net *net_create(const cJSON *spec, net_shape in, int classes, int max_batch,
                 const net_devices *devices, const net_solver *solver, uint64_t seed,
                 char *err, size_t errlen);
@@ -107,8 +120,18 @@ int net_load(net *n, const char *path, char *err, size_t errlen);
 
 /* Parameter count, for logs and info.json. */
 size_t net_param_count(const net *n);
-/* The devices n trains on: 1, or its replicas under data parallelism. */
+/* The devices n trains on: 1, or its replicas under data parallelism (with
+ * the other processes' of a multi-process net). */
 int net_device_count(const net *n);
+
+/* A multi-process net (net_create): this process's rank; 0 for any other. */
+int net_world_rank(const net *n);
+
+/* Whether mine is true on any rank of a multi-process net (a collective: a
+ * stop that one rank's signal asked for, made by all at the same step);
+ * mine itself for any other net. Returns 0 with *any set, or -1 with err
+ * set (the net is then broken). */
+int net_any(net *n, bool mine, bool *any, char *err, size_t errlen);
 
 /* ---- parameters for optimizers (engine/optim.*, engine/checkpoint.*) ------ */
 

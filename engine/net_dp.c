@@ -30,7 +30,7 @@
  * takes several calls). */
 #define ALLREDUCE_TENSORS 64
 
-static void plan_buckets(net *n)
+void net_dp_plan_buckets(net *n)
 {
     int hi = n->nparams, first = -1;
     size_t bytes = 0, cap = BUCKET_BYTES;
@@ -89,10 +89,16 @@ int net_dp_allreduce(net *n, const param *ps, int lo, int hi, bool grads, char *
 
 /* Replica r's share of count images split over nrep (the first ones take
  * the remainder, one each). */
-static int share(int count, int nrep, int r)
+int net_dp_share(int count, int nrep, int r)
 {
     return count / nrep + (r < count % nrep);
 }
+
+int net_dp_offset(int count, int nrep, int r)
+{
+    return r * (count / nrep) + (r < count % nrep ? r : count % nrep);
+}
+
 
 /* What one replica's thread does in a phase: a training step's first half
  * (net_step_grads) or second (net_step_update), or an evaluation
@@ -274,7 +280,7 @@ int net_dp_train_step(net *n, const float *x, const int32_t *labels, int count, 
     memset(w, 0, sizeof w[0] * (size_t)n->nrep);
     for (int r = 0; r < n->nrep; r++) {
         net *m = n->rep[r];
-        int part = share(count, n->nrep, r);
+        int part = net_dp_share(count, n->nrep, r);
         /* the primary's counters are the ones checkpoints restore */
         m->steps = n->steps;
         m->scaler = n->scaler;
@@ -317,7 +323,7 @@ int net_dp_eval(net *n, const float *x, const int32_t *labels, int count, double
     int done = 0;
     memset(w, 0, sizeof w[0] * (size_t)n->nrep);
     for (int r = 0; r < n->nrep; r++) {
-        int part = share(count, n->nrep, r);
+        int part = net_dp_share(count, n->nrep, r);
         w[r] = (rep_work){ .n = n->rep[r], .phase = REP_EVAL, .x = x + (size_t)done * in_size,
                            .labels = labels + done, .count = part };
         done += part;
@@ -431,7 +437,7 @@ net *net_dp_create(const cJSON *spec, net_shape in, int classes, int max_batch,
     n->nrep = nd;
     n->global_batch = max_batch;
     ctxs[0] = n->ctx;
-    plan_buckets(n);
+    net_dp_plan_buckets(n);
     for (int r = 1; r < nd; r++) {
         char where[48];
         if (!(n->rep[r] = net_build(spec, in, classes, per, be, d->ids[r], r, nd, solver, seed,
@@ -440,7 +446,7 @@ net *net_dp_create(const cJSON *spec, net_shape in, int classes, int max_batch,
             set_err_prefix(err, errlen, where);
             goto fail;
         }
-        plan_buckets(n->rep[r]);
+        net_dp_plan_buckets(n->rep[r]);
         ctxs[r] = n->rep[r]->ctx;
     }
     if (be->comm_create(ctxs, nd, &n->comm, err, errlen) < 0)

@@ -158,6 +158,8 @@ struct net {
     be_comm *comm;                  /* shared by the replicas; the primary owns it */
     struct rep_pool *pool;          /* the primary: the threads running replicas 1.. */
     bool broken;                    /* a replica failed mid-step; the replicas may differ */
+    bool world;                     /* rank `rank` of nrep processes (engine/net_world.c):
+                                     * no replicas here, comm reaches the other processes */
     float *zeros;                   /* host zeros for a replica without images in a step */
     size_t zeros_count;
 };
@@ -251,5 +253,27 @@ int net_dp_train_step(net *n, const float *x, const int32_t *labels, int count, 
                       net_stats *out, char *err, size_t errlen);
 int net_dp_eval(net *n, const float *x, const int32_t *labels, int count, double *total,
                 int *correct, char *err, size_t errlen);
+/* Replica r's share of count images split over nrep (the first count % nrep
+ * take one more), and where it starts. */
+int net_dp_share(int count, int nrep, int r);
+int net_dp_offset(int count, int nrep, int r);
+/* The gradient buckets of n's layers (layer.bucket_lo, bucket_hi). */
+void net_dp_plan_buckets(net *n);
+
+/* ---- net_world.c: data parallelism across processes ----------------------- */
+
+/* Rank d->world.rank of d->world.size processes on d's one device
+ * (engine/net.h, net_create). Returns the net, or NULL with err set. */
+net *net_world_create(const cJSON *spec, net_shape in, int classes, int max_batch,
+                      const backend *be, const net_devices *d, const net_solver *solver,
+                      uint64_t seed, char *err, size_t errlen);
+/* Its communicator freed (net_free's part). */
+void net_world_free(net *n);
+/* A training step and an evaluation of the whole batch, this rank's share
+ * here, the losses and hits gathered from the others. */
+int net_world_train_step(net *n, const float *x, const int32_t *labels, int count, float lr,
+                         net_stats *out, char *err, size_t errlen);
+int net_world_eval(net *n, const float *x, const int32_t *labels, int count, double *total,
+                   int *correct, char *err, size_t errlen);
 
 #endif

@@ -453,6 +453,8 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
         return -1;
     if (!isfinite(lr) || lr < 0)
         return set_err(err, errlen, "learning rate %g must be a finite number >= 0", lr);
+    if (n->world)
+        return net_world_train_step(n, x, labels, count, lr, out, err, errlen);
     if (n->nrep > 1)
         return net_dp_train_step(n, x, labels, count, lr, out, err, errlen);
     if (net_step_grads(n, x, labels, count, count, &loss_sum, &correct, err, errlen) < 0 ||
@@ -479,7 +481,8 @@ int net_eval(net *n, const float *x, const int32_t *labels, int count,
     if (check_batch(n, labels, count, err, errlen) < 0)
         return -1;
     /* (replicas that may differ after a failed step: the primary alone) */
-    int rc = n->nrep > 1 && !n->broken ?
+    int rc = n->world ? net_world_eval(n, x, labels, count, &total, &correct, err, errlen) :
+             n->nrep > 1 && !n->broken ?
              net_dp_eval(n, x, labels, count, &total, &correct, err, errlen) :
              net_eval_chunks(n, x, labels, count, &total, &correct, err, errlen);
     if (rc < 0)

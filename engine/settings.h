@@ -69,12 +69,37 @@ typedef struct net_solver {
 /* The largest device number a device list may name (a GPU's number). */
 #define NET_DEVICE_NUMBER_MAX 1024
 
+/* How long a rank of a multi-process net waits for the others in a
+ * collective (or while they connect) before it fails: long enough for rank
+ * 0 to write a checkpoint of a large net while the others wait for its next
+ * step. A rank whose process is gone fails the others at once. */
+#define NET_WORLD_TIMEOUT_MS (300 * 1000)
+#define NET_WORLD_DIR_MAX 4096
+#define NET_WORLD_HOST_MAX 256
+
+/* Data parallelism across processes (engine/net.h, net_create): this process
+ * is rank `rank` of `size` (size 0 or 1: no other processes), each rank with
+ * one device of its own. The ranks meet through the folder dir, which every
+ * rank names alike on a filesystem they share and which is fresh for each
+ * run (it is made when missing; its parent must exist); each listens at host,
+ * an address or name the other ranks reach it by ("127.0.0.1" when they all
+ * run on this machine). A collective fails after timeout_ms (0:
+ * NET_WORLD_TIMEOUT_MS) without the others. */
+typedef struct net_world {
+    int rank, size;
+    int timeout_ms;
+    char dir[NET_WORLD_DIR_MAX];
+    char host[NET_WORLD_HOST_MAX];
+} net_world;
+
 /* The devices a net trains on: one, or several data-parallel replicas
- * (engine/net.h), each a device number of the kind's backend. */
+ * (engine/net.h), each a device number of the kind's backend; with a world
+ * of several processes, this process's one device. */
 typedef struct net_devices {
     backend_kind kind;
     int count;                      /* 1..KILN_MAX_DEVICES */
     int ids[KILN_MAX_DEVICES];      /* distinct, 0..NET_DEVICE_NUMBER_MAX */
+    net_world world;                /* the zero value: this process alone */
 } net_devices;
 
 /* The CPU, device 0: what net_create uses for NULL. */

@@ -99,6 +99,12 @@ static const rule rules[] = {
     { "", "priority", R_INT, 0, JOBCFG_PRIORITY_MIN, JOBCFG_PRIORITY_MAX, .store = S_INT,
       .off = AT(priority), .doc = "the queue's order: higher starts first, then the oldest; "
       "the owner or an admin may change it while the job waits" },
+    { "", "nodes", R_INT, 1, 1, KILN_MAX_NODES, .store = S_INT, .off = AT(nodes),
+      .doc = "nodes the job spans, each running its share of the ranks (data parallel across "
+      "processes); more than 1 needs kiln serve --dispatcher slurm" },
+    { "", "tasks_per_node", R_INT, 1, 1, KILN_MAX_DEVICES, .store = S_INT, .off = AT(tasks_per_node),
+      .doc = "CPU jobs: worker processes (ranks) on each node, each training its share of every "
+      "batch; more than 1 needs kiln serve --dispatcher slurm (a GPU job runs one rank per GPU)" },
     { "", "snapshot_interval", R_INT, 1, 1, 10000, .store = S_INT, .off = AT(snapshot_interval),
       .doc = "a checkpoint every this many epochs" },
     { "", "checkpoint_metric", R_CHOICE, SNAP_VAL_ACCURACY, .names = snap_metric_names,
@@ -740,6 +746,49 @@ static int read_dataset_id(const cJSON *body, jobcfg_form form, jobcfg *c, api_e
     return 0;
 }
 
+/* ---- ranks: several worker processes -------------------------------------------- */
+
+/* Set once at start-up, before any request is read (jobcfg.h). */
+static bool multi_process_allowed;
+
+void jobcfg_allow_multi_process(bool allowed)
+{
+    multi_process_allowed = allowed;
+}
+
+bool jobcfg_multi_process(const jobcfg *c)
+{
+    return c->nodes > 1 || c->tasks_per_node > 1;
+}
+
+int jobcfg_ranks(const jobcfg *c)
+{
+    return c->nodes * (c->devices.kind == BACKEND_CPU ? c->tasks_per_node : c->devices.count);
+}
+
+/* nodes and tasks_per_node against the devices and the batch (every form),
+ * and (requests) against what this service's dispatcher can run. */
+static int check_ranks(const jobcfg *c, jobcfg_form form, api_error *e)
+{
+    if (c->devices.kind == BACKEND_CUDA && c->tasks_per_node != 1)
+        return api_fail(e, 400, "invalid_field", "tasks_per_node is for CPU jobs: a GPU job runs "
+                        "one rank per GPU on each node (devices)");
+    if (c->devices.kind == BACKEND_CPU && c->devices.count > 1 && jobcfg_multi_process(c))
+        return api_fail(e, 400, "invalid_field", "replicas (in one process) and several ranks "
+                        "(nodes, tasks_per_node) do not go together");
+    if (jobcfg_ranks(c) > c->batch_size)
+        return api_fail(e, 400, "invalid_field", "batch_size %d is smaller than the job's %d ranks "
+                        "(nodes x %s): each needs at least one image of every batch",
+                        c->batch_size, jobcfg_ranks(c),
+                        c->devices.kind == BACKEND_CPU ? "tasks_per_node" : "GPUs");
+    if (form != JOBCFG_RESOLVED && jobcfg_multi_process(c) && !multi_process_allowed)
+        return api_fail(e, 400, "invalid_field", "this job asks for %d ranks (nodes %d, "
+                        "tasks_per_node %d) but this kiln runs jobs as one local process each: "
+                        "several nodes or tasks need kiln serve --dispatcher slurm",
+                        jobcfg_ranks(c), c->nodes, c->tasks_per_node);
+    return 0;
+}
+
 /* ---- the whole object ------------------------------------------------------------ */
 
 static int read_all(const cJSON *j, jobcfg_form form, jobcfg *c, api_error *e)
@@ -791,11 +840,12 @@ static int read_all(const cJSON *j, jobcfg_form form, jobcfg *c, api_error *e)
     if (read_lr_policy(j, c, e) != 0 || resolve_loss_scaling(j, c, e) != 0)
         return -1;
     if (resolved)
-        return read_resolved_data(j, c, e) != 0 || read_resolved_devices(j, c, e) != 0 ? -1 : 0;
+        return read_resolved_data(j, c, e) != 0 || read_resolved_devices(j, c, e) != 0 ||
+               check_ranks(c, form, e) != 0 ? -1 : 0;
     if (opt_field(j, "network") && cJSON_IsString(opt_field(j, "network")))
         snprintf(c->network_name, sizeof c->network_name, "%s",
                  opt_field(j, "network")->valuestring);
-    return read_devices(j, c, e);
+    return read_devices(j, c, e) != 0 || check_ranks(c, form, e) != 0 ? -1 : 0;
 }
 
 int jobcfg_from_json(const cJSON *j, jobcfg_form form, jobcfg *out, api_error *e)

@@ -103,6 +103,8 @@ typedef struct jobcfg {
     int priority;                      /* its place in the queue (JOBCFG_PRIORITY_*); the store
                                         * keeps the current one (store_job.priority) */
     int loader_threads;                /* decoding threads; 0: what fits the machine */
+    int nodes;                         /* nodes the job's ranks run on (1..KILN_MAX_NODES) */
+    int tasks_per_node;                /* CPU jobs: ranks on each node; GPU jobs: 1 */
     jobcfg_augment augment;
     uint64_t seed;
     jobcfg_devices devices;
@@ -167,6 +169,24 @@ net_solver jobcfg_net_solver(const jobcfg *c);
 /* The devices for net_create: the CPU, or the job's GPUs (ids when listed,
  * else the first count). */
 net_devices jobcfg_net_devices(const jobcfg *c);
+
+/* Several worker processes (ranks) for one job, data parallel across them
+ * (engine/net.h, net_world). A job's ranks: on the CPU nodes x
+ * tasks_per_node; on GPUs one per GPU, nodes x the GPU count. A job needs
+ * several processes (jobcfg_multi_process) when it spans more than one node
+ * or asks for more than one task per node; a GPU job on one node may run as
+ * one process driving its GPUs as in-process replicas (the local
+ * dispatcher's way) or as one rank per GPU (kiln worker takes either, from
+ * its environment: jobs/runner.h). */
+int jobcfg_ranks(const jobcfg *c);
+bool jobcfg_multi_process(const jobcfg *c);
+
+/* Whether this service can run a job as several processes: kiln serve sets it
+ * once at start-up, before any request is read (true with --dispatcher
+ * slurm; the local worker pool runs one process a job). While it is false
+ * (the default, and kiln train), a request that needs several processes
+ * is a 400 invalid_field naming --dispatcher slurm. */
+void jobcfg_allow_multi_process(bool allowed);
 
 /* The schema of a job request (GET /api/v1/schema, "job"): every field with
  * its type, default, range or choices, and the solver types it applies to.

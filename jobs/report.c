@@ -14,6 +14,8 @@
 
 static volatile sig_atomic_t stop_requested;
 static const char *human_name;   /* NULL: JSON lines for the scheduler */
+static FILE *report_file;        /* report_to_file's; NULL: stdout */
+static int quiet_rank = -1;      /* report_quiet's rank; -1: not quiet */
 
 static void on_stop_signal(int sig)
 {
@@ -55,8 +57,29 @@ void report_request_stop(void)
     stop_requested = 1;
 }
 
+int report_to_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s to append reports: %s", path, strerror(errno));
+        return -1;
+    }
+    setvbuf(f, NULL, _IOLBF, 0);
+    if (report_file)
+        fclose(report_file);
+    report_file = f;
+    return 0;
+}
+
+void report_quiet(int rank)
+{
+    quiet_rank = rank;
+}
+
 void report_log(const char *fmt, ...)
 {
+    if (quiet_rank >= 0)
+        return;
     char stamp[32];
     time_t t = time(NULL);
     struct tm tm;
@@ -74,9 +97,10 @@ void report_log(const char *fmt, ...)
 
 void report_emit(const char *line)
 {
-    if (human_name)
+    if (human_name || quiet_rank >= 0)
         return;
-    if (fputs(line, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF) {
+    FILE *out = report_file ? report_file : stdout;
+    if (fputs(line, out) == EOF || fputc('\n', out) == EOF || fflush(out) == EOF) {
         report_log("cannot write to the server (%s); stopping", strerror(errno));
         _exit(1);
     }
@@ -93,6 +117,8 @@ void report_error(const char *msg)
     cJSON_Delete(o);
     if (human_name)
         fprintf(stderr, "%s: error: %s\n", human_name, msg);
+    else if (quiet_rank >= 0)
+        fprintf(stderr, "rank %d: error: %s\n", quiet_rank, msg);
     else
         report_log("error: %s", msg);
 }

@@ -18,11 +18,23 @@
 #define KILN_JOBS_REPORT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Starts reporting: human NULL for JSON lines to the scheduler, else the
  * command's name for a person ("kiln train"). Line-buffers stdout, installs
  * the stop signals' handler and unblocks every signal. Call once, first. */
 void report_start(const char *human);
+
+/* Reports (report_emit, report_error's JSON line) appended to the file at
+ * path instead of stdout, each line flushed as it is written (kiln worker
+ * --report-file, for a dispatcher that does not read the worker's stdout:
+ * it tails the file). Returns 0, or -1 with err set. */
+int report_to_file(const char *path, char *err, size_t errlen);
+
+/* A rank other than 0 of a multi-process job (jobs/runner.c): no reports
+ * and no log lines (rank 0 makes them); report_error writes
+ * "rank <rank>: error: <message>" on stderr. */
+void report_quiet(int rank);
 
 /* Whether report_start was given a human name. */
 bool report_human(void);

@@ -77,6 +77,30 @@
  * the CPU, the GPUs' free memory), less the margin, and fails with the
  * largest batch that fits instead of swapping or being killed.
  *
+ * Several processes (jobs/ranks.h, jobs/jobcfg.h jobcfg_ranks): a job of
+ * nodes > 1 or tasks_per_node > 1 runs as that many `kiln worker`s, each
+ * told its rank by its environment (srun's SLURM_PROCID..., or KILN_RANK,
+ * KILN_WORLD_SIZE, KILN_LOCAL_RANK). Every rank reads job.json and the same
+ * data in the same order (the seed), resumes from the same checkpoint, and
+ * runs the same loop; the engine (engine/net.h, net_world) trains each on
+ * its rows of every batch and keeps them in step. Rank 0 alone holds the
+ * lock and writes: reports, log lines, the TensorBoard file, checkpoints,
+ * epochs.json, snapshots.json, preprocess.json and the model. The other
+ * ranks write nothing but their errors (stderr, "rank R: error: ..."). A
+ * stop (a signal to any rank) is agreed on after every step (net_any), so
+ * all ranks stop after the same one and rank 0's checkpoint is theirs. A
+ * rank that fails makes the others fail within the collectives' timeout.
+ * A GPU job on one node runs as one process with in-process replicas, or
+ * as one rank per GPU (rank on GPU KILN_LOCAL_RANK/SLURM_LOCALID) when
+ * started as several.
+ *
+ * A rank starts itself again with OMP_WAIT_POLICY=PASSIVE unless it is set
+ * (exec_with_passive_waits: spinning OpenMP threads of ranks sharing cores
+ * slow them down several times).
+ *
+ * --report-file PATH: reports are appended to PATH (flushed line by line)
+ * instead of written on stdout (a dispatcher that tails a file).
+ *
  * Exit status: 0 after {"t":"done"} or a cancel, 1 after {"t":"error"}, 2 on a
  * bad command line.
  */
@@ -117,6 +141,7 @@
 #include "jobs/report.h"      /* report_start, report_emit, report_log, report_stopping */
 #include "jobs/tbevents.h"    /* tb_open, tb_scalar, tb_session_start, tb_hparams_*, tb_close */
 #include "jobs/hparams.h"     /* hparams_from_config: the job's hyper-parameters */
+#include "jobs/ranks.h"       /* ranks_from_env: this worker's rank of a multi-process job */
 
 #define REPORTS_PER_EPOCH 20
 
@@ -154,6 +179,13 @@ static net_devices worker_gpus;
  * long to wait for it otherwise (--lock-wait S). */
 static int lock_fd_given = -1;
 static int lock_wait_s = JOBLOCK_WAIT_DEFAULT_S;
+/* kiln worker --report-file PATH; NULL: reports on stdout. */
+static const char *report_path;
+/* This worker's rank (jobs/ranks.h); rank 0 of 1 when alone. */
+static worker_rank me = { .rank = 0, .size = 1 };
+
+/* The folder under a job's where its ranks meet (engine/settings.h net_world). */
+#define RENDEZVOUS_DIR "rendezvous"
 
 
 /* A double for JSON: finite values as %.9g, others as null. */
@@ -181,6 +213,7 @@ typedef struct train_sums {
 
 typedef struct run {
     const char *dir;
+    bool writer;                 /* rank 0 (or alone): writes the job folder's files */
     jobcfg cfg;
     ds_info info;
     bool have_info;
@@ -238,7 +271,7 @@ static int metric(run *r, const char *tag, double value, int64_t step, double ep
     else if (!strcmp(tag, "lr"))
         r->last_lr = value;
     char terr[256];
-    if (tb_scalar(r->tb, tag, step, (float)value, wall, terr, sizeof terr) != 0) {
+    if (r->tb && tb_scalar(r->tb, tag, step, (float)value, wall, terr, sizeof terr) != 0) {
         snprintf(r->err, sizeof r->err, "writing the TensorBoard file: %s", terr);
         return -1;
     }
@@ -279,6 +312,8 @@ static void progress(run *r, int epochs_done, double ips, double eta)
 static int save_checkpoint(run *r, const char *name, bool final)
 {
     char path[PATH_MAX + 64], nerr[512];
+    if (!r->writer)
+        return 0;                   /* rank 0 writes the one the ranks share */
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
     ckpt_info ci = { .step = r->step, .epoch = r->epoch, .epoch_step = r->epoch_step,
                      .seed = r->cfg.seed };
@@ -316,6 +351,8 @@ static bool add_part(cJSON *o, const char *key, double loss_sum, long correct, l
 static int save_sums(run *r)
 {
     char ck[PATH_MAX + 64], path[PATH_MAX + 80], e[512];
+    if (!r->writer)
+        return 0;
     snprintf(ck, sizeof ck, "%s/checkpoints/step-%lld.safetensors", r->dir, (long long)r->step);
     sums_path(path, sizeof path, ck);
     const train_sums *t = &r->sums;
@@ -473,7 +510,7 @@ static int record_epoch(run *r, cJSON **itemp)
         snprintf(r->err, sizeof r->err, "out of memory recording the epoch");
         return -1;
     }
-    if (snap_epochs_save(r->dir, r->record, e, sizeof e) != 0) {
+    if (r->writer && snap_epochs_save(r->dir, r->record, e, sizeof e) != 0) {
         snprintf(r->err, sizeof r->err, "writing %s: %s", SNAP_EPOCHS_JSON, e);
         return -1;
     }
@@ -560,6 +597,8 @@ static int update_snapshots(run *r, int epoch, int64_t step, const char *file)
 {
     snap_list l;
     char e[512];
+    if (!r->writer)
+        return 0;
     if (snap_list_load(r->dir, &l, e, sizeof e) != 0) {
         snprintf(r->err, sizeof r->err, "reading %s: %s", LAYOUT_SNAPSHOTS, e);
         return -1;
@@ -621,6 +660,8 @@ static int mark_final(run *r, int epochs)
 {
     snap_list l;
     char e[512];
+    if (!r->writer)
+        return 0;
     if (snap_list_load(r->dir, &l, e, sizeof e) != 0) {
         snprintf(r->err, sizeof r->err, "reading %s: %s", LAYOUT_SNAPSHOTS, e);
         return -1;
@@ -657,7 +698,7 @@ static int restore_record(run *r, char *err, size_t errlen)
     char e[512];
     if (!(r->record = snap_epochs_load(r->dir, e, sizeof e)))
         return set_err(err, errlen, "%s", e);
-    if (snap_epochs_truncate(r->record, r->start_epoch) > 0 &&
+    if (snap_epochs_truncate(r->record, r->start_epoch) > 0 && r->writer &&
         snap_epochs_save(r->dir, r->record, e, sizeof e) != 0)
         return set_err(err, errlen, "writing %s: %s", SNAP_EPOCHS_JSON, e);
     es_init(&r->es);
@@ -719,6 +760,70 @@ static int tb_begin(run *r, char *err, size_t errlen)
     return rc;
 }
 
+/* ---- several processes (jobs/ranks.h) ------------------------------------ */
+
+/* This rank's device and its world (engine/settings.h net_world) in *d, for
+ * a job started as several processes; a job that needs several, started
+ * alone, and a launch of another size than the job's ranks are errors.
+ * Returns 0, or -1 with err set. */
+static int world_devices(run *r, net_devices *d, char *err, size_t errlen)
+{
+    const jobcfg *c = &r->cfg;
+    if (me.size == 1) {
+        if (jobcfg_multi_process(c))
+            return set_err(err, errlen, "the job runs as %d ranks (nodes %d, tasks_per_node %d) "
+                           "but this worker was started alone: start them with srun (SLURM_*) "
+                           "or with KILN_RANK and KILN_WORLD_SIZE", jobcfg_ranks(c), c->nodes,
+                           c->tasks_per_node);
+        return 0;
+    }
+    if (me.size != jobcfg_ranks(c))
+        return set_err(err, errlen, "this worker is rank %d of %d (%s), but the job runs as %d "
+                       "ranks (nodes %d x %d %s)", me.rank, me.size, me.source, jobcfg_ranks(c),
+                       c->nodes, jobcfg_ranks(c) / c->nodes,
+                       d->kind == BACKEND_CPU ? "tasks_per_node" : "GPUs");
+    if (d->kind == BACKEND_CUDA && me.local_rank >= d->count)
+        return set_err(err, errlen, "rank %d is task %d of its node, which has the job's %d GPUs "
+                       "(one rank per GPU)", me.rank, me.local_rank, d->count);
+    int id = d->kind == BACKEND_CUDA ? d->ids[me.local_rank] : 0;
+    net_devices one = { .kind = d->kind, .count = 1, .ids = { id } };
+    net_world *w = &one.world;
+    w->rank = me.rank;
+    w->size = me.size;
+    char parent[PATH_MAX];
+    int n = snprintf(parent, sizeof parent, "%s/%s", r->dir, RENDEZVOUS_DIR);
+    if (n < 0 || (size_t)n >= sizeof parent ||
+        snprintf(w->dir, sizeof w->dir, "%s/%s", parent, me.run_id) >= (int)sizeof w->dir)
+        return set_err(err, errlen, "the job folder's path is too long");
+    if (fio_mkdir_p(parent) != 0)
+        return set_err(err, errlen, "cannot create %s: %s", parent, strerror(errno));
+    /* one node: loopback; several: the name the other nodes know this one by */
+    if (me.host[0])
+        snprintf(w->host, sizeof w->host, "%s", me.host);
+    else if (c->nodes == 1)
+        snprintf(w->host, sizeof w->host, "127.0.0.1");
+    else if (gethostname(w->host, sizeof w->host) != 0)
+        return set_err(err, errlen, "cannot read this node's host name: %s", strerror(errno));
+    *d = one;
+    return 0;
+}
+
+/* Whether to stop now: a stop asked for here (a signal, KILN_STOP_AFTER_STEP)
+ * or, in a multi-process job, on any rank, so that all ranks stop after the
+ * same step (net_any). 1 or 0; -1 (r->err) when the ranks could not agree. */
+static int stopping(run *r)
+{
+    bool any;
+    char e[512];
+    if (!r->net)
+        return report_stopping();
+    if (net_any(r->net, report_stopping(), &any, e, sizeof e) != 0) {
+        snprintf(r->err, sizeof r->err, "agreeing on a stop with the other ranks: %s", e);
+        return -1;
+    }
+    return any;
+}
+
 static int open_run(run *r, char *err, size_t errlen)
 {
     char e[512], path[PATH_MAX + 32];
@@ -735,7 +840,7 @@ static int open_run(run *r, char *err, size_t errlen)
         set_err(err, errlen, "%s%s", fit > 0 ? "not enough memory to start: " : "network: ", e);
         return -1;
     }
-    if (write_preprocess(r, err, errlen) != 0)
+    if (r->writer && write_preprocess(r, err, errlen) != 0)
         return -1;
     layout_file(path, sizeof path, c->dataset_dir, LAYOUT_TRAIN_SPLIT);
     if (!(r->train = ds_split_open(path, e, sizeof e))) {
@@ -782,6 +887,8 @@ static int open_run(run *r, char *err, size_t errlen)
     }
 
     net_devices devices = jobcfg_net_devices(c);
+    if (world_devices(r, &devices, err, errlen) != 0)
+        return -1;
     net_solver solver = jobcfg_net_solver(c);
     r->net = net_create(c->network, in, r->info.nclasses, c->batch_size, &devices, &solver, c->seed,
                         e, sizeof e);
@@ -804,6 +911,8 @@ static int open_run(run *r, char *err, size_t errlen)
     }
     if (resume(r, path, err, errlen) != 0 || restore_record(r, err, errlen) != 0)
         return -1;
+    if (!r->writer)
+        return 0;                   /* rank 0 writes the event file */
     /* A resumed run writes a new event file beside the old one; in the same
      * second as the old one it takes the next free second's name. */
     for (int k = 0; k < 5 && !r->tb; k++)
@@ -878,7 +987,10 @@ static int validate(run *r, eval_result *out)
         loss_sum += st.loss * st.count;
         correct += st.correct;
         count += st.count;
-        if (report_stopping()) {
+        int stop = stopping(r);
+        if (stop < 0)
+            return -1;
+        if (stop) {
             out->interrupted = true;
             return 0;
         }
@@ -983,7 +1095,10 @@ static int train(run *r, bool *cancelled)
                 int_steps = 0;
                 t_int = now;
             }
-            if (report_stopping()) {
+            int stop = stopping(r);
+            if (stop < 0)
+                return -1;
+            if (stop) {
                 *cancelled = true;
                 return stop_cancelled(r);
             }
@@ -1036,7 +1151,10 @@ static int train(run *r, bool *cancelled)
             r->epoch = epoch + 1;
             return 0;
         }
-        if (report_stopping()) {
+        int stop = stopping(r);
+        if (stop < 0)
+            return -1;
+        if (stop) {
             *cancelled = true;
             return stop_cancelled(r);
         }
@@ -1138,7 +1256,7 @@ static void emit_stopped_early(const run *r)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kiln worker --job-dir DIR [--gpus N,...]\n"
+            "usage: kiln worker --job-dir DIR [--gpus N,...] [--report-file PATH]\n"
             "\n"
             "Runs one training job: reads DIR/job.json, trains, and writes the TensorBoard\n"
             "file, checkpoints/epoch-N.safetensors and model.safetensors into DIR.\n"
@@ -1152,7 +1270,40 @@ static void usage(FILE *f)
             "  --lock-wait S   seconds to wait while another process holds DIR/lock\n"
             "                  (default %d; then it fails without writing anything)\n"
             "  --lock-fd N     the locked DIR/lock, inherited from the scheduler\n"
+            "  --report-file PATH  append the JSON-line reports to PATH (flushed line by\n"
+            "                  line) instead of writing them on stdout\n"
+            "\n"
+            "A job of several ranks (nodes, tasks_per_node) runs as one worker per rank,\n"
+            "each told its rank by srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) or by\n"
+            "KILN_RANK, KILN_WORLD_SIZE and KILN_LOCAL_RANK (which win; KILN_RUN_ID names\n"
+            "the launch); rank 0 reports and writes, the others only their errors.\n"
             "  --help          this text\n", JOBLOCK_WAIT_DEFAULT_S);
+}
+
+/* A rank of a multi-process job on the CPU: OpenMP's idle threads must sleep,
+ * not spin. libgomp spins by default, and the ranks' spinning threads on a
+ * node's shared cores take them from the ranks that compute (measured here:
+ * 2 ranks of a LeNet step 3.7 times slower). libgomp reads OMP_WAIT_POLICY
+ * only as it loads, so the worker starts itself again with it set to
+ * PASSIVE (unless the user set it): the same arguments, the same process id.
+ * Waiting is not arithmetic: the results are the same bits. */
+static void exec_with_passive_waits(int argc, char **argv)
+{
+    worker_rank w;
+    char err[256];
+    if (getenv("OMP_WAIT_POLICY") || ranks_from_env(&w, err, sizeof err) != 0 || w.size <= 1)
+        return;
+    char **args = calloc((size_t)argc + 2, sizeof *args);
+    if (!args || setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) {
+        free(args);
+        return;
+    }
+    args[0] = "kiln";
+    for (int i = 0; i < argc; i++)
+        args[i + 1] = argv[i];
+    execv("/proc/self/exe", args);
+    unsetenv("OMP_WAIT_POLICY");          /* no exec: go on as we are */
+    free(args);
 }
 
 int runner_main(int argc, char **argv)
@@ -1187,6 +1338,8 @@ int runner_main(int argc, char **argv)
             else
                 lock_wait_s = (int)v;
         }
+        else if (!strcmp(argv[i], "--report-file") && i + 1 < argc)
+            report_path = argv[++i];
         else if (!strncmp(argv[i], "--job-dir=", 10))
             dir = argv[i] + 10;
         else if (i > 0 && argv[i][0] == '-') {
@@ -1199,7 +1352,8 @@ int runner_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    worker_prio_lower("worker");
+    worker_prio_lower("worker");          /* kept across the exec below */
+    exec_with_passive_waits(argc, argv);
     return runner_run(dir, false);
 }
 
@@ -1236,8 +1390,20 @@ int runner_run(const char *dir, bool human_output)
     int status = 1;
     tb_status end = TB_STATUS_UNKNOWN;   /* what session_end_info says at out: (unknown: none) */
 
-    int lock_fd = lock_job_dir(dir, err, sizeof err);
-    if (lock_fd < 0) {
+    if (ranks_from_env(&me, err, sizeof err) != 0) {
+        report_error(err);
+        return 1;
+    }
+    r.writer = me.rank == 0;
+    if (!r.writer)
+        report_quiet(me.rank);
+    else if (report_path && !human_output && report_to_file(report_path, err, sizeof err) != 0) {
+        report_error(err);
+        return 1;
+    }
+    /* rank 0 holds the folder's lock for all the ranks */
+    int lock_fd = r.writer ? lock_job_dir(dir, err, sizeof err) : -2;
+    if (lock_fd == -1) {
         report_error(err);
         return 1;
     }
@@ -1272,7 +1438,12 @@ int runner_run(const char *dir, bool human_output)
           (unsigned long long)r.cfg.seed, mono_now() - t0);
     log_data(&r);
     int ndev = net_device_count(r.net);
-    if (ndev > 1)
+    if (me.size > 1)
+        report_log("data parallel across %d processes (ranks from %s, run %s, on %d node%s): each "
+              "trains on up to %d images of every batch, gradients summed across them; this is "
+              "rank 0, which writes the job's files", me.size, me.source, me.run_id,
+              r.cfg.nodes, r.cfg.nodes == 1 ? "" : "s", (r.cfg.batch_size + me.size - 1) / me.size);
+    else if (ndev > 1)
         report_log("data parallel on %d devices: up to %d images of each batch on each, gradients "
               "summed across them, every replica making the same update", ndev,
               (r.cfg.batch_size + ndev - 1) / ndev);
@@ -1293,7 +1464,12 @@ int runner_run(const char *dir, bool human_output)
             report_log("no loss scaling (bfloat16 has FP32's range; ask for \"loss_scaling\": "
                   "\"dynamic\" to add it)");
     }
-    if (report_stopping()) {
+    int stop = stopping(&r);
+    if (stop < 0) {
+        report_error(r.err);
+        goto out;
+    }
+    if (stop) {
         stop_cancelled(&r);
         status = 0;
         goto out;
@@ -1326,7 +1502,7 @@ int runner_run(const char *dir, bool human_output)
     report_log("done: %d epoch%s in %.1f s; saved model.safetensors", trained, trained == 1 ? "" : "s",
           mono_now() - t0);
     end = TB_STATUS_UNKNOWN;
-    if (tb_hparams_end(r.tb, r.step, TB_STATUS_SUCCESS, wall_now(), err, sizeof err) != 0) {
+    if (r.tb && tb_hparams_end(r.tb, r.step, TB_STATUS_SUCCESS, wall_now(), err, sizeof err) != 0) {
         report_error(err);
         goto out;
     }
@@ -1336,6 +1512,7 @@ out:
     if (end != TB_STATUS_UNKNOWN && r.tb)
         tb_hparams_end(r.tb, r.step, end, wall_now(), err, sizeof err);   /* the error is reported */
     close_run(&r);
-    close(lock_fd);            /* everything is written: the folder is free */
+    if (lock_fd >= 0)
+        close(lock_fd);        /* everything is written: the folder is free */
     return status;
 }

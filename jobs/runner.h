@@ -33,6 +33,19 @@
  * with checkpoints/step-<s>.safetensors and {"t":"status","status":"cancelled"}.
  * A job folder that already holds a checkpoint is resumed from the latest one
  * (bit for bit). A write error on stdout (the server is gone) ends the worker.
+ *
+ * `--report-file PATH` appends the report lines to PATH instead (flushed
+ * line by line), for a dispatcher that tails a file in the job folder.
+ *
+ * A job of several ranks (jobcfg.h: nodes, tasks_per_node) runs as one
+ * worker per rank, each told its rank by its environment (jobs/ranks.h:
+ * srun's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, or KILN_RANK,
+ * KILN_WORLD_SIZE, KILN_LOCAL_RANK); a worker started otherwise than the
+ * job says (alone for a multi-rank job, or as another number of ranks)
+ * fails at start with the reason. Rank 0 reports and writes everything
+ * above; the other ranks write nothing but "rank R: error: ..." on stderr.
+ * All ranks resume from the same (rank 0's) checkpoint, stop after the same
+ * step, and fail within the collectives' timeout when one fails.
  */
 #ifndef KILN_JOBS_RUNNER_H
 #define KILN_JOBS_RUNNER_H

@@ -91,3 +91,4 @@ kiln_node_test(browser_base_path tests/browser/base_path.test.mjs browser 300)
 # with the reason where podman, debootstrap or the kernel's container features are missing.
 add_test(NAME container_images COMMAND bash tests/container/container_test.sh WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(container_images PROPERTIES LABELS container TIMEOUT 1800 SKIP_RETURN_CODE 77)
+kiln_node_test(integration_mpdp tests/integration/mpdp.test.mjs integration 600)

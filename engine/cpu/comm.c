@@ -19,9 +19,13 @@
 #include <stdlib.h>
 
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/comm_gloo.h"   /* gloo_comm_create, gloo_comm_sum, gloo_comm_allgather */
 #include "base/err.h"
 
 struct be_comm {
+    gloo_comm *world;               /* between processes (then none of the below is used);
+                                     * NULL after an abort */
+    bool world_made;
     int n;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -49,18 +53,63 @@ int cpu_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_t
     return 0;
 }
 
+int cpu_comm_create_world(be_ctx *ctx, const net_world *w, be_comm **out, char *err,
+                          size_t errlen)
+{
+    (void)ctx;
+    *out = NULL;
+    be_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return set_err(err, errlen, "cpu backend: out of memory");
+    if (gloo_comm_create(w->rank, w->size, w->dir, w->host,
+                         w->timeout_ms > 0 ? w->timeout_ms : NET_WORLD_TIMEOUT_MS, &c->world,
+                         err, errlen) < 0) {
+        free(c);
+        return -1;
+    }
+    c->world_made = true;
+    c->n = w->size;
+    *out = c;
+    return 0;
+}
+
+int cpu_comm_gather(be_ctx *ctx, be_comm *c, const void *in, size_t bytes, void *out,
+                    char *err, size_t errlen)
+{
+    (void)ctx;
+    if (!c->world_made)
+        return set_err(err, errlen, "cpu backend: a gather needs a communicator between "
+                       "processes");
+    if (!c->world)
+        return set_err(err, errlen, "cpu backend: the communicator was abandoned (a rank "
+                       "failed)");
+    return gloo_comm_allgather(c->world, in, bytes, out, err, errlen);
+}
+
 void cpu_comm_free(be_comm *c)
 {
     if (!c)
         return;
+    if (c->world_made) {
+        gloo_comm_free(c->world);
+        free(c);
+        return;
+    }
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->slot);
     free(c);
 }
 
+/* Between processes: the connections closed, so that the other ranks' next
+ * collective fails at once instead of at its timeout. */
 void cpu_comm_abort(be_comm *c)
 {
+    if (c->world_made) {
+        gloo_comm_free(c->world);
+        c->world = NULL;
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     c->aborted = true;
     pthread_cond_broadcast(&c->cv);
@@ -91,6 +140,19 @@ int cpu_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const 
     (void)ctx;
     if (rank < 0 || rank >= c->n)
         return set_err(err, errlen, "cpu backend: rank %d of a communicator of %d", rank, c->n);
+    if (c->world_made) {
+        for (int j = 0; j < k; j++) {
+            if (counts[j] * sizeof(float) > bufs[j]->bytes)
+                return set_err(err, errlen, "cpu backend: allreduce of %zu floats in a buffer "
+                               "of %zu bytes", counts[j], bufs[j]->bytes);
+            if (!c->world)
+                return set_err(err, errlen, "cpu backend: the allreduce was abandoned (a rank "
+                               "failed)");
+            if (gloo_comm_sum(c->world, bufs[j]->p, counts[j], err, errlen) < 0)
+                return -1;
+        }
+        return 0;
+    }
     for (int j = 0; j < k; j++) {
         size_t count = counts[j];
         if (count * sizeof(float) > bufs[j]->bytes)

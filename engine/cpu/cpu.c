@@ -409,4 +409,6 @@ const backend cpu_backend = {
     .allreduce = cpu_allreduce,
     .allreduce_wait = cpu_allreduce_wait,
     .comm_abort = cpu_comm_abort,
+    .comm_create_world = cpu_comm_create_world,
+    .comm_gather = cpu_comm_gather,
 };

@@ -217,6 +217,10 @@ static inline void *cpu_ptr(const be_buf *b)
 int cpu_comm_create(be_ctx *const *ctxs, int n, be_comm **out, char *err, size_t errlen);
 void cpu_comm_free(be_comm *c);
 void cpu_comm_abort(be_comm *c);
+int cpu_comm_create_world(be_ctx *ctx, const net_world *w, be_comm **out, char *err,
+                          size_t errlen);
+int cpu_comm_gather(be_ctx *ctx, be_comm *c, const void *in, size_t bytes, void *out,
+                    char *err, size_t errlen);
 int cpu_allreduce(be_ctx *ctx, be_comm *c, int rank, be_buf *const *bufs, const size_t *counts,
                   int k, char *err, size_t errlen);
 int cpu_allreduce_wait(be_ctx *ctx, be_comm *c, int rank, char *err, size_t errlen);

@@ -406,4 +406,6 @@ const backend cuda_backend = {
     .allreduce = cuda_allreduce,
     .allreduce_wait = cuda_allreduce_wait,
     .comm_abort = cuda_comm_abort,
+    .comm_create_world = cuda_comm_create_world,
+    .comm_gather = cuda_comm_gather,
 };

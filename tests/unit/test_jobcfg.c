@@ -25,6 +25,7 @@
 
 #include "engine/fileio.h"
 #include "jobs/jobcfg.h"
+#include "jobs/ranks.h"
 #include "tests/unit/jobcfg_util.h"
 
 /* The smallest request: an API one, or kiln train's (no dataset_id). */
@@ -138,6 +139,8 @@ static void every_limit_is_the_same_in_every_form(void **state)
     cJSON *schema = jobcfg_schema();
     assert_non_null(schema);
     int checked = 0;
+    /* the table's limits; what the dispatcher can run is multi_process_jobs' */
+    jobcfg_allow_multi_process(true);
     for (const cJSON *f = schema->child; f; f = f->next) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(f, "type");
         const cJSON *def = cJSON_GetObjectItemCaseSensitive(f, "default");
@@ -509,6 +512,156 @@ static void steps_drop_the_last_short_batch(void **state)
         assert_int_equal(jobcfg_steps(&c, n), (int64_t)loader_batch_count((size_t)n, 1, true) * 3);
 }
 
+/* Reads text in form (job.json through jobcfg_from_json's resolved form);
+ * 0, or -1 with *e. */
+static int read_form(const char *text, jobcfg_form form, jobcfg *c, api_error *e)
+{
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    int rc = jobcfg_from_json(j, form, c, e);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* nodes and tasks_per_node: several ranks need a dispatcher that runs them
+ * (the local one refuses them, naming --dispatcher slurm); a GPU job's
+ * ranks are its GPUs; the batch needs an image for each rank. */
+static void multi_process_jobs(void **state)
+{
+    (void)state;
+    jobcfg c;
+    api_error e;
+    jobcfg_allow_multi_process(false);
+    static const char *const multi[][2] = {
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"tasks_per_node\": 2}",
+          "{\"network\": \"lenet\", \"tasks_per_node\": 2}" },
+        { "{\"dataset_id\": 1, \"network\": \"lenet\", \"nodes\": 2}",
+          "{\"network\": \"lenet\", \"nodes\": 2}" },
+    };
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(read_form(multi[i][0], JOBCFG_REQUEST, &c, &e), -1);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.code, "invalid_field");
+        assert_non_null(strstr(e.message, "--dispatcher slurm"));
+        assert_int_equal(read_form(multi[i][1], JOBCFG_LOCAL_REQUEST, &c, &e), -1);
+        assert_non_null(strstr(e.message, "--dispatcher slurm"));
+    }
+    assert_int_equal(read_form("{\"dataset_id\": 1, \"network\": \"lenet\", \"nodes\": 1, "
+                               "\"tasks_per_node\": 1}", JOBCFG_REQUEST, &c, &e), 0);
+    assert_int_equal(c.nodes, 1);
+    assert_int_equal(c.tasks_per_node, 1);
+    assert_false(jobcfg_multi_process(&c));
+    assert_int_equal(jobcfg_ranks(&c), 1);
+    jobcfg_free(&c);
+
+    jobcfg_allow_multi_process(true);
+    assert_int_equal(read_form("{\"dataset_id\": 1, \"network\": \"lenet\", \"nodes\": 3, "
+                               "\"tasks_per_node\": 2}", JOBCFG_REQUEST, &c, &e), 0);
+    assert_true(jobcfg_multi_process(&c));
+    assert_int_equal(jobcfg_ranks(&c), 6);
+    jobcfg_free(&c);
+    jobcfg_allow_multi_process(false);              /* the worker reads job.json anyway */
+    cJSON *j = job_json_with("{\"nodes\": 3, \"tasks_per_node\": 2}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), 0);
+    cJSON_Delete(j);
+    cJSON *back = jobcfg_to_json(&c);               /* job.json keeps them */
+    jobcfg_free(&c);
+    assert_int_equal(jobcfg_from_json(back, JOBCFG_RESOLVED, &c, &e), 0);
+    cJSON_Delete(back);
+    assert_int_equal(c.nodes, 3);
+    assert_int_equal(c.tasks_per_node, 2);
+    jobcfg_free(&c);
+    jobcfg_allow_multi_process(true);
+    assert_int_equal(read_form("{\"dataset_id\": 1, \"network\": \"lenet\", \"batch_size\": 5, "
+                               "\"nodes\": 2, \"tasks_per_node\": 3}", JOBCFG_REQUEST, &c, &e), -1);
+    assert_non_null(strstr(e.message, "smaller than the job's 6 ranks"));
+
+    /* job.json: a GPU job's ranks are its GPUs; replicas do not mix with ranks */
+    j = job_json_with("{\"backend\": \"cuda\", \"gpu_count\": 2, \"nodes\": 2}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), 0);
+    assert_int_equal(jobcfg_ranks(&c), 4);
+    jobcfg_free(&c);
+    cJSON_Delete(j);
+    j = job_json_with("{\"backend\": \"cuda\", \"gpu_count\": 2, \"tasks_per_node\": 2}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_non_null(strstr(e.message, "tasks_per_node is for CPU jobs"));
+    cJSON_Delete(j);
+    j = job_json_with("{\"replicas\": 2, \"tasks_per_node\": 2}");
+    assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
+    assert_non_null(strstr(e.message, "replicas"));
+    cJSON_Delete(j);
+    jobcfg_allow_multi_process(false);
+}
+
+static void clear_rank_env(void)
+{
+    static const char *const names[] = { "KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK",
+        "KILN_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
+        "SLURM_STEP_ID", "SLURM_RESTART_COUNT" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unsetenv(names[i]);
+}
+
+/* jobs/ranks.h: KILN_* before SLURM_*, a Slurm step of one task is alone,
+ * bad values are refused naming the variable. */
+static void ranks_from_the_environment(void **state)
+{
+    (void)state;
+    worker_rank w;
+    char err[256];
+    clear_rank_env();
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), 0);
+    assert_int_equal(w.size, 1);
+    assert_int_equal(w.rank, 0);
+    assert_null(w.source);
+    assert_string_equal(w.run_id, "0");
+
+    setenv("SLURM_NTASKS", "1", 1);               /* one task: alone */
+    setenv("SLURM_PROCID", "0", 1);
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), 0);
+    assert_int_equal(w.size, 1);
+    setenv("SLURM_NTASKS", "4", 1);
+    setenv("SLURM_PROCID", "3", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_JOB_ID", "77", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), 0);
+    assert_int_equal(w.size, 4);
+    assert_int_equal(w.rank, 3);
+    assert_int_equal(w.local_rank, 1);
+    assert_string_equal(w.source, "SLURM_PROCID");
+    assert_string_equal(w.run_id, "slurm-77.0");
+    setenv("SLURM_RESTART_COUNT", "2", 1);        /* requeued: a fresh rendezvous */
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), 0);
+    assert_string_equal(w.run_id, "slurm-77.0.r2");
+
+    setenv("KILN_WORLD_SIZE", "2", 1);            /* KILN_* win */
+    setenv("KILN_RANK", "1", 1);
+    setenv("KILN_RUN_ID", "t-1", 1);
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), 0);
+    assert_int_equal(w.size, 2);
+    assert_int_equal(w.rank, 1);
+    assert_int_equal(w.local_rank, 1);
+    assert_string_equal(w.source, "KILN_RANK");
+    assert_string_equal(w.run_id, "t-1");
+
+    setenv("KILN_RANK", "2", 1);                  /* not below the size */
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), -1);
+    assert_non_null(strstr(err, "KILN_RANK"));
+    unsetenv("KILN_RANK");
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), -1);
+    assert_non_null(strstr(err, "KILN_RANK is not"));
+    setenv("KILN_RANK", "0", 1);
+    setenv("KILN_RUN_ID", "../x", 1);
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), -1);
+    assert_non_null(strstr(err, "KILN_RUN_ID"));
+    clear_rank_env();
+    setenv("SLURM_NTASKS", "two", 1);
+    assert_int_equal(ranks_from_env(&w, err, sizeof err), -1);
+    assert_non_null(strstr(err, "SLURM_NTASKS"));
+    clear_rank_env();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -519,6 +672,8 @@ int main(void)
         cmocka_unit_test(augmentation_against_the_dataset),
         cmocka_unit_test(steps_drop_the_last_short_batch),
         cmocka_unit_test(snapshot_and_early_stopping_fields),
+        cmocka_unit_test(multi_process_jobs),
+        cmocka_unit_test(ranks_from_the_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
