@@ -124,6 +124,14 @@ typedef enum jobcfg_form {
     JOBCFG_RESOLVED,                   /* job.json */
 } jobcfg_form;
 
+/* Where jobs run, for a request's device checks: this machine's GPUs (the
+ * default), or a cluster's (kiln serve --dispatcher slurm): there a request
+ * without devices trains on the CPU, a GPU count is a node's and Slurm
+ * checks it at submission, and a list of GPU numbers is refused. Call once
+ * at start, before any request. */
+void jobcfg_set_cluster(bool cluster);
+bool jobcfg_cluster(void);
+
 /* Reads j in the given form: unknown fields, each field's type and range,
  * which fields go with which solver, devices against this machine (requests
  * only), defaults. Returns 0 with *out filled (free it with jobcfg_free), or

@@ -83,6 +83,7 @@
 #include "jobs/runner.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -1151,12 +1152,30 @@ static void usage(FILE *f)
             "  --lock-wait S   seconds to wait while another process holds DIR/lock\n"
             "                  (default %d; then it fails without writing anything)\n"
             "  --lock-fd N     the locked DIR/lock, inherited from the scheduler\n"
+            "  --report-file F append the JSON report lines to F instead of stdout (the\n"
+            "                  Slurm dispatcher: the server tails DIR/reports.jsonl)\n"
             "  --help          this text\n", JOBLOCK_WAIT_DEFAULT_S);
+}
+
+/* --report-file F: the report lines (stdout) are appended to F, one write a
+ * line (report_emit flushes each), for a server that does not share a
+ * process tree with this worker (the Slurm dispatcher tails it). */
+static int redirect_reports(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+        fprintf(stderr, "kiln worker: --report-file %s: %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
 }
 
 int runner_main(int argc, char **argv)
 {
-    const char *dir = NULL;
+    const char *dir = NULL, *report_file = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -1188,6 +1207,8 @@ int runner_main(int argc, char **argv)
         }
         else if (!strncmp(argv[i], "--job-dir=", 10))
             dir = argv[i] + 10;
+        else if (!strcmp(argv[i], "--report-file") && i + 1 < argc)
+            report_file = argv[++i];
         else if (i > 0 && argv[i][0] == '-') {
             fprintf(stderr, "kiln worker: unknown option %s\n", argv[i]);
             usage(stderr);
@@ -1198,6 +1219,8 @@ int runner_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (report_file && redirect_reports(report_file) != 0)
+        return 1;
     return runner_run(dir, false);
 }
 

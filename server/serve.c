@@ -52,6 +52,7 @@
 #include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
 #include "server/serve_flags.h" /* serve_opts, serve_flags_parse: the table of flags */
 #include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
+#include "jobs/jobcfg.h"      /* jobcfg_set_cluster: where a request's GPUs are */
 
 #define SERVE_THREADS 4
 #define SERVE_IMPORT_GRACE_MS 5000
@@ -287,7 +288,9 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: cannot find its own binary (/proc/self/exe): %s\n", strerror(errno));
         goto out;
     }
-    sched_config cfg = { .data_dir = srv.data_dir, .worker_exe = worker_exe, .max_cpu_jobs = o.max_jobs };
+    jobcfg_set_cluster(o.dispatcher == DISPATCH_SLURM);   /* a request's GPUs are a node's */
+    sched_config cfg = { .data_dir = srv.data_dir, .worker_exe = worker_exe, .max_cpu_jobs = o.max_jobs,
+                         .dispatcher = o.dispatcher, .slurm = o.slurm };
     srv.sched = sched_start(srv.st, srv.hub, &cfg, err, sizeof err);
     if (!srv.sched) {
         fprintf(stderr, "kiln serve: cannot start the scheduler: %s\n", err);

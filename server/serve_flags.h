@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "jobs/dispatch.h"       /* dispatch_kind, slurm_options */
 #include "jobs/import_roots.h"   /* import_roots */
 #include "server/guard.h"        /* guard_hosts */
 #include "server/limits.h"       /* serve_limits */
@@ -54,6 +55,8 @@ typedef struct serve_opts {
     import_roots *roots;          /* --import-root, resolved as they are read */
     serve_limits *limits;         /* --limit NAME=VALUE */
     guard_hosts *hosts;           /* --allowed-host NAME[:PORT] */
+    dispatch_kind dispatcher;     /* --dispatcher local|slurm (jobs/dispatch.h) */
+    slurm_options slurm;          /* --slurm-* */
 } serve_opts;
 
 typedef enum flag_kind {
