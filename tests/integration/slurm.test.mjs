@@ -7,9 +7,10 @@
 // - a job on 2 GPUs gets two distinct (fake) devices from Slurm, named in its
 //   log, and fails at start-up because they are not real GPUs, with that reason;
 // - cancel through kiln reaches Slurm (scontrol: CANCELLED); scancel from
-//   outside fails the job in kiln with the reason; a --slurm-time-limit of one
-//   minute fails a longer job with TIMEOUT (its own server, started first, so
-//   that the minute runs beside the other checks);
+//   outside fails the job in kiln with the reason; a job past its time limit
+//   fails with TIMEOUT (its own server with --slurm-time-limit 1, started
+//   first; the limit, seen in scontrol, is then lowered to 0 so that Slurm's
+//   30 s check ends it while the other checks run, not a minute later);
 // - a server restarted while a job runs finds it again, goes on reading its
 //   reports where it stopped, and the job ends done with its metrics once.
 // Where the daemons cannot start here, every check is skipped with the reason.
@@ -94,6 +95,14 @@ before(async () => {
   limited = await startServer({ dataDir: limitedDir, args: [...slurmArgs(cluster), '--slurm-time-limit', '1'] });
   limitedJob = await post(limited.url, { dataset_id: datasetId, ...LONG_JOB });
   server = await startServer({ dataDir, args: slurmArgs(cluster) });
+  // The flag reached Slurm as the job's limit. slurmctld looks at time limits
+  // every 30 s, so a one-minute limit ends the job 60 to 90 s after its
+  // start; lowering the limit of the running job to 0 (as an administrator
+  // may) ends it at the next look instead, by the same TIMEOUT.
+  const running = await stepping(limited, limitedJob);
+  const show = slurm(cluster, 'scontrol', ['show', 'job', '-o', String(running.slurm.job_id)]);
+  assert.match(show, /TimeLimit=00:01:00/, '--slurm-time-limit 1 is the job\'s time limit in Slurm');
+  slurm(cluster, 'scontrol', ['update', `JobId=${running.slurm.job_id}`, 'TimeLimit=0']);
 });
 
 after(async () => {
@@ -145,6 +154,9 @@ test('a LeNet job runs through Slurm to done: metrics, TensorBoard file, model, 
 
 test('a job on 2 GPUs gets two distinct devices from Slurm and fails at start-up with the reason', { timeout: 120_000 }, async (t) => {
   if (skip) { t.skip(skip); return; }
+  const listed = await api(server.url, 'POST', '/api/v1/jobs', { dataset_id: datasetId, network: 'lenet', epochs: 1, devices: [0, 1] });
+  assert.equal(listed.status, 400, 'GPU numbers are Slurm\'s to pick');
+  assert.match(listed.body.error.message, /--dispatcher slurm/);
   const id = await post(server.url, { dataset_id: datasetId, network: 'lenet', epochs: 1, batch_size: 64, devices: 2 });
   const j = await ended(server, id);
   assert.equal(j.status, 'failed');
@@ -230,8 +242,7 @@ test('a server restarted while a job runs in Slurm finds it again; it ends done,
 
 test('--slurm-time-limit: a job past its time limit fails with TIMEOUT', { timeout: 240_000 }, async (t) => {
   if (skip) { t.skip(skip); return; }
-  // slurmctld checks time limits every 30 s: 60 to 90 s after the start.
-  const j = await ended(limited, limitedJob, 200_000);
+  const j = await ended(limited, limitedJob, 120_000);
   assert.equal(j.status, 'failed', `${j.status}: ${j.error}`);
   assert.match(j.error, /time limit \(TIMEOUT\)/);
   assert.equal(j.slurm.state, 'TIMEOUT');
