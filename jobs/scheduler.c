@@ -1260,12 +1260,17 @@ static void follow_log(worker *w)
     open_log_tail(w, logpath);
 }
 
-/* The Slurm dispatcher's start: one sbatch. The job stays "queued" until
- * Slurm runs it (slurm_check). */
+/* The Slurm dispatcher's start: one sbatch (run with the scheduler's lock
+ * held, bounded by SLURM_CMD_TIMEOUT_MS, as scancel is). The job stays
+ * "queued" until Slurm runs it (slurm_check). */
 static int slurm_start(sched *s, worker *w, const jobcfg_devices *want, char *err, size_t errlen)
 {
     slurm_request req = { .kiln_job_id = w->id, .gpus = want->kind == BACKEND_CUDA ? want->count : 0 };
     job_ranks(w->dir, &req.nodes, &req.tasks_per_node);
+    /* A GPU job on several nodes runs one rank a GPU (issue 18's contract);
+     * on one node its worker drives all its GPUs itself, as today. */
+    if (req.gpus > 0 && req.nodes > 1)
+        req.tasks_per_node = req.gpus;
     remove_file(w->dir, SLURM_REPORTS);      /* this run's reports start at byte 0 */
     remove_file(w->dir, SLURM_EXIT);
     follow_log(w);
