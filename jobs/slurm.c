@@ -298,6 +298,10 @@ static int sbatch_argv(const slurm_options *o, const char *dir, const slurm_requ
     char log[PATH_MAX + 8];
     layout_file(log, sizeof log, dir, LAYOUT_JOB_LOG);
     arg_add(a, "--parsable");
+    /* Slurm would requeue a job whose node failed and run its worker again
+     * behind kiln's back (its metrics past the checkpoint twice); kiln fails
+     * it with NODE_FAIL instead, and POST .../resume runs it again properly. */
+    arg_add(a, "--no-requeue");
     arg_num(a, "--job-name", "kiln-", (long long)req->kiln_job_id);
     arg_str(a, "--output", log);
     arg_str(a, "--error", log);

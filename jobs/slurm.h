@@ -3,7 +3,7 @@
  * reads what they print; it never talks to slurmctld itself.
  *
  * - slurm_submit writes the job's batch script (DIR/slurm.sh) and submits it
- *   with `sbatch --parsable`: the script runs `srun --label kiln worker
+ *   with `sbatch --parsable --no-requeue`: the script runs `srun --label kiln worker
  *   --job-dir DIR --report-file DIR/reports.jsonl` on every task, the tasks'
  *   stderr (rank-prefixed) appended to DIR/log, and when srun returns it
  *   writes DIR/slurm-exit.json ({"slurm_job_id", "exit_code", "signal"};

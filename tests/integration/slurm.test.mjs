@@ -12,7 +12,8 @@
 //   first; the limit, seen in scontrol, is then lowered to 0 so that Slurm's
 //   30 s check ends it while the other checks run, not a minute later);
 // - a server restarted while a job runs finds it again, goes on reading its
-//   reports where it stopped, and the job ends done with its metrics once.
+//   reports where it stopped, and the job ends done with its metrics once;
+// - a job whose node is set DOWN under it fails with NODE_FAIL (not requeued).
 // Where the daemons cannot start here, every check is skipped with the reason.
 
 import { test, before, after } from 'node:test';
@@ -248,4 +249,23 @@ test('--slurm-time-limit: a job past its time limit fails with TIMEOUT', { timeo
   assert.equal(j.slurm.state, 'TIMEOUT');
   assert.equal(scontrolState(j.slurm.job_id), 'TIMEOUT');
   assert.match(readFileSync(path.join(limited.dataDir, 'jobs', String(limitedJob), 'slurm.sh'), 'utf8'), /srun/);
+});
+
+test('a job whose node fails (the node set DOWN under it) fails with NODE_FAIL', { timeout: 120_000 }, async (t) => {
+  if (skip) { t.skip(skip); return; }
+  const id = await post(server.url, { dataset_id: datasetId, ...LONG_JOB });
+  await stepping(server, id);
+  const node = (state, ...more) => slurm(cluster, 'scontrol', ['update', `NodeName=${cluster.node}`, `State=${state}`, ...more]);
+  node('DOWN', 'Reason=kiln-test');
+  try {
+    const j = await ended(server, id, 60_000);
+    assert.equal(j.status, 'failed', `${j.status}: ${j.error}`);
+    assert.match(j.error, /lost its node .* \(NODE_FAIL\)/);
+    assert.equal(j.slurm.state, 'NODE_FAIL', 'not requeued by Slurm (sbatch --no-requeue)');
+    assert.equal(j.slurm.nodes, cluster.node);
+  } finally {
+    // slurmd is alive, so the node comes back by itself (ReturnToService=2).
+    await waitFor(() => /^idle/m.test(slurm(cluster, 'sinfo', ['-h', '-N', '-o', '%T'])),
+      { timeoutMs: 30_000, what: 'the node to return' });
+  }
 });
