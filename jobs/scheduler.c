@@ -1361,7 +1361,7 @@ static const char *slurm_why(const worker *w, char *buf, size_t n)
                  "administrator)", (long long)w->slurm_id);
     else if (!strcmp(st, "OUT_OF_MEMORY"))
         snprintf(buf, n, "Slurm job %lld ran out of memory (OUT_OF_MEMORY)", (long long)w->slurm_id);
-    else if (st[0])
+    else if (st[0] && strcmp(st, "UNKNOWN"))
         snprintf(buf, n, "Slurm ended job %lld: %s%s%s%s", (long long)w->slurm_id, st,
                  w->seen.reason[0] && strcmp(w->seen.reason, "None") ? " (" : "",
                  w->seen.reason[0] && strcmp(w->seen.reason, "None") ? w->seen.reason : "",
@@ -1387,6 +1387,14 @@ static void slurm_finish(sched *s, worker **pp)
     if (rc < 0)
         fprintf(stderr, "kiln: job %lld: %s\n", (long long)w->id, err);
     bool have_exit = rc == 0 && ex.slurm_job_id == w->slurm_id;
+    if (w->absent >= SLURM_ABSENT_POLLS) {
+        /* Slurm has forgotten it (MinJobAge): the last state seen is stale;
+         * its exit record says how it ended, as Slurm would have. */
+        snprintf(w->seen.state, sizeof w->seen.state, "%s", !have_exit ? "UNKNOWN"
+                 : !ex.exit_code && !ex.signal ? "COMPLETED" : "FAILED");
+        w->seen.reason[0] = 0;
+        store_slurm_set_state(s->st, w->id, w->seen.state, "", w->seen.nodes);
+    }
     int wstatus = !have_exit ? WSTATUS_LOST : ex.signal ? W_EXITCODE(0, ex.signal & 0x7f)
                                                          : W_EXITCODE(ex.exit_code & 0xff, 0);
     const char *sw = slurm_why(w, why, sizeof why);
