@@ -57,10 +57,19 @@
  * evaluation ends "done" when its worker reported done, exited 0 and left a
  * readable result.json (stored with it); an evaluation interrupted by a
  * restart runs again from its start (it writes nothing until its end).
+ *
+ * Where a job's worker runs is the dispatcher's (jobs/dispatch.h; the
+ * dispatchers table): local (posix_spawn here, reports on a pipe, reaped
+ * with waitpid, cancel by signals) or slurm (one sbatch, reports tailed from
+ * DIR/reports.jsonl, the end noticed by slurm_check from squeue and the exit
+ * record, cancel by scancel; such a worker has no pid and takes none of this
+ * machine's GPUs or CPU slots). Reports (on_line), the final status
+ * (finish_worker), the queue order and cancel are one code for both.
  */
 #define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
 #include "jobs/scheduler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1556,6 +1565,7 @@ static int local_start(sched *s, worker *w, const jobcfg_devices *want, char *er
 /* The local dispatcher's stop (a cancel): SIGTERM now, SIGKILL after the grace. */
 static void local_stop(sched *s, worker *w)
 {
+    assert(w->pid > 0 && !w->slurm_id);     /* never kill(0, ...): the server's own group */
     kill(w->pid, SIGTERM);
     w->kill_at = now_mono() + s->grace_ms / 1000.0;
     fprintf(stderr, "kiln: %s %lld: cancel: SIGTERM to worker %d\n", ops_of(w->kind)->noun,
