@@ -29,6 +29,7 @@
 #include "server/dataset_view.h"   /* dsview_samples, dsview_image, dsview_mean */
 #include "server/evaluation.h"     /* the evaluation routes; evaluation_before_job_delete */
 #include "server/hardware.h"       /* hw_json: GET /api/v1/hardware */
+#include "server/cluster.h"        /* cluster_json: its "cluster" object */
 #include "server/prom.h"           /* prom_handle: GET /metrics */
 #include "server/http.h"
 #include "server/infer.h"          /* infer_handle, infer_upload */
@@ -130,7 +131,8 @@ static int h_info(request *r)
 }
 
 /* GET /api/v1/hardware[?since=T]: the sampler's current sample and its
- * history (after Unix time T: a poller asks only for what is new). */
+ * history (after Unix time T: a poller asks only for what is new), and the
+ * Slurm cluster's nodes as last sampled (null without a cluster). */
 static int h_hardware(request *r)
 {
     const char *since = http_arg(r, "since");
@@ -145,7 +147,13 @@ static int h_hardware(request *r)
     }
     if (!r->srv->hw)
         return http_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", "the hardware sampler is not running");
-    return http_json(r, MHD_HTTP_OK, hw_json(r->srv->hw, t));
+    cJSON *o = hw_json(r->srv->hw, t), *c = o ? cluster_json(r->srv->cluster) : NULL;
+    if (o && (!c || !cJSON_AddItemToObject(o, "cluster", c))) {
+        cJSON_Delete(c);
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    return http_json(r, MHD_HTTP_OK, o);
 }
 
 static int h_limits(request *r)

@@ -46,6 +46,8 @@ const limit_def SERVE_LIMIT_DEFS[] = {
       "the pixels of every image of one import (from their headers), checked before decoding" },
     { "hardware-interval", LIMIT_SECONDS, OFF(hardware_interval_s), 2, 1, 60,
       "seconds between hardware samples (GET /api/v1/hardware keeps the last 10 minutes)" },
+    { "cluster-interval", LIMIT_SECONDS, OFF(cluster_interval_s), 10, 1, 600,
+      "seconds between two sinfo --json runs for the Slurm cluster's nodes in GET /api/v1/hardware" },
     /* libsodium's Argon2id: its minimums (1 pass, 8 KiB) are for tests only;
      * the defaults are its INTERACTIVE level. server/auth.c checks the pair. */
     { "password-ops", LIMIT_COUNT, OFF(password_ops), 2, 1, 20,

@@ -39,6 +39,7 @@ typedef struct serve_limits {
     uint64_t import_pixels;          /* import-pixels: every image of one import, from their headers */
     uint64_t sse_heartbeat_s;        /* sse-heartbeat: an event stream's heartbeat comment interval (sse.c) */
     uint64_t hardware_interval_s;    /* hardware-interval: seconds between hardware samples (server/hardware.c) */
+    uint64_t cluster_interval_s;     /* cluster-interval: seconds between two sinfo runs (server/cluster.c) */
 } serve_limits;
 
 typedef enum limit_unit { LIMIT_BYTES, LIMIT_COUNT, LIMIT_SECONDS } limit_unit;

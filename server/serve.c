@@ -53,6 +53,7 @@
 #include "server/serve_flags.h" /* serve_opts, serve_flags_parse: the table of flags */
 #include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
 #include "jobs/jobcfg.h"      /* jobcfg_set_cluster: where a request's GPUs are */
+#include "server/cluster.h"    /* cluster_start, cluster_stop: the Slurm cluster's nodes */
 
 #define SERVE_THREADS 4
 #define SERVE_IMPORT_GRACE_MS 5000
@@ -300,6 +301,11 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
     }
+    cluster_config ccfg = { .interval_s = (unsigned)srv.limits.cluster_interval_s };
+    if (o.slurm_cluster && !(srv.cluster = cluster_start(&ccfg, err, sizeof err))) {
+        fprintf(stderr, "kiln serve: %s\n", err);
+        goto out;
+    }
     if (infer_service_start(&srv, worker_exe, err, sizeof err) != 0) {
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
@@ -363,6 +369,8 @@ out:
     srv.sweeper = NULL;
     hw_stop(srv.hw);                       /* before the scheduler it asks */
     srv.hw = NULL;
+    cluster_stop(srv.cluster);             /* kills a sinfo still running */
+    srv.cluster = NULL;
     sched_stop(srv.sched);
     srv.sched = NULL;
     import_job_stop_all("the server stopped during the import; create the dataset again");

@@ -97,6 +97,13 @@ static int apply_insecure(serve_opts *o, const char *v, char *err, size_t n)
     return 0;
 }
 
+static int apply_slurm_cluster(serve_opts *o, const char *v, char *err, size_t n)
+{
+    (void)err, (void)n;
+    o->slurm_cluster = !strcmp(v, "1");
+    return 0;
+}
+
 static int apply_base_path(serve_opts *o, const char *v, char *err, size_t n)
 {
     return serve_base_path(v, o->base_path, err, n);
@@ -254,6 +261,11 @@ const serve_flag SERVE_FLAGS[] = {
     { .name = "--slurm-poll-ms", .env = "KILN_SLURM_POLL_MS", .kind = FLAG_VALUE, .arg = "MS",
       .def = "2000", .apply = apply_slurm_poll,
       .help = "how often squeue is asked for the state of kiln's jobs (100..600000)" },
+    { .name = "--slurm-cluster", .env = "KILN_SLURM_CLUSTER", .kind = FLAG_SWITCH, .def = "0",
+      .def_doc = "off", .apply = apply_slurm_cluster,
+      .help = "list the Slurm cluster's nodes (sinfo --json, every cluster-interval)\n"
+              "in GET /api/v1/hardware and the hardware panel; sinfo is found on PATH and\n"
+              "reads SLURM_CONF from kiln serve's environment" },
 };
 const size_t SERVE_FLAG_COUNT = sizeof SERVE_FLAGS / sizeof SERVE_FLAGS[0];
 

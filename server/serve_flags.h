@@ -52,6 +52,7 @@ typedef struct serve_opts {
     char base_path[SERVE_BASE_PATH_MAX];   /* "" or "/prefix" (no trailing slash) */
     access_log_mode access_log;
     bool insecure_no_auth;        /* serve beyond loopback without users (server/auth.h) */
+    bool slurm_cluster;           /* show the Slurm cluster's nodes (server/cluster.h) */
     import_roots *roots;          /* --import-root, resolved as they are read */
     serve_limits *limits;         /* --limit NAME=VALUE */
     guard_hosts *hosts;           /* --allowed-host NAME[:PORT] */

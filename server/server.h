@@ -73,6 +73,10 @@ typedef struct server {
 
     /* The hardware sampler (hardware.c): GET /api/v1/hardware and /metrics. */
     struct hw_sampler *hw;
+
+    /* The Slurm cluster's nodes (cluster.c): GET /api/v1/hardware's "cluster";
+     * NULL when kiln serve runs without a cluster. */
+    struct cluster *cluster;
 } server;
 
 /* `kiln serve`: parses its options, runs until SIGINT/SIGTERM. Returns a

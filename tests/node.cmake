@@ -81,6 +81,10 @@ kiln_node_test(integration_metrics tests/integration/metrics.test.mjs integratio
 set_property(TEST integration_metrics APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
 kiln_node_test(browser_hardware tests/browser/hardware.test.mjs browser 300)
 set_property(TEST browser_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$<TARGET_FILE:kiln_fake_nvml>")
+# The Slurm cluster's nodes in GET /api/v1/hardware and the hardware card (issue 18): a one-machine
+# cluster (tests/integration/lib/slurm.mjs); each test skips with the reason where its daemons cannot start.
+kiln_node_test(integration_cluster_hardware tests/integration/cluster_hardware.test.mjs integration 180)
+kiln_node_test(browser_cluster tests/browser/cluster.test.mjs browser 180)
 # Deployment (issue 17): KILN_* configuration, the access log, --base-path, SIGTERM; the dashboard under a prefix.
 kiln_node_test(integration_deploy tests/integration/deploy.test.mjs integration 300)
 kiln_node_test(browser_base_path tests/browser/base_path.test.mjs browser 300)

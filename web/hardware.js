@@ -2,9 +2,13 @@
 // GPU's utilisation, memory, temperature, power and the job on it, with
 // sparklines of the last 10 minutes. Everything from GET /api/v1/hardware
 // (server/hardware.h): the whole history once, then ?since= the newest sample
-// held, at the sampler's interval while the page is open.
+// held, at the sampler's interval while the page is open. When kiln serve
+// runs with a Slurm cluster, the card ends with its nodes as `sinfo --json`
+// last listed them (server/cluster.h): state, CPUs and GPUs in use, memory,
+// partitions and the reason a node is down or drained; or sinfo's error.
 //   hardwareCard()  -> { el, stop() }
 //   sparkline(values, max, label)  an inline SVG polyline (exported for tests)
+//   clusterSection(cluster)  the cluster's part of the card, null without one
 
 import { get } from './api.js';
 import { h, svg, fill, fmtBytes } from './ui.js';
@@ -53,6 +57,57 @@ function gpuRows(hist, g) {
     facts ? h('div', { class: 'muted small hw-facts' }, facts) : null);
 }
 
+/* Slurm's node states as a badge's colour: free, busy, in trouble, leaving. */
+const NODE_STATE_CLASS = {
+  idle: 'node-free', mixed: 'node-busy', allocated: 'node-busy', completing: 'node-busy',
+  down: 'node-bad', error: 'node-bad', fail: 'node-bad', future: 'node-off', unknown: 'node-off',
+};
+const usedOf = (used, total) => (total === null || total === undefined ? '—'
+  : `${used === null || used === undefined ? '?' : used} / ${total}`);
+
+function nodeState(n) {
+  const flags = n.state_flags || [];
+  const bad = flags.some((f) => /^(drain|fail|not_responding|maint|power_down|powered_down)/.test(f));
+  const cls = bad && NODE_STATE_CLASS[n.state] !== 'node-bad' ? 'node-warn' : (NODE_STATE_CLASS[n.state] || 'node-off');
+  return h('span', { class: `badge ${cls}`, 'data-state': n.state },
+    [n.state, ...flags].join('+'));
+}
+
+function nodeRows(n) {
+  const alloc = n.memory_allocated_bytes;     // fmtBytes shows 0 as a dash: none allocated is "0 B" here
+  const mem = n.memory_total_bytes === null ? '—'
+    : `${alloc === null ? '?' : alloc === 0 ? '0 B' : fmtBytes(alloc)} / ${fmtBytes(n.memory_total_bytes)}`;
+  const rows = [h('tr', { 'data-node': n.name },
+    h('td', {}, h('strong', {}, n.name || '—'),
+      n.partitions.length ? h('div', { class: 'muted small' }, n.partitions.join(', ')) : null),
+    h('td', {}, nodeState(n)),
+    h('td', { class: 'num', 'data-col': 'cpus' }, usedOf(n.cpus_allocated, n.cpus)),
+    h('td', { class: 'num', 'data-col': 'gpus' }, n.gpus === 0 ? '—' : usedOf(n.gpus_used, n.gpus)),
+    h('td', { class: 'num', 'data-col': 'memory', title: n.memory_free_bytes === null ? null
+      : `${fmtBytes(n.memory_free_bytes)} free on the node` }, mem))];
+  if (n.reason) {
+    rows.push(h('tr', { class: 'hw-node-reason', 'data-reason-of': n.name },
+      h('td', { colspan: 5 }, h('span', { class: 'muted' }, 'reason: '), n.reason)));
+  }
+  return rows;
+}
+
+export function clusterSection(cl) {
+  if (!cl) return null;
+  const nodes = cl.nodes || [];
+  const facts = [cl.slurm_version ? `Slurm ${cl.slurm_version}` : null,
+    cl.time ? `${nodes.length} node${nodes.length === 1 ? '' : 's'}` : 'waiting for the first sinfo',
+    `sinfo every ${cl.interval_seconds} s`].filter(Boolean).join(' · ');
+  return h('div', { class: 'hw-cluster', id: 'hw-cluster' },
+    h('div', { class: 'hw-gpu-head' }, h('strong', {}, 'Slurm cluster'), h('span', { class: 'muted small' }, facts)),
+    cl.error ? h('p', { class: 'form-error small', id: 'hw-cluster-error', role: 'alert' }, cl.error) : null,
+    nodes.length ? h('div', { class: 'table-wrap' }, h('table', { class: 'table table-compact hw-nodes' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'node'), h('th', {}, 'state'), h('th', { class: 'num' }, 'CPUs'),
+        h('th', { class: 'num' }, 'GPUs'), h('th', { class: 'num' }, 'memory'))),
+      h('tbody', {}, nodes.flatMap(nodeRows)))) : null,
+    cl.nodes_omitted ? h('p', { class: 'muted small' }, `and ${cl.nodes_omitted} more nodes not shown`) : null);
+}
+
 function render(body, hw, hist) {
   const c = hw.current;
   if (!c) { fill(body, h('p', { class: 'muted' }, 'No sample yet.')); return; }
@@ -68,7 +123,8 @@ function render(body, hw, hist) {
     c.gpus.length ? c.gpus.map((g) => gpuRows(hist, g))
       : h('p', { class: 'muted small', id: 'hw-no-gpu' },
         hw.nvml && hw.nvml.available ? 'No GPU found.' : 'No GPU figures (NVML not available).'),
-    h('p', { class: 'muted small', id: 'hw-span' }, `last ${spanText}, a sample every ${hw.interval_seconds} s`));
+    h('p', { class: 'muted small', id: 'hw-span' }, `last ${spanText}, a sample every ${hw.interval_seconds} s`),
+    clusterSection(hw.cluster));
 }
 
 export function hardwareCard() {
