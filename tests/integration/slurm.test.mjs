@@ -19,6 +19,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, readdirSync, readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 import { startCluster, slurm } from './lib/slurm.mjs';
@@ -108,7 +109,14 @@ before(async () => {
 
 after(async () => {
   for (const s of [server, limited]) if (s) await s.stop();
-  if (cluster) await cluster.stop();
+  if (cluster) {
+    // No job left behind (a failed check's): a slurmstepd that cannot report
+    // its end to a stopped slurmctld lingers after the cluster is gone.
+    try { slurm(cluster, 'scancel', ['--user', os.userInfo().username]); } catch { /* none */ }
+    await waitFor(() => slurm(cluster, 'squeue', ['-h']).trim() === '', { timeoutMs: 30_000, what: 'no Slurm jobs' })
+      .catch((e) => console.log(`# ${e.message}`));
+    await cluster.stop();
+  }
   if (tmp) tmp.cleanup();
 });
 
