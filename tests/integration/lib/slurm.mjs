@@ -20,7 +20,7 @@
 // report a skip with the reason, never a pass.
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync, chmodSync, rmSync, mkdtempSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync, chmodSync, rmSync, mkdtempSync, symlinkSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -57,6 +57,23 @@ function alive(pid) {
   } catch {
     return false;
   }
+}
+
+/* The processes that carry this cluster's SLURM_CONF in their environment:
+ * the step daemons (slurmstepd) and job processes slurmd started, which
+ * outlive a controller that stopped first. Another cluster's or the machine's
+ * own processes never match: the path is this cluster's temporary folder. */
+function clusterProcesses(conf) {
+  const want = Buffer.from(`SLURM_CONF=${conf}\0`);
+  const out = [];
+  for (const name of readdirSync('/proc')) {
+    const pid = Number(name);
+    if (!(pid > 1) || pid === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/environ`).includes(want)) out.push(pid);
+    } catch { /* gone, or not ours to read */ }
+  }
+  return out;
 }
 
 /* Waits until fn() is truthy, up to ms; returns its last value. */
@@ -138,6 +155,19 @@ export async function startCluster(opts = {}) {
   const cluster = {
     dir, conf, env, node, partition, gpuFiles, pids, socket,
     async stop() {
+      // Jobs first, while the controller can still end them; then whatever
+      // step daemon or job process is left, then the daemons.
+      if (pids.slurmctld && alive(pids.slurmctld)) {
+        spawnSync(which('scancel'), ['--full', '--partition', partition], { env, encoding: 'utf8', timeout: 10000 });
+        await until(() => {
+          const q = spawnSync(which('squeue'), ['-h', '-o', '%i'], { env, encoding: 'utf8', timeout: 10000 });
+          return q.status === 0 && q.stdout.trim() === '';
+        }, 5000, 200);
+      }
+      const leftovers = clusterProcesses(conf).filter((p) => !Object.values(pids).includes(p));
+      for (const pid of leftovers) {
+        try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+      }
       for (const name of ['slurmd', 'slurmctld', 'munged']) {
         const pid = pids[name];
         if (!pid || !alive(pid)) continue;
