@@ -255,6 +255,21 @@ const store_migration store_migrations[] = {
             "UPDATE jobs SET event_seq = COALESCE((SELECT MAX(seq) FROM job_events"
             "                                      WHERE job_events.job_id = jobs.id), 0);",
     },
+    {
+        /* The Slurm dispatcher (issue 18; db/slurm_store.h): a job's Slurm
+         * job id, the state, reason and nodes squeue last gave, how far its
+         * reports file was read, and whether it is active (submitted, not yet
+         * ended in kiln: a restarted server picks it up again). */
+        .version = 11,
+        .what = "a job's Slurm job id, state, reason, nodes and reports offset",
+        .sql =
+            "ALTER TABLE jobs ADD COLUMN slurm_job_id INTEGER;"
+            "ALTER TABLE jobs ADD COLUMN slurm_state TEXT;"
+            "ALTER TABLE jobs ADD COLUMN slurm_reason TEXT;"
+            "ALTER TABLE jobs ADD COLUMN slurm_nodes TEXT;"
+            "ALTER TABLE jobs ADD COLUMN slurm_offset INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE jobs ADD COLUMN slurm_active INTEGER NOT NULL DEFAULT 0;",
+    },
 };
 
 const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];

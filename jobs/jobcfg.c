@@ -564,18 +564,35 @@ static int machine_gpus(void)
     return (n > KILN_MAX_DEVICES + 1 ? KILN_MAX_DEVICES + 1 : n) - 1;
 }
 
+static bool on_cluster;       /* jobcfg_set_cluster */
+
+void jobcfg_set_cluster(bool cluster)
+{
+    on_cluster = cluster;
+}
+
+bool jobcfg_cluster(void)
+{
+    return on_cluster;
+}
+
 /* A request's "devices": absent, one GPU when the machine has one (any free
  * one), else the CPU; 0 or [] the CPU; N any N GPUs, chosen by the scheduler
  * when the job starts; [i, j, ...] those GPUs. Several GPUs train data
- * parallel (engine/net.h), so the batch must have an image for each. */
+ * parallel (engine/net.h), so the batch must have an image for each. On a
+ * cluster (jobcfg_set_cluster): absent is the CPU, N is N GPUs of a node,
+ * which Slurm checks and picks, and a list is refused. */
 static int read_devices(const cJSON *body, jobcfg *c, api_error *e)
 {
     const cJSON *v = opt_field(body, "devices");
     jobcfg_devices *d = &c->devices;
-    int gpus = machine_gpus();
+    int gpus = on_cluster ? KILN_MAX_DEVICES : machine_gpus();
     memset(d, 0, sizeof *d);
+    if (on_cluster && cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0)
+        return api_fail(e, 400, "invalid_field", "devices must be a GPU count under --dispatcher "
+                        "slurm (Slurm picks a node's GPUs), not a list");
     if (!v) {
-        d->count = gpus > 0;
+        d->count = !on_cluster && gpus > 0;
     } else if (cJSON_IsNumber(v)) {
         if (!gpu_number(v))
             return api_fail(e, 400, "invalid_field", "devices must be a GPU count (0: the CPU) or "
@@ -748,14 +765,6 @@ static int read_dataset_id(const cJSON *body, jobcfg_form form, jobcfg *c, api_e
 
 /* ---- ranks: several worker processes -------------------------------------------- */
 
-/* Set once at start-up, before any request is read (jobcfg.h). */
-static bool multi_process_allowed;
-
-void jobcfg_allow_multi_process(bool allowed)
-{
-    multi_process_allowed = allowed;
-}
-
 bool jobcfg_multi_process(const jobcfg *c)
 {
     return c->nodes > 1 || c->tasks_per_node > 1;
@@ -781,7 +790,7 @@ static int check_ranks(const jobcfg *c, jobcfg_form form, api_error *e)
                         "(nodes x %s): each needs at least one image of every batch",
                         c->batch_size, jobcfg_ranks(c),
                         c->devices.kind == BACKEND_CPU ? "tasks_per_node" : "GPUs");
-    if (form != JOBCFG_RESOLVED && jobcfg_multi_process(c) && !multi_process_allowed)
+    if (form != JOBCFG_RESOLVED && jobcfg_multi_process(c) && !on_cluster)
         return api_fail(e, 400, "invalid_field", "this job asks for %d ranks (nodes %d, "
                         "tasks_per_node %d) but this kiln runs jobs as one local process each: "
                         "several nodes or tasks need kiln serve --dispatcher slurm",

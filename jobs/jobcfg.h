@@ -126,6 +126,17 @@ typedef enum jobcfg_form {
     JOBCFG_RESOLVED,                   /* job.json */
 } jobcfg_form;
 
+/* Where jobs run, for a request's checks: this machine (the default, and
+ * kiln train), or a cluster's nodes (kiln serve --dispatcher slurm). On a
+ * cluster a request without devices trains on the CPU, a GPU count is a
+ * node's and Slurm checks it at submission, a list of GPU numbers is
+ * refused, and a job may run as several processes (nodes, tasks_per_node);
+ * on this machine a request that needs several processes is a 400
+ * invalid_field naming --dispatcher slurm (the local worker pool runs one
+ * process a job). Call once at start, before any request. */
+void jobcfg_set_cluster(bool cluster);
+bool jobcfg_cluster(void);
+
 /* Reads j in the given form: unknown fields, each field's type and range,
  * which fields go with which solver, devices against this machine (requests
  * only), defaults. Returns 0 with *out filled (free it with jobcfg_free), or
@@ -181,12 +192,6 @@ net_devices jobcfg_net_devices(const jobcfg *c);
 int jobcfg_ranks(const jobcfg *c);
 bool jobcfg_multi_process(const jobcfg *c);
 
-/* Whether this service can run a job as several processes: kiln serve sets it
- * once at start-up, before any request is read (true with --dispatcher
- * slurm; the local worker pool runs one process a job). While it is false
- * (the default, and kiln train), a request that needs several processes
- * is a 400 invalid_field naming --dispatcher slurm. */
-void jobcfg_allow_multi_process(bool allowed);
 
 /* The schema of a job request (GET /api/v1/schema, "job"): every field with
  * its type, default, range or choices, and the solver types it applies to.

@@ -108,6 +108,7 @@
 #include "jobs/runner.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>

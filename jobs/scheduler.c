@@ -57,10 +57,19 @@
  * evaluation ends "done" when its worker reported done, exited 0 and left a
  * readable result.json (stored with it); an evaluation interrupted by a
  * restart runs again from its start (it writes nothing until its end).
+ *
+ * Where a job's worker runs is the dispatcher's (jobs/dispatch.h; the
+ * dispatchers table): local (posix_spawn here, reports on a pipe, reaped
+ * with waitpid, cancel by signals) or slurm (one sbatch, reports tailed from
+ * DIR/reports.jsonl, the end noticed by slurm_check from squeue and the exit
+ * record, cancel by scancel; such a worker has no pid and takes none of this
+ * machine's GPUs or CPU slots). Reports (on_line), the final status
+ * (finish_worker), the queue order and cancel are one code for both.
  */
 #define _GNU_SOURCE           /* pipe2, strptime, posix_spawn_file_actions_addclosefrom_np */
 #include "jobs/scheduler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -92,6 +101,8 @@
 #include "jobs/jobcfg.h"    /* jobcfg_load: a queued job's devices */
 #include "jobs/joblock.h"   /* joblock_take: a job folder's lock */
 #include "db/event_store.h" /* store_event_trim: a resumed job's stored events */
+#include "db/slurm_store.h" /* a Slurm job's id, state and reports offset */
+#include "jobs/slurm.h"     /* slurm_submit, slurm_poll, slurm_cancel: the Slurm dispatcher */
 
 extern char **environ;
 
@@ -107,6 +118,9 @@ extern char **environ;
 #define LOG_READ_ROUNDS 16        /* 16 KiB reads of a worker's log per look, at most */
 #define LOCK_CHILD_FD 3           /* the worker's descriptor of its folder's lock (--lock-fd) */
 #define ROOM_STARTING_MAX 64      /* items about to start that a queue view names */
+#define SLURM_POLL_MS 2000        /* squeue, by default */
+#define REPORTS_POLL_MS 200       /* a Slurm job's reports file is read this often */
+#define SLURM_ABSENT_POLLS 2      /* looks in a row that Slurm does not know a job: it ended */
 
 typedef struct worker {
     store_work kind;              /* a job or an evaluation (work_kinds) */
@@ -129,6 +143,14 @@ typedef struct worker {
     char log_line[LOG_EVENT_BYTES];   /* the log's partial last line */
     size_t log_len;
     char dir[PATH_MAX];
+    /* The Slurm dispatcher's (slurm_id > 0; pid is 0 and fd -1 then): */
+    int64_t slurm_id;             /* Slurm's job id */
+    int rep_fd;                   /* its reports file, read from rep_off; -1 until it exists */
+    int64_t rep_off, rep_saved;   /* bytes of it read; the offset last stored */
+    bool slurm_running;           /* "running" in kiln: Slurm ran it (or it reported) */
+    bool scancel_sent;
+    int absent;                   /* looks in a row at which Slurm did not know it */
+    slurm_job seen;               /* what Slurm said last */
     struct worker *next;
 } worker;
 
@@ -166,6 +188,11 @@ struct sched {
     int ncpu_workers;             /* workers of CPU jobs */
     bool queue_dirty;
     double last_queue_check;
+
+    dispatch_kind dispatcher;     /* where jobs run; evaluations run here either way */
+    slurm_options slurm;          /* its strings are slurm_strs' */
+    char *slurm_strs[5];
+    double last_slurm_poll;
 };
 
 
@@ -437,6 +464,27 @@ out:
     cJSON_Delete(r);
 }
 
+/* Handles k bytes of a worker's reports: each complete line, the rest kept
+ * in w->line for the next bytes (from a pipe or a reports file alike). */
+static void feed_reports(sched *s, worker *w, const char *buf, size_t k)
+{
+    for (size_t i = 0; i < k; i++) {
+        char c = buf[i];
+        if (c == '\n') {
+            if (!w->overlong)
+                on_line(s, w, w->line, w->len);
+            w->len = 0;
+            w->overlong = false;
+        } else if (w->len < LINE_MAX_BYTES) {
+            w->line[w->len++] = c;
+        } else if (!w->overlong) {
+            fprintf(stderr, "kiln: scheduler: %s %lld: dropping a report line over %d bytes\n",
+                    ops_of(w->kind)->noun, (long long)w->id, LINE_MAX_BYTES);
+            w->overlong = true;
+        }
+    }
+}
+
 /* Reads what the worker wrote; closes fd at end-of-file or on an error. */
 static void read_worker(sched *s, worker *w)
 {
@@ -455,21 +503,7 @@ static void read_worker(sched *s, worker *w)
             w->fd = -1;
             return;
         }
-        for (ssize_t i = 0; i < k; i++) {
-            char c = buf[i];
-            if (c == '\n') {
-                if (!w->overlong)
-                    on_line(s, w, w->line, w->len);
-                w->len = 0;
-                w->overlong = false;
-            } else if (w->len < LINE_MAX_BYTES) {
-                w->line[w->len++] = c;
-            } else if (!w->overlong) {
-                fprintf(stderr, "kiln: scheduler: %s %lld: dropping a report line over %d bytes\n",
-                        ops_of(w->kind)->noun, (long long)w->id, LINE_MAX_BYTES);
-                w->overlong = true;
-            }
-        }
+        feed_reports(s, w, buf, (size_t)k);
     }
 }
 
@@ -640,8 +674,12 @@ static void eval_requeue(sched *s, int64_t id)
     store_eval_set_status(s->st, id, "queued", NULL);
 }
 
-/* Decides and records the end of a job or an evaluation once its worker is reaped. */
-static void finish_worker(sched *s, worker *w, int wstatus)
+/* Decides and records the end of a job or an evaluation once its worker is
+ * reaped (or Slurm says it ended): the one rule, for every dispatcher.
+ * wstatus: a wait status (W_EXITCODE from a Slurm job's exit record) or
+ * WSTATUS_LOST. slurm_why: Slurm ended the job itself (a time limit, a
+ * failed node, a cancel from outside kiln), in words; NULL otherwise. */
+static void finish_worker(sched *s, worker *w, int wstatus, const char *slurm_why)
 {
     const work_ops *ops = ops_of(w->kind);
     bool exit0 = wstatus != WSTATUS_LOST && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
@@ -653,7 +691,13 @@ static void finish_worker(sched *s, worker *w, int wstatus)
     } else if (w->shutdown && !w->cancel_requested) {
         /* The server is stopping: it runs again at the next start. */
         ops->requeue(s, w->id);
-    } else if (w->cancel_requested || w->reported_cancelled) {
+    } else if (w->cancel_requested) {
+        ops->end(s, w->id, "cancelled", NULL);
+    } else if (slurm_why) {
+        /* A worker that Slurm stopped (SIGTERM at a time limit) reports
+         * cancelled; the job still failed, for Slurm's reason. */
+        ops->end(s, w->id, "failed", slurm_why);
+    } else if (w->reported_cancelled) {
         ops->end(s, w->id, "cancelled", NULL);
     } else {
         if (w->reported_error) {
@@ -665,8 +709,12 @@ static void finish_worker(sched *s, worker *w, int wstatus)
         ops->end(s, w->id, "failed", reason);
     }
     describe_exit(wstatus, reason, sizeof reason);
-    fprintf(stderr, "kiln: %s %lld: worker %d ended: %s\n", ops->noun, (long long)w->id, (int)w->pid,
-            exit0 ? "exit status 0" : reason);
+    if (w->slurm_id)
+        fprintf(stderr, "kiln: %s %lld: Slurm job %lld ended %s: %s\n", ops->noun, (long long)w->id,
+                (long long)w->slurm_id, w->seen.state, slurm_why ? slurm_why : exit0 ? "exit status 0" : reason);
+    else
+        fprintf(stderr, "kiln: %s %lld: worker %d ended: %s\n", ops->noun, (long long)w->id, (int)w->pid,
+                exit0 ? "exit status 0" : reason);
 }
 
 static void worker_free(worker *w)
@@ -679,6 +727,8 @@ static void worker_free(worker *w)
         close(w->lock_fd);
     if (w->log_fd >= 0)
         close(w->log_fd);
+    if (w->rep_fd >= 0)
+        close(w->rep_fd);
     free(w->line);
     free(w->reported_error);
     free(w);
@@ -1168,8 +1218,381 @@ static int lock_folder(sched *s, store_work kind, int64_t id, const char *dir, i
     return 0;
 }
 
+/* ---- the Slurm dispatcher ------------------------------------------------- */
+
+/* Workers that are processes of this server (not Slurm jobs). */
+static int local_workers(const sched *s)
+{
+    int n = 0;
+    for (const worker *w = s->workers; w; w = w->next)
+        n += !w->slurm_id;
+    return n;
+}
+
+/* A job's nodes and tasks per node (jobcfg: the checks every job.json
+ * gets; the worker reads the same). 1 each when job.json cannot be read:
+ * the worker then fails with the reason. */
+static void job_ranks(const char *dir, int *nodes, int *tasks)
+{
+    jobcfg c;
+    api_error e;
+    *nodes = *tasks = 1;
+    if (jobcfg_load(dir, &c, &e) != 0)
+        return;
+    *nodes = c.nodes;
+    *tasks = c.tasks_per_node;
+    jobcfg_free(&c);
+}
+
+/* Removes DIR/name (a file of an earlier run); a missing one is fine. */
+static void remove_file(const char *dir, const char *name)
+{
+    char path[PATH_MAX + 32];
+    if (layout_file(path, sizeof path, dir, name) == 0)
+        unlink(path);
+}
+
+/* Follows a job's log from its end (created first: srun appends to it). */
+static void follow_log(worker *w)
+{
+    char logpath[PATH_MAX + 8];
+    layout_file(logpath, sizeof logpath, w->dir, LAYOUT_JOB_LOG);
+    int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0)
+        close(fd);
+    open_log_tail(w, logpath);
+}
+
+/* The Slurm dispatcher's start: one sbatch (run with the scheduler's lock
+ * held, bounded by SLURM_CMD_TIMEOUT_MS, as scancel is). The job stays
+ * "queued" until Slurm runs it (slurm_check). */
+static int slurm_start(sched *s, worker *w, const jobcfg_devices *want, char *err, size_t errlen)
+{
+    slurm_request req = { .kiln_job_id = w->id, .gpus = want->kind == BACKEND_CUDA ? want->count : 0 };
+    job_ranks(w->dir, &req.nodes, &req.tasks_per_node);
+    /* A GPU job on several nodes runs one rank a GPU (issue 18's contract);
+     * on one node its worker drives all its GPUs itself, as today. */
+    if (req.gpus > 0 && req.nodes > 1)
+        req.tasks_per_node = req.gpus;
+    remove_file(w->dir, SLURM_REPORTS);      /* this run's reports start at byte 0 */
+    remove_file(w->dir, SLURM_EXIT);
+    follow_log(w);
+    if (slurm_submit(&s->slurm, s->worker_exe, w->dir, &req, &w->slurm_id, err, errlen) != 0) {
+        w->slurm_id = 0;
+        return -1;
+    }
+    if (store_slurm_submitted(s->st, w->id, w->slurm_id) != 0)
+        fprintf(stderr, "kiln: job %lld: could not store its Slurm job id %lld\n", (long long)w->id,
+                (long long)w->slurm_id);
+    snprintf(w->seen.state, sizeof w->seen.state, "PENDING");
+    fprintf(stderr, "kiln: job %lld: submitted to Slurm as job %lld (%d node%s, %d task%s per node, "
+            "%d GPU%s per node)\n", (long long)w->id, (long long)w->slurm_id, req.nodes,
+            req.nodes == 1 ? "" : "s", req.tasks_per_node, req.tasks_per_node == 1 ? "" : "s",
+            req.gpus, req.gpus == 1 ? "" : "s");
+    return 0;
+}
+
+/* The Slurm dispatcher's stop: scancel at the next look (slurm_check). */
+static void slurm_stop(sched *s, worker *w)
+{
+    (void)w;
+    wake_thread(s);
+}
+
+/* The job turns "running" in kiln (once): Slurm runs it, or it reported. */
+static void slurm_mark_running(sched *s, worker *w)
+{
+    if (w->slurm_running)
+        return;
+    w->slurm_running = true;
+    jobcfg_devices d;
+    memset(&d, 0, sizeof d);
+    char err[256];
+    int gpus = job_devices(w->dir, &d, err, sizeof err) == 0 && d.kind == BACKEND_CUDA ? d.count : 0;
+    /* Its devices as Slurm numbers them on each node (CUDA_VISIBLE_DEVICES). */
+    job_started(s, w->id, gpus >= 64 ? ~0ULL : (1ULL << gpus) - 1);
+}
+
+/* Reads what rank 0 has appended to DIR/reports.jsonl since rep_off and
+ * handles each complete line; stores the offset of the first unhandled byte
+ * (a partial last line is read again after a restart). */
+static void tail_reports(sched *s, worker *w)
+{
+    if (w->rep_fd < 0) {
+        char path[PATH_MAX + 32];
+        layout_file(path, sizeof path, w->dir, SLURM_REPORTS);
+        w->rep_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (w->rep_fd < 0)
+            return;                          /* not yet written */
+        if (lseek(w->rep_fd, (off_t)w->rep_off, SEEK_SET) < 0) {
+            close(w->rep_fd);
+            w->rep_fd = -1;
+            return;
+        }
+    }
+    char buf[16384];
+    for (int rounds = 0; rounds < 64; rounds++) {
+        ssize_t k = read(w->rep_fd, buf, sizeof buf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        slurm_mark_running(s, w);
+        w->rep_off += k;
+        feed_reports(s, w, buf, (size_t)k);
+    }
+    int64_t done = w->rep_off - (int64_t)w->len;
+    if (done != w->rep_saved && store_slurm_set_offset(s->st, w->id, done) == 0)
+        w->rep_saved = done;
+}
+
+/* Slurm's own end of a job in words, for finish_worker; NULL when the job's
+ * worker and its exit decide (COMPLETED, FAILED: the worker's reports and
+ * exit status say more than Slurm). */
+static const char *slurm_why(const worker *w, char *buf, size_t n)
+{
+    const char *st = w->seen.state;
+    if (!strcmp(st, "COMPLETED") || !strcmp(st, "FAILED"))
+        return NULL;
+    if (!strcmp(st, "TIMEOUT"))
+        snprintf(buf, n, "Slurm stopped job %lld at its time limit (TIMEOUT)", (long long)w->slurm_id);
+    else if (!strcmp(st, "NODE_FAIL"))
+        snprintf(buf, n, "Slurm job %lld lost its node%s%s (NODE_FAIL)", (long long)w->slurm_id,
+                 w->seen.nodes[0] ? " " : "", w->seen.nodes);
+    else if (!strcmp(st, "CANCELLED"))
+        snprintf(buf, n, "Slurm job %lld was cancelled outside kiln (CANCELLED: scancel or an "
+                 "administrator)", (long long)w->slurm_id);
+    else if (!strcmp(st, "OUT_OF_MEMORY"))
+        snprintf(buf, n, "Slurm job %lld ran out of memory (OUT_OF_MEMORY)", (long long)w->slurm_id);
+    else if (st[0] && strcmp(st, "UNKNOWN"))
+        snprintf(buf, n, "Slurm ended job %lld: %s%s%s%s", (long long)w->slurm_id, st,
+                 w->seen.reason[0] && strcmp(w->seen.reason, "None") ? " (" : "",
+                 w->seen.reason[0] && strcmp(w->seen.reason, "None") ? w->seen.reason : "",
+                 w->seen.reason[0] && strcmp(w->seen.reason, "None") ? ")" : "");
+    else
+        snprintf(buf, n, "Slurm no longer knows job %lld, and it left no exit record (%s)",
+                 (long long)w->slurm_id, SLURM_EXIT);
+    return buf;
+}
+
+/* A Slurm job has ended: its last reports, its exit record and Slurm's
+ * state decide (finish_worker), and the worker goes. Lock held. */
+static void slurm_finish(sched *s, worker **pp)
+{
+    worker *w = *pp;
+    char err[256], why[512];
+    tail_reports(s, w);
+    if (w->len && !w->overlong)
+        on_line(s, w, w->line, w->len);      /* a last line without its newline */
+    w->len = 0;
+    slurm_exit ex;
+    int rc = slurm_exit_read(w->dir, &ex, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "kiln: job %lld: %s\n", (long long)w->id, err);
+    bool have_exit = rc == 0 && ex.slurm_job_id == w->slurm_id;
+    if (w->absent >= SLURM_ABSENT_POLLS) {
+        /* Slurm has forgotten it (MinJobAge): the last state seen is stale;
+         * its exit record says how it ended, as Slurm would have. */
+        snprintf(w->seen.state, sizeof w->seen.state, "%s", !have_exit ? "UNKNOWN"
+                 : !ex.exit_code && !ex.signal ? "COMPLETED" : "FAILED");
+        w->seen.reason[0] = 0;
+        store_slurm_set_state(s->st, w->id, w->seen.state, "", w->seen.nodes);
+    }
+    int wstatus = !have_exit ? WSTATUS_LOST : ex.signal ? W_EXITCODE(0, ex.signal & 0x7f)
+                                                         : W_EXITCODE(ex.exit_code & 0xff, 0);
+    const char *sw = slurm_why(w, why, sizeof why);
+    if (!sw && !have_exit) {
+        snprintf(why, sizeof why, "Slurm job %lld ended %s, but its batch script left no exit "
+                 "record (%s)", (long long)w->slurm_id, w->seen.state, SLURM_EXIT);
+        sw = w->reported_error ? NULL : why;
+    }
+    if (have_exit || w->rep_off > 0)
+        slurm_mark_running(s, w);            /* it ran: started_at, devices */
+    *pp = w->next;
+    s->nworkers--;
+    finish_worker(s, w, wstatus, sw);
+    if (store_slurm_ended(s->st, w->id) != 0)
+        fprintf(stderr, "kiln: job %lld: could not store the end of its Slurm job\n", (long long)w->id);
+    worker_free(w);
+    s->queue_dirty = true;
+}
+
+/* What Slurm says of w now (found: in squeue's list; else NULL): its state is
+ * stored when it changed; RUNNING makes the job "running". Returns whether
+ * the job has ended. */
+static bool slurm_update(sched *s, worker *w, const slurm_job *now)
+{
+    if (!now) {
+        slurm_job shown;
+        char err[256];
+        int rc = slurm_show(&s->slurm, w->slurm_id, &shown, err, sizeof err);
+        if (rc == 0)
+            now = &shown;
+        else if (rc < 0)
+            fprintf(stderr, "kiln: job %lld: %s\n", (long long)w->id, err);
+        if (!now)
+            return ++w->absent >= SLURM_ABSENT_POLLS;
+        w->absent = 0;
+        return slurm_update(s, w, now);
+    }
+    w->absent = 0;
+    if (strcmp(now->state, w->seen.state) || strcmp(now->reason, w->seen.reason) ||
+        strcmp(now->nodes, w->seen.nodes)) {
+        const char *keep_nodes = now->nodes[0] ? now->nodes : w->seen.nodes;
+        store_slurm_set_state(s->st, w->id, now->state, now->reason, keep_nodes);
+        char nodes[sizeof w->seen.nodes];
+        snprintf(nodes, sizeof nodes, "%s", keep_nodes);
+        w->seen = *now;
+        snprintf(w->seen.nodes, sizeof w->seen.nodes, "%s", nodes);
+    }
+    if (!strcmp(now->state, "RUNNING"))
+        slurm_mark_running(s, w);
+    return slurm_state_final(now->state);
+}
+
+/* Every look: scancel for cancels asked, the reports and logs of Slurm
+ * jobs; every poll_ms, squeue --json (run without the lock: only this
+ * thread adds or removes workers) and the end of the jobs that ended.
+ * Lock held. */
+static void slurm_check(sched *s, double now)
+{
+    char err[512];
+    for (worker *w = s->workers; w; w = w->next) {
+        if (!w->slurm_id)
+            continue;
+        if (w->cancel_requested && !w->scancel_sent) {
+            w->scancel_sent = true;
+            if (slurm_cancel(&s->slurm, w->slurm_id, err, sizeof err) != 0)
+                fprintf(stderr, "kiln: job %lld: %s\n", (long long)w->id, err);
+            else
+                fprintf(stderr, "kiln: job %lld: cancel: scancel %lld\n", (long long)w->id,
+                        (long long)w->slurm_id);
+            s->last_slurm_poll = 0;          /* look again soon */
+        }
+        tail_reports(s, w);
+    }
+    int poll_ms = s->slurm.poll_ms > 0 ? s->slurm.poll_ms : SLURM_POLL_MS;
+    bool any = false;
+    for (worker *w = s->workers; w && !any; w = w->next)
+        any = w->slurm_id != 0;
+    if (!any || (now - s->last_slurm_poll) * 1000 < poll_ms)
+        return;
+    s->last_slurm_poll = now;
+    slurm_job *jobs = NULL;
+    size_t n = 0;
+    pthread_mutex_unlock(&s->mu);
+    int rc = slurm_poll(&s->slurm, &jobs, &n, err, sizeof err);
+    pthread_mutex_lock(&s->mu);
+    if (rc != 0) {
+        fprintf(stderr, "kiln: scheduler: %s\n", err);
+        return;
+    }
+    worker **pp = &s->workers;
+    while (*pp) {
+        worker *w = *pp;
+        const slurm_job *found = NULL;
+        for (size_t i = 0; w->slurm_id && i < n && !found; i++)
+            if (jobs[i].id == w->slurm_id)
+                found = &jobs[i];
+        if (w->slurm_id && slurm_update(s, w, found)) {
+            slurm_finish(s, pp);
+            continue;
+        }
+        pp = &w->next;
+    }
+    free(jobs);
+}
+
+/* At start (the Slurm dispatcher): the jobs a previous server submitted that
+ * have not ended in kiln are followed again, from where their reports were
+ * read. Their ids go to *adopted (malloc'ed) so that they are not requeued. */
+static int slurm_adopt(sched *s, int64_t **adopted, size_t *n)
+{
+    if (store_slurm_active(s->st, adopted, n) != 0)
+        return -1;
+    for (size_t i = 0; i < *n; i++) {
+        int64_t id = (*adopted)[i];
+        store_slurm sl;
+        store_job j;
+        worker *w = calloc(1, sizeof *w);
+        char *line = malloc(LINE_MAX_BYTES);
+        if (!w || !line || store_slurm_get(s->st, id, &sl) != 0 || store_job_get(s->st, id, &j) != 0) {
+            free(w);
+            free(line);
+            return -1;
+        }
+        w->kind = STORE_WORK_JOB;
+        w->id = id;
+        w->fd = w->lock_fd = w->log_fd = w->rep_fd = -1;
+        w->line = line;
+        w->slurm_id = sl.slurm_job_id;
+        w->rep_off = w->rep_saved = sl.report_offset;
+        w->slurm_running = !strcmp(j.status, "running");
+        snprintf(w->seen.state, sizeof w->seen.state, "%s", sl.state);
+        snprintf(w->seen.reason, sizeof w->seen.reason, "%s", sl.reason);
+        snprintf(w->seen.nodes, sizeof w->seen.nodes, "%s", sl.nodes);
+        store_job_clear(&j);
+        layout_job_dir(w->dir, sizeof w->dir, s->data_dir, id);
+        follow_log(w);
+        hub_open(s->h, id);
+        w->next = s->workers;
+        s->workers = w;
+        s->nworkers++;
+        fprintf(stderr, "kiln: job %lld runs in Slurm as job %lld; following it again from byte %lld "
+                "of its reports\n", (long long)id, (long long)w->slurm_id, (long long)w->rep_off);
+    }
+    return 0;
+}
+
+/* The local dispatcher's start: a `kiln worker` child on w->gpus. */
+static int local_start(sched *s, worker *w, const jobcfg_devices *want, char *err, size_t errlen)
+{
+    (void)want;
+    if (spawn_worker(s, w, err, errlen) != 0)
+        return -1;
+    ops_of(w->kind)->started(s, w->id, w->gpus);
+    fprintf(stderr, "kiln: %s %lld: started worker %d\n", ops_of(w->kind)->noun, (long long)w->id,
+            (int)w->pid);
+    return 0;
+}
+
+/* The local dispatcher's stop (a cancel): SIGTERM now, SIGKILL after the grace. */
+static void local_stop(sched *s, worker *w)
+{
+    assert(w->pid > 0 && !w->slurm_id);     /* never kill(0, ...): the server's own group */
+    kill(w->pid, SIGTERM);
+    w->kill_at = now_mono() + s->grace_ms / 1000.0;
+    fprintf(stderr, "kiln: %s %lld: cancel: SIGTERM to worker %d\n", ops_of(w->kind)->noun,
+            (long long)w->id, (int)w->pid);
+}
+
+/* The dispatcher seam (jobs/dispatch.h): what differs between running a
+ * worker here and in Slurm. Everything else (the queue, reports, the final
+ * status: finish_worker) is shared. */
+typedef struct dispatcher {
+    const char *name;
+    bool places;            /* it decides where work runs (Slurm): no decide(), no folder lock here */
+    /* Starts w (kind, id, dir, gpus set); 0, or -1 with err (the job fails). */
+    int (*start)(sched *s, worker *w, const jobcfg_devices *want, char *err, size_t errlen);
+    /* Asks w to stop after sched_cancel (w->cancel_requested is set). */
+    void (*stop)(sched *s, worker *w);
+} dispatcher;
+
+static const dispatcher dispatchers[] = {
+    [DISPATCH_LOCAL] = { .name = "local", .places = false, .start = local_start, .stop = local_stop },
+    [DISPATCH_SLURM] = { .name = "slurm", .places = true, .start = slurm_start, .stop = slurm_stop },
+};
+
+/* Where work of this kind runs: jobs by the server's dispatcher, evaluations here. */
+static const dispatcher *dispatcher_of(const sched *s, store_work kind)
+{
+    return &dispatchers[kind == STORE_WORK_JOB && s->dispatcher == DISPATCH_SLURM ? DISPATCH_SLURM
+                                                                                  : DISPATCH_LOCAL];
+}
+
 /* Starts one queued job or evaluation, if its devices are free in r
- * (decide). Returns true when a worker now runs it. Lock held. */
+ * (decide; under Slurm, at once: Slurm places it). Returns true when a
+ * worker (or a Slurm job) now runs it. Lock held. */
 static bool start_work(sched *s, store_work kind, int64_t id, room *r)
 {
     const work_ops *ops = ops_of(kind);
@@ -1192,10 +1615,11 @@ static bool start_work(sched *s, store_work kind, int64_t id, room *r)
         return false;                        /* its creator is still writing it */
     }
 
-    uint64_t gpus;
+    uint64_t gpus = 0;
     jobcfg_devices want;
-    int pick = queued_devices(s, kind, id, dir, &want, err, sizeof err) != 0
-               ? -1 : decide(s, &want, r, &gpus, NULL, 0, err, sizeof err);
+    const dispatcher *d = dispatcher_of(s, kind);
+    int pick = queued_devices(s, kind, id, dir, &want, err, sizeof err) != 0 ? -1
+               : d->places ? 1 : decide(s, &want, r, &gpus, NULL, 0, err, sizeof err);
     if (pick < 0) {
         ops->end(s, id, "failed", err);
         return false;
@@ -1203,7 +1627,7 @@ static bool start_work(sched *s, store_work kind, int64_t id, room *r)
     if (pick == 0)
         return false;                        /* its GPUs or the CPU are busy: it waits */
     int lock_fd = -1;
-    if (ops->lock) {
+    if (ops->lock && !d->places) {
         int lk = lock_folder(s, kind, id, dir, &lock_fd, err, sizeof err);
         if (lk < 0)
             ops->end(s, id, "failed", err);
@@ -1225,23 +1649,24 @@ static bool start_work(sched *s, store_work kind, int64_t id, room *r)
     w->fd = -1;
     w->lock_fd = lock_fd;
     w->log_fd = -1;
+    w->rep_fd = -1;
     w->line = line;
     snprintf(w->dir, sizeof w->dir, "%s", dir);
 
     ops->prepare(s, id, dir);
-    if (spawn_worker(s, w, err, sizeof err) != 0) {
+    if (d->start(s, w, &want, err, sizeof err) != 0) {
         fprintf(stderr, "kiln: %s %lld: %s\n", ops->noun, (long long)id, err);
         ops->end(s, id, "failed", err);
         worker_free(w);
         return false;
     }
-    ops->started(s, id, w->gpus);
-    fprintf(stderr, "kiln: %s %lld: started worker %d\n", ops->noun, (long long)id, (int)w->pid);
 
     queued_drop(s, kind, id);
-    s->gpu_busy |= w->gpus;
-    s->ncpu_workers += !w->gpus;
-    room_take(r, w->gpus);
+    if (!d->places) {                        /* a Slurm job uses none of this machine's room */
+        s->gpu_busy |= w->gpus;
+        s->ncpu_workers += !w->gpus;
+        room_take(r, w->gpus);
+    }
     w->next = s->workers;
     s->workers = w;
     s->nworkers++;
@@ -1276,6 +1701,10 @@ static void check_workers(sched *s, double now)
     worker **pp = &s->workers;
     while (*pp) {
         worker *w = *pp;
+        if (w->slurm_id) {                   /* slurm_check's */
+            pp = &w->next;
+            continue;
+        }
         if (w->kill_at > 0 && now >= w->kill_at && !w->killed) {
             fprintf(stderr, "kiln: %s %lld: worker %d still running %d ms after SIGTERM; SIGKILL\n",
                     ops_of(w->kind)->noun, (long long)w->id, (int)w->pid, s->grace_ms);
@@ -1291,7 +1720,7 @@ static void check_workers(sched *s, double now)
             s->nworkers--;
             s->gpu_busy &= ~w->gpus;                    /* its GPUs are free for the next job */
             s->ncpu_workers -= !w->gpus;
-            finish_worker(s, w, wstatus);
+            finish_worker(s, w, wstatus, NULL);
             worker_free(w);
             s->queue_dirty = true;
             continue;
@@ -1304,7 +1733,9 @@ static int poll_timeout_ms(sched *s, double now)
 {
     double t = QUEUE_POLL_MS / 1000.0;
     for (worker *w = s->workers; w; w = w->next) {
-        if (w->fd < 0 && t > REAP_POLL_MS / 1000.0)
+        if (w->slurm_id && t > REPORTS_POLL_MS / 1000.0)
+            t = REPORTS_POLL_MS / 1000.0;
+        if (!w->slurm_id && w->fd < 0 && t > REAP_POLL_MS / 1000.0)
             t = REAP_POLL_MS / 1000.0;
         if (w->kill_at > 0 && !w->killed && w->kill_at - now < t)
             t = w->kill_at - now;
@@ -1325,6 +1756,8 @@ static void *sched_thread(void *arg)
         double now = now_mono();
         if (s->stopping && !s->stop_sent) {
             for (worker *w = s->workers; w; w = w->next) {
+                if (w->slurm_id)
+                    continue;                /* it keeps running in Slurm */
                 w->shutdown = true;
                 kill(w->pid, SIGTERM);
                 if (!w->kill_at || w->kill_at > now + s->grace_ms / 1000.0)
@@ -1333,7 +1766,7 @@ static void *sched_thread(void *arg)
             s->stop_sent = true;
             s->stop_deadline = now + (s->grace_ms + STOP_EXTRA_MS) / 1000.0;
         }
-        if (s->stopping && (!s->workers || now >= s->stop_deadline))
+        if (s->stopping && (!local_workers(s) || now >= s->stop_deadline))
             break;
         if (!s->stopping && (s->queue_dirty || now - s->last_queue_check >= QUEUE_POLL_MS / 1000.0)) {
             s->queue_dirty = false;
@@ -1380,9 +1813,11 @@ static void *sched_thread(void *arg)
         for (worker *w = s->workers; w; w = w->next)
             tail_log(s, w, false);
         check_workers(s, now_mono());
+        if (s->dispatcher == DISPATCH_SLURM && !s->stopping)
+            slurm_check(s, now_mono());
     }
-    if (s->workers)
-        fprintf(stderr, "kiln: scheduler: %d worker(s) did not exit in time\n", s->nworkers);
+    if (local_workers(s))
+        fprintf(stderr, "kiln: scheduler: %d worker(s) did not exit in time\n", local_workers(s));
     pthread_mutex_unlock(&s->mu);
     free(fds);
     return NULL;
@@ -1432,6 +1867,21 @@ static void note_orphan(sched *s, const work_ops *ops, int64_t id)
         close(fd);
 }
 
+/* The dispatcher and a copy of its Slurm settings (cfg's strings may go). */
+static int copy_slurm_options(sched *s, const sched_config *cfg)
+{
+    s->dispatcher = cfg->dispatcher;
+    const char *from[5] = { cfg->slurm.bin_dir, cfg->slurm.partition, cfg->slurm.account,
+                            cfg->slurm.time_limit, cfg->slurm.sbatch_options };
+    for (int i = 0; i < 5; i++)
+        if (!(s->slurm_strs[i] = strdup(from[i] ? from[i] : "")))
+            return -1;
+    s->slurm = (slurm_options){ .bin_dir = s->slurm_strs[0], .partition = s->slurm_strs[1],
+                                .account = s->slurm_strs[2], .time_limit = s->slurm_strs[3],
+                                .sbatch_options = s->slurm_strs[4], .poll_ms = cfg->slurm.poll_ms };
+    return 0;
+}
+
 sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen)
 {
     sched *s = calloc(1, sizeof *s);
@@ -1469,6 +1919,24 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
     }
     s->wake_r = p[0];
     s->wake_w = p[1];
+    if (copy_slurm_options(s, cfg) != 0) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+
+    /* Jobs a previous server submitted to Slurm are followed again (the
+     * Slurm dispatcher) or left alone (the local one: they run in Slurm). */
+    int64_t *in_slurm = NULL;
+    size_t nslurm = 0;
+    if ((s->dispatcher == DISPATCH_SLURM ? slurm_adopt(s, &in_slurm, &nslurm)
+                                         : store_slurm_active(st, &in_slurm, &nslurm)) != 0) {
+        set_err(err, errlen, "reading the jobs in Slurm from the database failed");
+        goto fail;
+    }
+    for (size_t i = 0; s->dispatcher != DISPATCH_SLURM && i < nslurm; i++)
+        fprintf(stderr, "kiln: job %lld was submitted to Slurm by a server with --dispatcher slurm; "
+                "it is left as it is (start kiln serve --dispatcher slurm to follow it)\n",
+                (long long)in_slurm[i]);
 
     /* Jobs and evaluations a previous server left running go back to the
      * queue (a job resumes from its checkpoint, an evaluation starts over). */
@@ -1481,6 +1949,11 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
             goto fail;
         }
         for (size_t i = 0; i < n; i++) {
+            bool runs_in_slurm = false;
+            for (size_t k2 = 0; k == STORE_WORK_JOB && k2 < nslurm; k2++)
+                runs_in_slurm |= in_slurm[k2] == ids[i];
+            if (runs_in_slurm)
+                continue;                    /* it runs in Slurm, not here */
             fprintf(stderr, "kiln: %s %lld was running when the server stopped; queued again\n",
                     ops->noun, (long long)ids[i]);
             ops->set_status(st, ids[i], "queued", NULL);
@@ -1489,6 +1962,7 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
         }
         free(ids);
     }
+    free(in_slurm);
 
     /* The thread takes no process signals: they stay with the server's main thread. */
     sigset_t block, old;
@@ -1508,6 +1982,12 @@ sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t
     }
     return s;
 fail:
+    for (worker *w = s->workers, *next; w; w = next) {
+        next = w->next;
+        worker_free(w);
+    }
+    for (int i = 0; i < 5; i++)
+        free(s->slurm_strs[i]);
     if (s->wake_r >= 0)
         close(s->wake_r);
     if (s->wake_w >= 0)
@@ -1577,8 +2057,13 @@ int sched_queue_view(sched *s, sched_queue_item **out, size_t *n)
         sched_queue_item *it = &items[--k];
         it->kind = w->kind;
         it->id = w->id;
-        it->running = true;
+        it->running = !w->slurm_id || w->slurm_running;
         it->gpus = w->gpus;
+        it->slurm_job_id = w->slurm_id;
+        if (!it->running)
+            snprintf(it->why, sizeof it->why, "Slurm to start it: Slurm job %lld is %s (%s)",
+                     (long long)w->slurm_id, w->seen.state[0] ? w->seen.state : "PENDING",
+                     w->seen.reason[0] ? w->seen.reason : "not yet looked at");
     }
     k = (size_t)s->nworkers;
     room r = room_now(s);
@@ -1614,10 +2099,7 @@ static int cancel_work(sched *s, store_work kind, int64_t id)
     if (w) {
         if (!w->cancel_requested) {
             w->cancel_requested = true;
-            kill(w->pid, SIGTERM);
-            w->kill_at = now_mono() + s->grace_ms / 1000.0;
-            fprintf(stderr, "kiln: %s %lld: cancel: SIGTERM to worker %d\n", ops->noun, (long long)id,
-                    (int)w->pid);
+            dispatchers[w->slurm_id ? DISPATCH_SLURM : DISPATCH_LOCAL].stop(s, w);
         }
         pthread_mutex_unlock(&s->mu);
         wake_thread(s);                      /* recompute the poll timeout */
@@ -1682,6 +2164,8 @@ void sched_stop(sched *s)
         worker_free(w);
     }
     queued_free_all(s);
+    for (int i = 0; i < 5; i++)
+        free(s->slurm_strs[i]);
     close(s->wake_r);
     close(s->wake_w);
     free(s->worker_exe);

@@ -13,6 +13,20 @@
  * Cancel: SIGTERM, then SIGKILL after a grace period.
  * At start, jobs left "running" by a previous server are requeued.
  *
+ * The Slurm dispatcher (cfg.dispatcher DISPATCH_SLURM, jobs/dispatch.h):
+ * every queued job is submitted at once (Slurm places it; the local GPU rule
+ * does not apply) as one sbatch (jobs/slurm.h). It stays "queued" in kiln
+ * while Slurm holds it pending and turns "running" when Slurm runs it. Its
+ * reports are read from DIR/reports.jsonl (the offset is stored, a partial
+ * last line waits for its end), its state from squeue --json every
+ * poll_ms; once Slurm says it ended (or no longer knows it), its exit record
+ * DIR/slurm-exit.json and Slurm's state decide with its reports, by the same
+ * rule as a local worker's exit: Slurm's TIMEOUT, NODE_FAIL, a cancel from
+ * outside kiln (CANCELLED without sched_cancel) and the like fail the job
+ * with that reason. Cancel is scancel. sched_stop leaves Slurm jobs running;
+ * the next sched_start picks them up again (db/slurm_store.h) and goes on
+ * reading their reports where it stopped.
+ *
  * Evaluations (jobs/evaluation.h) are work of the same queue: they start
  * oldest first together with jobs (store_queue_list), take a CPU slot or a
  * GPU as a job does, run as `kiln evaluate --eval-dir DIR` with the same
@@ -27,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "db/store.h"
+#include "jobs/dispatch.h"   /* dispatch_kind, slurm_options */
 #include "jobs/hub.h"
 
 typedef struct sched sched;
@@ -38,6 +53,8 @@ typedef struct sched_config {
     int kill_grace_ms;          /* SIGTERM to SIGKILL on cancel and stop (0: 10 s) */
     int gpus;                   /* GPUs to share out; 0: those engine_devices finds (tests
                                  * give a number, the fake worker needs none) */
+    dispatch_kind dispatcher;   /* where jobs run (jobs/dispatch.h); evaluations run locally */
+    slurm_options slurm;        /* DISPATCH_SLURM's settings (copied) */
 } sched_config;
 
 sched *sched_start(store *st, hub *h, const sched_config *cfg, char *err, size_t errlen);
@@ -59,7 +76,9 @@ int sched_cancel_eval(sched *s, int64_t eval_id);
 typedef struct sched_queue_item {
     store_work kind;            /* a job or an evaluation */
     int64_t id;
-    bool running;               /* a worker runs it; else it waits in the queue */
+    bool running;               /* a worker runs it; else it waits in the queue (or in Slurm) */
+    int64_t slurm_job_id;       /* submitted to Slurm: its job id (why: Slurm's state and
+                                 * reason while it waits there); 0 otherwise */
     uint64_t gpus;              /* running: bit i, GPU i; 0: the CPU */
     char why[SCHED_WHY_MAX];    /* waiting: what for, in words, from the rule that starts
                                  * work ("a free CPU slot (1 of 1 in use by job 4)",
@@ -76,7 +95,8 @@ int sched_queue_view(sched *s, sched_queue_item **out, size_t *n);
  * n, kind_out[i] and id_out[i] (0: none) are what runs on it now. Returns how
  * many GPUs the scheduler shares out (may exceed n). For the hardware panel. */
 int sched_gpu_work(sched *s, store_work *kind_out, int64_t *id_out, int n);
-/* Stops the scheduler: running workers get SIGTERM and are waited for. */
+/* Stops the scheduler: running workers get SIGTERM and are waited for
+ * (jobs in Slurm keep running there). */
 void sched_stop(sched *s);
 
 #endif

@@ -8,6 +8,7 @@
 #include "jobs/jobcfg.h"       /* JOBCFG_PRIORITY_MIN, JOBCFG_PRIORITY_MAX */
 #include "jobs/scheduler.h"    /* sched_queue_view */
 #include "server/lookup.h"     /* lookup_owner_filter */
+#include "server/render.h"     /* render_slurm: a job's Slurm id, state and reason */
 #include "server/server.h"     /* r->srv: the store, the scheduler */
 
 /* What an item of the queue shows, from its store row. */
@@ -67,7 +68,9 @@ static cJSON *render_item(const request *r, const sched_queue_item *it, const qu
               add(o, "assigned_devices", devices(row->devices_json)) &&
               add(o, "position", it->running ? cJSON_CreateNull() : cJSON_CreateNumber((double)position)) &&
               add(o, "waiting_for", it->running ? cJSON_CreateNull() : cJSON_CreateString(it->why)) &&
-              add(o, "can_change_priority", cJSON_CreateBool(job && !it->running && !hidden));
+              add(o, "can_change_priority", cJSON_CreateBool(job && !it->running && !hidden &&
+                                                              !it->slurm_job_id)) &&
+              add(o, "slurm", job && !hidden ? render_slurm(r->srv->st, it->id) : cJSON_CreateNull());
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

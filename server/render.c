@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "jobs/jobcfg.h"      /* jobcfg_from_json: the stored config, typed */
+#include "db/slurm_store.h"   /* store_slurm_get: a job's Slurm id, state, reason, nodes */
 
 /* Adds s as a string, or null when s is NULL. Returns false when out of memory. */
 static bool add_str(cJSON *o, const char *key, const char *s)
@@ -174,6 +175,25 @@ static cJSON *render_assigned(const char *devices_json)
     return cJSON_CreateNull();
 }
 
+cJSON *render_slurm(store *st, int64_t job_id)
+{
+    store_slurm sl;
+    if (store_slurm_get(st, job_id, &sl) != 0 || sl.slurm_job_id <= 0)
+        return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ok = add_num(o, "job_id", (double)sl.slurm_job_id);
+    ok &= add_str(o, "state", sl.state[0] ? sl.state : NULL);
+    ok &= add_str(o, "reason", sl.reason[0] ? sl.reason : NULL);
+    ok &= add_str(o, "nodes", sl.nodes[0] ? sl.nodes : NULL);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 cJSON *render_job(store *st, const store_job *j)
 {
     cJSON *o = cJSON_CreateObject();
@@ -207,6 +227,7 @@ cJSON *render_job(store *st, const store_job *j)
     ok &= add_item(o, "devices", render_job_devices(config));
     ok &= add_item(o, "assigned_devices", render_assigned(j->devices_json));
     ok &= add_num(o, "priority", j->priority);
+    ok &= add_item(o, "slurm", render_slurm(st, j->id));
     ok &= add_item(o, "config", config ? config : cJSON_CreateNull());
 
     cJSON *metrics = cJSON_CreateObject();

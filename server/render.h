@@ -17,6 +17,9 @@
  *           devices {"kind":"cpu"|"cuda","count","gpus":[ids] or null (any
  *           free ones; always null on the CPU)}, or null where the stored
  *           config does not read (render_job_devices)
+ *           slurm {"job_id","state","reason","nodes"} (strings null until
+ *           Slurm gave them) when the Slurm dispatcher submitted it, else null
+ *           (render_slurm)
  *   metric  {"step","epoch","tag","value","wall_time"}
  *   evaluation {"id","job_id","dataset_id","split","selection","epoch",
  *            "status","progress","error","created_at","started_at",
@@ -35,6 +38,7 @@
 #include <cjson/cJSON.h>
 
 #include "db/store.h"
+#include <stdint.h>
 
 cJSON *render_dataset(const store_dataset *d);
 /* Reads the job's latest metrics from st for "metrics". */
@@ -50,6 +54,9 @@ cJSON *render_list(cJSON *items);
  * an object as above, JSON null when config is NULL or does not read as a
  * job config, or NULL when out of memory. config is not taken over. */
 cJSON *render_job_devices(const cJSON *config);
+/* A job's Slurm fields (db/slurm_store.h) as the "slurm" object above; JSON
+ * null when it was never submitted to Slurm; NULL when out of memory. */
+cJSON *render_slurm(store *st, int64_t job_id);
 /* A job's progress fraction: step/steps in [0, 1], 1 when done. */
 double render_job_progress(const store_job *j);
 

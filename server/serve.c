@@ -52,6 +52,7 @@
 #include "server/sweeps.h"     /* sweeper_start, sweeper_stop */
 #include "server/serve_flags.h" /* serve_opts, serve_flags_parse: the table of flags */
 #include "server/hardware.h"   /* hw_start, hw_stop: the hardware sampler */
+#include "jobs/jobcfg.h"      /* jobcfg_set_cluster: where a request's GPUs are */
 #include "server/cluster.h"    /* cluster_start, cluster_stop: the Slurm cluster's nodes */
 
 #define SERVE_THREADS 4
@@ -288,7 +289,9 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: cannot find its own binary (/proc/self/exe): %s\n", strerror(errno));
         goto out;
     }
-    sched_config cfg = { .data_dir = srv.data_dir, .worker_exe = worker_exe, .max_cpu_jobs = o.max_jobs };
+    jobcfg_set_cluster(o.dispatcher == DISPATCH_SLURM);   /* a request's GPUs are a node's */
+    sched_config cfg = { .data_dir = srv.data_dir, .worker_exe = worker_exe, .max_cpu_jobs = o.max_jobs,
+                         .dispatcher = o.dispatcher, .slurm = o.slurm };
     srv.sched = sched_start(srv.st, srv.hub, &cfg, err, sizeof err);
     if (!srv.sched) {
         fprintf(stderr, "kiln serve: cannot start the scheduler: %s\n", err);
@@ -298,8 +301,11 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
     }
-    cluster_config ccfg = { .interval_s = (unsigned)srv.limits.cluster_interval_s };
-    if (o.slurm_cluster && !(srv.cluster = cluster_start(&ccfg, err, sizeof err))) {
+    /* The cluster's nodes in the hardware panel: with the Slurm dispatcher,
+     * sinfo from the same folder as its sbatch. */
+    cluster_config ccfg = { .interval_s = (unsigned)srv.limits.cluster_interval_s,
+                            .slurm_bin = o.slurm.bin_dir };
+    if (o.dispatcher == DISPATCH_SLURM && !(srv.cluster = cluster_start(&ccfg, err, sizeof err))) {
         fprintf(stderr, "kiln serve: %s\n", err);
         goto out;
     }

@@ -97,13 +97,6 @@ static int apply_insecure(serve_opts *o, const char *v, char *err, size_t n)
     return 0;
 }
 
-static int apply_slurm_cluster(serve_opts *o, const char *v, char *err, size_t n)
-{
-    (void)err, (void)n;
-    o->slurm_cluster = !strcmp(v, "1");
-    return 0;
-}
-
 static int apply_base_path(serve_opts *o, const char *v, char *err, size_t n)
 {
     return serve_base_path(v, o->base_path, err, n);
@@ -120,6 +113,66 @@ static int apply_access_log(serve_opts *o, const char *v, char *err, size_t n)
             return 0;
         }
     return set_err(err, n, "--access-log takes on, off or all, not \"%s\"", v);
+}
+
+static int apply_dispatcher(serve_opts *o, const char *v, char *err, size_t n)
+{
+    if (dispatch_parse(v, &o->dispatcher) != 0)
+        return set_err(err, n, "--dispatcher takes local or slurm, not \"%s\"", v);
+    return 0;
+}
+
+/* A value for sbatch: no white space or control characters (it is one argument). */
+static int slurm_word(const char *flag, const char *v, char *err, size_t n)
+{
+    for (const char *c = v; *c; c++)
+        if ((unsigned char)*c <= ' ' || *c == 0x7f)
+            return set_err(err, n, "%s takes one word for sbatch, not \"%s\"", flag, v);
+    return 0;
+}
+
+static int apply_slurm_bin(serve_opts *o, const char *v, char *err, size_t n)
+{
+    (void)err, (void)n;
+    o->slurm.bin_dir = v;
+    return 0;
+}
+
+static int apply_slurm_partition(serve_opts *o, const char *v, char *err, size_t n)
+{
+    o->slurm.partition = v;
+    return slurm_word("--slurm-partition", v, err, n);
+}
+
+static int apply_slurm_account(serve_opts *o, const char *v, char *err, size_t n)
+{
+    o->slurm.account = v;
+    return slurm_word("--slurm-account", v, err, n);
+}
+
+/* Slurm's time forms: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S. */
+static int apply_slurm_time_limit(serve_opts *o, const char *v, char *err, size_t n)
+{
+    o->slurm.time_limit = v;
+    size_t k = strspn(v, "0123456789:-");
+    if (v[k] || (*v && !(v[0] >= '0' && v[0] <= '9')))
+        return set_err(err, n, "--slurm-time-limit takes Slurm's time forms (minutes, H:M:S, "
+                       "D-H:M:S), not \"%s\"", v);
+    return 0;
+}
+
+static int apply_slurm_sbatch_options(serve_opts *o, const char *v, char *err, size_t n)
+{
+    (void)err, (void)n;
+    o->slurm.sbatch_options = v;
+    return 0;
+}
+
+static int apply_slurm_poll(serve_opts *o, const char *v, char *err, size_t n)
+{
+    if (!parse_int(v, 100, 600000, &o->slurm.poll_ms))
+        return set_err(err, n, "--slurm-poll-ms must be 100..600000, not \"%s\"", v);
+    return 0;
 }
 
 /* ---- the table ------------------------------------------------------------- */
@@ -176,11 +229,31 @@ const serve_flag SERVE_FLAGS[] = {
       .apply = apply_access_log,
       .help = "one line a request on stderr (format in the README): on (every request\n"
               "but GET /healthz and GET /metrics), all, or off" },
-    { .name = "--slurm-cluster", .env = "KILN_SLURM_CLUSTER", .kind = FLAG_SWITCH, .def = "0",
-      .def_doc = "off", .apply = apply_slurm_cluster,
-      .help = "list the Slurm cluster's nodes (sinfo --json, every cluster-interval)\n"
-              "in GET /api/v1/hardware and the hardware panel; sinfo is found on PATH and\n"
-              "reads SLURM_CONF from kiln serve's environment" },
+    { .name = "--dispatcher", .env = "KILN_DISPATCHER", .kind = FLAG_VALUE, .arg = "NAME",
+      .def = "local", .apply = apply_dispatcher,
+      .help = "where jobs run: local (worker processes on this machine) or slurm (one\n"
+              "sbatch a job on a Slurm cluster; the data directory must be on a filesystem\n"
+              "the nodes share, at the same path; see \"Running kiln with Slurm\")" },
+    { .name = "--slurm-bin", .env = "KILN_SLURM_BIN", .kind = FLAG_VALUE, .arg = "DIR", .def = "",
+      .def_doc = "PATH", .apply = apply_slurm_bin,
+      .help = "the folder of sbatch, srun, squeue, scontrol and scancel" },
+    { .name = "--slurm-partition", .env = "KILN_SLURM_PARTITION", .kind = FLAG_VALUE, .arg = "NAME",
+      .def = "", .def_doc = "Slurm's default", .apply = apply_slurm_partition,
+      .help = "the partition jobs are submitted to (sbatch --partition)" },
+    { .name = "--slurm-account", .env = "KILN_SLURM_ACCOUNT", .kind = FLAG_VALUE, .arg = "NAME",
+      .def = "", .def_doc = "none", .apply = apply_slurm_account,
+      .help = "the account jobs are charged to (sbatch --account)" },
+    { .name = "--slurm-time-limit", .env = "KILN_SLURM_TIME_LIMIT", .kind = FLAG_VALUE, .arg = "TIME",
+      .def = "", .def_doc = "the partition's", .apply = apply_slurm_time_limit,
+      .help = "each job's time limit (sbatch --time: minutes, H:M:S or D-H:M:S); a job\n"
+              "that reaches it fails with Slurm's TIMEOUT" },
+    { .name = "--slurm-sbatch-options", .env = "KILN_SLURM_SBATCH_OPTIONS", .kind = FLAG_VALUE,
+      .arg = "OPTS", .def = "", .def_doc = "none", .apply = apply_slurm_sbatch_options,
+      .help = "more sbatch options for every job, split at spaces (no quoting), such as\n"
+              "\"--qos=normal --cpus-per-task=8\"" },
+    { .name = "--slurm-poll-ms", .env = "KILN_SLURM_POLL_MS", .kind = FLAG_VALUE, .arg = "MS",
+      .def = "2000", .apply = apply_slurm_poll,
+      .help = "how often squeue is asked for the state of kiln's jobs (100..600000)" },
 };
 const size_t SERVE_FLAG_COUNT = sizeof SERVE_FLAGS / sizeof SERVE_FLAGS[0];
 

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "jobs/dispatch.h"       /* dispatch_kind, slurm_options */
 #include "jobs/import_roots.h"   /* import_roots */
 #include "server/guard.h"        /* guard_hosts */
 #include "server/limits.h"       /* serve_limits */
@@ -51,10 +52,11 @@ typedef struct serve_opts {
     char base_path[SERVE_BASE_PATH_MAX];   /* "" or "/prefix" (no trailing slash) */
     access_log_mode access_log;
     bool insecure_no_auth;        /* serve beyond loopback without users (server/auth.h) */
-    bool slurm_cluster;           /* show the Slurm cluster's nodes (server/cluster.h) */
     import_roots *roots;          /* --import-root, resolved as they are read */
     serve_limits *limits;         /* --limit NAME=VALUE */
     guard_hosts *hosts;           /* --allowed-host NAME[:PORT] */
+    dispatch_kind dispatcher;     /* --dispatcher local|slurm (jobs/dispatch.h) */
+    slurm_options slurm;          /* --slurm-* */
 } serve_opts;
 
 typedef enum flag_kind {

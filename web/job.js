@@ -315,7 +315,8 @@ export function renderJob(root, id) {
       row('Devices', devicesText(job.devices)),
       row('Seed', String(c.seed ?? '—')),
       row('Snapshots', snapshotText(c)),
-      row('Early stopping', earlyStopText(c.early_stopping)));
+      row('Early stopping', earlyStopText(c.early_stopping)),
+      job.slurm ? row('Slurm', slurmText(job.slurm)) : []);
     renderProgress({ epoch: job.epoch, epochs: job.epochs, step: job.step, steps: job.steps,
       images_per_sec: job.images_per_sec, eta: job.eta_seconds });
     renderStatus(job.status, job.error);
@@ -329,6 +330,13 @@ export function renderJob(root, id) {
       }
       if (job.metrics['val/accuracy'] !== undefined && !st.latest['val/accuracy']) fill(stats.valacc, fmtPercent(job.metrics['val/accuracy'], 2));
     }
+  }
+
+  /* A job the Slurm dispatcher submitted: "job 12 · RUNNING on node01",
+   * "job 13 · PENDING (Resources)", "job 9 · TIMEOUT on node02". */
+  function slurmText(s) {
+    const reason = s.reason && s.reason !== 'None' ? ` (${s.reason})` : '';
+    return `job ${s.job_id} · ${s.state || 'submitted'}${reason}${s.nodes ? ` on ${s.nodes}` : ''}`;
   }
 
   /* The job's "devices" as the API reads them from its config: the CPU, GPUs

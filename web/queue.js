@@ -62,6 +62,12 @@ export function queueCard() {
     return h('td', { class: 'num nowrap' }, up, ' ', h('span', { class: 'queue-priority' }, String(it.priority)), ' ', down);
   }
 
+  /* Where a running item runs: its devices here, or its Slurm job and nodes. */
+  function runsOn(it) {
+    if (!it.slurm) return `on ${devicesText(it.assigned_devices)}`;
+    return `in Slurm job ${it.slurm.job_id}${it.slurm.nodes ? ` on ${it.slurm.nodes}` : ''}`;
+  }
+
   function row(it) {
     const attrs = { class: it.hidden ? 'queue-other' : '', 'data-kind': it.kind };
     if (!it.hidden) attrs['data-id'] = it.id;
@@ -70,7 +76,7 @@ export function queueCard() {
       h('td', {}, label(it)),
       h('td', {}, statusBadge(it.status)),
       it.status === 'running' ? h('td', { class: 'num' }, String(it.priority)) : priorityCell(it),
-      h('td', { class: 'queue-why' }, it.status === 'running' ? `on ${devicesText(it.assigned_devices)}` : it.waiting_for));
+      h('td', { class: 'queue-why' }, it.status === 'running' ? runsOn(it) : it.waiting_for));
   }
 
   async function refresh() {

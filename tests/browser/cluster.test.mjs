@@ -1,6 +1,6 @@
 // The hardware card's Slurm cluster table (issue 18) in headless Chromium,
 // against a real one-machine cluster (tests/integration/lib/slurm.mjs, 2
-// fake GPUs) and a real `kiln serve --slurm-cluster` sampling it every second:
+// fake GPUs) and a real `kiln serve --dispatcher slurm` sampling it every second:
 // the node idle with 0 of 2 GPUs; then, with a 1-GPU job running and the node
 // drained with a reason, its state, CPU and GPU use and the reason; then, with
 // slurmctld stopped, sinfo's error. Skips with the reason where the daemons
@@ -38,7 +38,7 @@ before(async () => {
   process.env.SLURM_CONF = cluster.conf;
   server = await startServer({
     dataDir: path.join(tmp.dir, 'data'),
-    args: ['--slurm-cluster', '--limit', 'cluster-interval=1', '--limit', 'hardware-interval=1'],
+    args: ['--dispatcher', 'slurm', '--limit', 'cluster-interval=1', '--limit', 'hardware-interval=1'],
   });
   ({ browser, page } = await openPage(server.url, { viewport: { width: 1360, height: 1100 }, problems }));
 });

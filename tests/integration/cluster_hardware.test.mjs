@@ -1,7 +1,7 @@
 // The Slurm cluster in GET /api/v1/hardware (issue 18), against a real
 // one-machine cluster (tests/integration/lib/slurm.mjs: munged, slurmctld and
 // slurmd in a temporary folder, 2 fake GPUs) and a real `kiln serve
-// --slurm-cluster` that runs `sinfo --json` every cluster-interval (1 s here):
+// --dispatcher slurm` that runs `sinfo --json` every cluster-interval (1 s here):
 //   - the node appears with its 2 GPUs, idle, its CPUs, memory and partition;
 //   - a job submitted to Slurm directly (sbatch --gres=gpu:1) shows as 1 GPU
 //     used and the node mixed or allocated within a few sampling intervals,
@@ -62,7 +62,7 @@ before(async () => {
   process.env.SLURM_CONF = cluster.conf;       // kiln serve's sinfo reads it from the environment
   server = await startServer({
     dataDir: path.join(tmp.dir, 'data'),
-    args: ['--slurm-cluster', '--limit', `cluster-interval=${INTERVAL}`],
+    args: ['--dispatcher', 'slurm', '--limit', `cluster-interval=${INTERVAL}`],
   });
   base = server.url;
 });

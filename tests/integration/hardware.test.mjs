@@ -88,7 +88,7 @@ test('?since= answers only the newer samples; a bad since is a 400', async () =>
 test('GPU figures through the fake NVML', async () => {
   const hw = await hardware();
   assert.deepEqual(hw.nvml, { available: true, error: null });
-  assert.equal(hw.cluster, null, 'no Slurm cluster without --slurm-cluster');
+  assert.equal(hw.cluster, null, 'no Slurm cluster without --dispatcher slurm');
   const [a, b] = hw.current.gpus;
   assert.equal(hw.current.gpus.length, 2);
   assert.deepEqual(a, {

@@ -140,7 +140,7 @@ static void every_limit_is_the_same_in_every_form(void **state)
     assert_non_null(schema);
     int checked = 0;
     /* the table's limits; what the dispatcher can run is multi_process_jobs' */
-    jobcfg_allow_multi_process(true);
+    jobcfg_set_cluster(true);
     for (const cJSON *f = schema->child; f; f = f->next) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(f, "type");
         const cJSON *def = cJSON_GetObjectItemCaseSensitive(f, "default");
@@ -531,7 +531,7 @@ static void multi_process_jobs(void **state)
     (void)state;
     jobcfg c;
     api_error e;
-    jobcfg_allow_multi_process(false);
+    jobcfg_set_cluster(false);
     static const char *const multi[][2] = {
         { "{\"dataset_id\": 1, \"network\": \"lenet\", \"tasks_per_node\": 2}",
           "{\"network\": \"lenet\", \"tasks_per_node\": 2}" },
@@ -554,13 +554,13 @@ static void multi_process_jobs(void **state)
     assert_int_equal(jobcfg_ranks(&c), 1);
     jobcfg_free(&c);
 
-    jobcfg_allow_multi_process(true);
+    jobcfg_set_cluster(true);
     assert_int_equal(read_form("{\"dataset_id\": 1, \"network\": \"lenet\", \"nodes\": 3, "
                                "\"tasks_per_node\": 2}", JOBCFG_REQUEST, &c, &e), 0);
     assert_true(jobcfg_multi_process(&c));
     assert_int_equal(jobcfg_ranks(&c), 6);
     jobcfg_free(&c);
-    jobcfg_allow_multi_process(false);              /* the worker reads job.json anyway */
+    jobcfg_set_cluster(false);              /* the worker reads job.json anyway */
     cJSON *j = job_json_with("{\"nodes\": 3, \"tasks_per_node\": 2}");
     assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), 0);
     cJSON_Delete(j);
@@ -571,7 +571,7 @@ static void multi_process_jobs(void **state)
     assert_int_equal(c.nodes, 3);
     assert_int_equal(c.tasks_per_node, 2);
     jobcfg_free(&c);
-    jobcfg_allow_multi_process(true);
+    jobcfg_set_cluster(true);
     assert_int_equal(read_form("{\"dataset_id\": 1, \"network\": \"lenet\", \"batch_size\": 5, "
                                "\"nodes\": 2, \"tasks_per_node\": 3}", JOBCFG_REQUEST, &c, &e), -1);
     assert_non_null(strstr(e.message, "smaller than the job's 6 ranks"));
@@ -590,7 +590,7 @@ static void multi_process_jobs(void **state)
     assert_int_equal(jobcfg_from_json(j, JOBCFG_RESOLVED, &c, &e), -1);
     assert_non_null(strstr(e.message, "replicas"));
     cJSON_Delete(j);
-    jobcfg_allow_multi_process(false);
+    jobcfg_set_cluster(false);
 }
 
 static void clear_rank_env(void)
