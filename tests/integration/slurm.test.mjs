@@ -161,6 +161,38 @@ test('a LeNet job runs through Slurm to done: metrics, TensorBoard file, model, 
   assert.ok(s.events.some((e) => e.event === 'metric'), 'metrics reach the stream');
 });
 
+test('a 2-rank CPU job (2 tasks on the node) trains as the one-process job of the same global batch', { timeout: 240_000 }, async (t) => {
+  if (skip) { t.skip(skip); return; }
+  // The same request twice: one process, then 2 ranks that each take half of
+  // every batch of 128 and all-reduce (Gloo). Bit-for-bit parity with the
+  // in-process replicas, and srun's ranks, are integration_mpdp's; here the
+  // whole path: the request, sbatch's --ntasks-per-node, both ranks, rank
+  // 0's reports through the server.
+  const req = { dataset_id: datasetId, network: 'lenet', epochs: 1, batch_size: 128, devices: 0, seed: 7 };
+  const one = await post(server.url, req);
+  const two = await post(server.url, { ...req, tasks_per_node: 2 });
+  const [a, b] = [await ended(server, one, 200_000), await ended(server, two, 200_000)];
+  assert.equal(a.status, 'done', a.error);
+  assert.equal(b.status, 'done', b.error);
+  const log = readFileSync(path.join(server.dataDir, 'jobs', String(two), 'log'), 'utf8');
+  assert.match(log, /^0: kiln: rank 0 of 2 on /m, log);
+  assert.match(log, /^1: kiln: rank 1 of 2 on /m, log);
+  const curve = async (id) => new Map((await api(server.url, 'GET', `/api/v1/jobs/${id}/metrics?tag=train/loss`)).body.items
+    .filter((x) => x.tag === 'train/loss').map((x) => [x.step, x.value]));
+  const [la, lb] = [await curve(one), await curve(two)];
+  assert.deepEqual([...lb.keys()], [...la.keys()], 'the same report steps');
+  const first = [...la.keys()][0];
+  const d0 = Math.abs(lb.get(first) - la.get(first)) / la.get(first);
+  let dmax = 0;
+  for (const [step, v] of la) dmax = Math.max(dmax, Math.abs(lb.get(step) - v) / v);
+  const dacc = Math.abs(b.metrics['val/accuracy'] - a.metrics['val/accuracy']);
+  console.log(`# parity through Slurm, 2 ranks vs 1 process: loss at step ${first} ${d0.toExponential(2)}, `
+    + `largest over the epoch ${dmax.toExponential(2)}; val/accuracy ${a.metrics['val/accuracy']} vs ${b.metrics['val/accuracy']}`);
+  // rounding at the start (another summation order); an epoch of SGD carries it further
+  assert.ok(d0 < 1e-5, `the first report's loss differs by ${d0}`);
+  assert.ok(dacc < 0.01, `val/accuracy differs by ${dacc}`);
+});
+
 test('a job on 2 GPUs gets two distinct devices from Slurm and fails at start-up with the reason', { timeout: 120_000 }, async (t) => {
   if (skip) { t.skip(skip); return; }
   const listed = await api(server.url, 'POST', '/api/v1/jobs', { dataset_id: datasetId, network: 'lenet', epochs: 1, devices: [0, 1] });
