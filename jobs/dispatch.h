@@ -31,16 +31,20 @@ typedef struct slurm_options {
     int poll_ms;                  /* squeue every poll_ms (0: 2000) */
 } slurm_options;
 
+/* A dispatcher's name, as --dispatcher takes it and GET /api/v1/info says it. */
+static inline const char *dispatch_name(dispatch_kind k)
+{
+    return k == DISPATCH_SLURM ? "slurm" : "local";
+}
+
 /* "local" or "slurm" into *out: 0, or -1 for any other name. */
 static inline int dispatch_parse(const char *name, dispatch_kind *out)
 {
-    if (name && !strcmp(name, "local")) {
-        *out = DISPATCH_LOCAL;
-        return 0;
-    }
-    if (name && !strcmp(name, "slurm")) {
-        *out = DISPATCH_SLURM;
-        return 0;
+    for (dispatch_kind k = DISPATCH_LOCAL; k <= DISPATCH_SLURM; k++) {
+        if (name && !strcmp(name, dispatch_name(k))) {
+            *out = k;
+            return 0;
+        }
     }
     return -1;
 }

@@ -20,6 +20,7 @@
 #include "engine/summary.h"        /* summary_build, summary_to_json */
 #include "jobs/import.h"           /* import_schema: the upload's options */
 #include "jobs/import_job.h"       /* import_job_cancel */
+#include "jobs/dispatch.h"         /* dispatch_name: GET /api/v1/info */
 #include "jobs/jobcfg.h"           /* jobcfg_read_*, jobcfg_schema: the job fields' rules */
 #include "jobs/joblock.h"          /* joblock_take: a job folder's lock */
 #include "jobs/jobspec.h"          /* jobspec_create */
@@ -98,7 +99,8 @@ static int h_info(request *r)
         ndev = MAX_DEVICES;
 
     cJSON *o = cJSON_CreateObject();
-    bool ok = o && cJSON_AddStringToObject(o, "version", KILN_VERSION);
+    bool ok = o && cJSON_AddStringToObject(o, "version", KILN_VERSION) &&
+              cJSON_AddStringToObject(o, "dispatcher", dispatch_name(r->srv->dispatcher));
     cJSON *backends = ok ? cJSON_AddArrayToObject(o, "backends") : NULL;
     cJSON *devices = ok ? cJSON_AddArrayToObject(o, "devices") : NULL;
     cJSON *queue = ok ? cJSON_AddObjectToObject(o, "queue") : NULL;

@@ -290,6 +290,7 @@ int serve_main(int argc, char **argv)
         goto out;
     }
     jobcfg_set_cluster(o.dispatcher == DISPATCH_SLURM);   /* a request's GPUs are a node's */
+    srv.dispatcher = o.dispatcher;
     sched_config cfg = { .data_dir = srv.data_dir, .worker_exe = worker_exe, .max_cpu_jobs = o.max_jobs,
                          .dispatcher = o.dispatcher, .slurm = o.slurm };
     srv.sched = sched_start(srv.st, srv.hub, &cfg, err, sizeof err);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "db/store.h"          /* store */
+#include "jobs/dispatch.h"    /* dispatch_kind */
 #include "server/limits.h"    /* serve_limits */
 #include "server/guard.h"     /* guard_hosts */
 #include "jobs/hub.h"          /* hub */
@@ -45,6 +46,7 @@ typedef struct server {
     store *st;
     hub *hub;
     sched *sched;
+    dispatch_kind dispatcher;     /* --dispatcher: where jobs run (GET /api/v1/info says it) */
     struct MHD_Daemon *daemon;
     atomic_bool stopping;         /* set first in the shutdown sequence */
 

@@ -85,6 +85,8 @@ set_property(TEST browser_hardware APPEND PROPERTY ENVIRONMENT "KILN_FAKE_NVML=$
 # cluster (tests/integration/lib/slurm.mjs); each test skips with the reason where its daemons cannot start.
 kiln_node_test(integration_cluster_hardware tests/integration/cluster_hardware.test.mjs integration 180)
 kiln_node_test(browser_cluster tests/browser/cluster.test.mjs browser 180)
+# The new-job form's Nodes and Tasks per node under --dispatcher slurm, absent under local (issue 18).
+kiln_node_test(browser_slurm_form tests/browser/slurm_form.test.mjs browser 120)
 # Deployment (issue 17): KILN_* configuration, the access log, --base-path, SIGTERM; the dashboard under a prefix.
 kiln_node_test(integration_deploy tests/integration/deploy.test.mjs integration 300)
 kiln_node_test(browser_base_path tests/browser/base_path.test.mjs browser 300)

@@ -39,7 +39,7 @@ export function renderClone(root, id) {
       state.networks = networks.items || [];
       form.setNetworks(state.networks);
       form.setDatasets(state.datasets);
-      form.setDevices(info.devices || []);
+      form.setInfo(info);
       const base = typeof req.name === 'string' && req.name ? req.name : `job ${id}`;
       const named = { ...req, name: cloneName(base, (await getSchema()).job.name.maxLength) };
       const said = await form.prefill(named, { stepsPerEpoch: job.epochs > 0 ? job.steps / job.epochs : 0 });

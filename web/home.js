@@ -87,7 +87,7 @@ export function renderHome(root) {
   }).catch(() => { /* no /networks yet: the built-in list stands */ });
 
   get('/info').then((info) => {
-    if (state.alive) jobForm.setDevices((info && info.devices) || []);
+    if (state.alive) jobForm.setInfo(info);
   }).catch(() => { /* the header says the service is unavailable */ });
 
   refresh();

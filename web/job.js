@@ -313,6 +313,9 @@ export function renderJob(root, id) {
       row('Learning rate', policyText(c.lr_policy)),
       row('Precision', precision === 'fp32' ? 'fp32' : `${precision}, loss scaling ${c.loss_scaling || 'off'}`),
       row('Devices', devicesText(job.devices)),
+      // a job of several processes (kiln serve --dispatcher slurm); 1, the default, says nothing
+      c.nodes > 1 ? row('Nodes', String(c.nodes)) : [],
+      c.tasks_per_node > 1 ? row('Tasks per node', String(c.tasks_per_node)) : [],
       row('Seed', String(c.seed ?? '—')),
       row('Snapshots', snapshotText(c)),
       row('Early stopping', earlyStopText(c.early_stopping)),

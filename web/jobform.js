@@ -17,6 +17,11 @@
 // number (a whole one where the schema says integer); whether it is in range
 // is the server's to say, by the same rule the schema publishes, and its
 // answer marks the field it names.
+//
+// Where jobs run is GET /api/v1/info's "dispatcher" (setInfo): under slurm a
+// job may span nodes, and a CPU job may run several ranks a node, so "Nodes"
+// and, with the CPU chosen, "Tasks per node" show (a GPU job runs one rank a
+// GPU); under the local dispatcher they do not, and are never sent.
 
 import { post, ApiError, getSchema } from './api.js';
 import { h, svg, fill, fmtCount, fmtBytes, rangeText, limit } from './ui.js';
@@ -162,6 +167,8 @@ export function buildJobForm(state) {
   const snapshot = number('job-snapshot');
   const loaderThreads = number('job-loader-threads');
   const priority = number('job-priority');
+  const nodes = number('job-nodes');
+  const tasksPerNode = number('job-tasks-per-node');
 
   // Snapshots and early stopping: which snapshot is best, how many to keep,
   // and the "early_stopping" object, sent only when the box is ticked.
@@ -189,6 +196,7 @@ export function buildJobForm(state) {
     ['augmentation.crop', crop], ['augmentation.pad', pad], ['loader_threads', loaderThreads],
     ['keep_checkpoints', keepCheckpoints], ['early_stopping.patience', esPatience],
     ['early_stopping.min_delta', esMinDelta], ['priority', priority],
+    ['nodes', nodes], ['tasks_per_node', tasksPerNode],
   ];
 
   const error = h('p', { class: 'form-error', role: 'alert', 'aria-live': 'assertive', hidden: true, id: 'job-error' });
@@ -218,6 +226,9 @@ export function buildJobForm(state) {
     field('job-es-min-delta', 'Min delta', esMinDelta, 'a smaller change is no improvement'));
   const deviceField = field('job-device', 'Device', device);
   deviceField.hidden = true;          // until GET /info names a GPU
+  const tasksField = field('job-tasks-per-node', 'Tasks per node', tasksPerNode, 'CPU ranks on each node');
+  const ranksRow = h('div', { class: 'field-row', id: 'job-ranks-row', hidden: true },
+    field('job-nodes', 'Nodes', nodes, 'on the Slurm cluster'), tasksField);
   const advancedCount = h('span', { class: 'muted advanced-count', id: 'job-advanced-count' });
   const advanced = h('details', { class: 'advanced', id: 'job-advanced' },
     h('summary', {}, 'Advanced', advancedCount),
@@ -268,6 +279,7 @@ export function buildJobForm(state) {
       policyFields,
       lrPlot, lrCaption),
     deviceField,
+    ranksRow,
     h('div', { class: 'field-row' }, field('job-precision', 'Precision', precision), field('job-name', 'Name', name)),
     advanced,
     error,
@@ -352,6 +364,7 @@ export function buildJobForm(state) {
     showPrecision();
     showPolicy();
     showEarlyStop();
+    showRanks();
     // Every initial value, to tell what the user changed (the Advanced count).
     for (const c of el.querySelectorAll('input, select')) {
       c.dataset.initial = c.type === 'checkbox' ? String(c.checked) : c.value;
@@ -392,6 +405,12 @@ export function buildJobForm(state) {
   function showEarlyStop() {
     esRow.hidden = !earlyStop.input.checked;
   }
+  /* Nodes under the Slurm dispatcher; tasks per node with the CPU chosen too. */
+  function showRanks() {
+    ranksRow.hidden = !cluster;
+    tasksField.hidden = !cpuChosen();
+  }
+  device.addEventListener('change', showRanks);
   earlyStop.input.addEventListener('change', showEarlyStop);
   function showLarc() {
     larcEtaField.hidden = !larc.value;
@@ -622,6 +641,8 @@ export function buildJobForm(state) {
       optional(es, 'min_delta', 'early_stopping.min_delta', esMinDelta, 'Min delta');
       body.early_stopping = es;
     }
+    if (!ranksRow.hidden) optional(body, 'nodes', 'nodes', nodes, 'Nodes');
+    if (!ranksRow.hidden && !tasksField.hidden) optional(body, 'tasks_per_node', 'tasks_per_node', tasksPerNode, 'Tasks per node');
     if (name.value.trim()) body.name = name.value.trim();
     return body;
   }
@@ -641,7 +662,7 @@ export function buildJobForm(state) {
       augmentation: crop, 'augmentation.crop': crop, 'augmentation.pad': pad, 'augmentation.mirror': mirror.input,
       loader_threads: loaderThreads, checkpoint_metric: checkpointMetric, keep_checkpoints: keepCheckpoints,
       priority, early_stopping: earlyStop.input, 'early_stopping.metric': esMetric, 'early_stopping.patience': esPatience,
-      'early_stopping.min_delta': esMinDelta,
+      'early_stopping.min_delta': esMinDelta, nodes, tasks_per_node: tasksPerNode,
     };
     for (const [k, input] of Object.entries(policyInputs)) byPath[`lr_policy.${k}`] = input;
     if (/network|dataset_not_found/.test(e.code || '')) return /dataset/.test(e.code) ? dataset : byPath.network;
@@ -800,6 +821,13 @@ export function buildJobForm(state) {
   solver.addEventListener('change', drawSchedule);
 
   // ---- lists from the API ---------------------------------------------------
+  let cluster = false;                  // GET /api/v1/info's dispatcher is slurm
+  let hasGpu = false;                   // GET /api/v1/info lists a GPU
+  /* Whether the device choice is the CPU: "CPU", or "automatic" where that
+   * is the CPU (no GPU here; on a cluster, a request without devices). */
+  function cpuChosen() {
+    return device.value === 'cpu' || (device.value === '' && (cluster || !hasGpu));
+  }
   let lastKey = '';
   let pendingDatasets = [];
   /* The ready datasets as choices; kept until the schema has filled the form in. */
@@ -832,8 +860,9 @@ export function buildJobForm(state) {
   function setDevices(items) {
     const gpus = (items || []).filter((d) => d.kind !== 'cpu');
     const keep = device.value;
+    hasGpu = gpus.length > 0;
     fill(device,
-      h('option', { value: '' }, gpus.length ? 'automatic (a free GPU)' : 'automatic (the CPU)'),
+      h('option', { value: '' }, hasGpu && !cluster ? 'automatic (a free GPU)' : 'automatic (the CPU)'),
       h('option', { value: 'cpu' }, 'CPU'),
       gpus.length > 1 ? h('option', { value: 'any' }, 'any free GPU') : null,
       gpus.map((d) => h('option', { value: String(d.index) },
@@ -844,6 +873,13 @@ export function buildJobForm(state) {
         `${k + 2 === gpus.length ? 'all ' : 'any '}${k + 2} GPUs (data parallel)`)));
     if ([...device.options].some((o) => o.value === keep)) device.value = keep;
     deviceField.hidden = !gpus.length;
+    showRanks();
+  }
+  /* GET /api/v1/info: its devices (setDevices) and its dispatcher. */
+  function setInfo(info) {
+    cluster = !!info && info.dispatcher === 'slurm';
+    el.dataset.dispatcher = (info && info.dispatcher) || '';   // which one the form follows
+    setDevices((info && info.devices) || []);
   }
 
   setNetworks(state.networks);
@@ -952,6 +988,11 @@ export function buildJobForm(state) {
       notes.push(`The job asked for ${asked}, which this machine does not offer: choose its device.`);
     }
     else device.value = dv;
+    const ranks = [['nodes', 'nodes'], ['tasks_per_node', 'tasks per node']].filter(([k]) => req[k] > 1);
+    if (ranks.length && !cluster) {
+      notes.push(`The job ran with ${ranks.map(([k, w]) => `${req[k]} ${w}`).join(' and ')}; this kiln runs ` +
+        'a job as one process on this machine (kiln serve --dispatcher slurm runs several), so the form asks for one.');
+    }
     name.value = typeof req.name === 'string' ? req.name : '';
     showNetwork();
     showCrop();
@@ -960,6 +1001,7 @@ export function buildJobForm(state) {
     showPrecision();
     showPolicy();
     showEarlyStop();
+    showRanks();
     hideSummary();
     drawSchedule();
     countAdvanced();
@@ -971,7 +1013,7 @@ export function buildJobForm(state) {
     if (v !== undefined && v !== null && [...select.options].some((o) => o.value === String(v))) select.value = String(v);
   }
 
-  return { el, setDatasets, setNetworks, setDevices, requestBody, prefill };
+  return { el, setDatasets, setNetworks, setDevices, setInfo, requestBody, prefill };
 }
 
 /* The rate at step t of `total`, as engine/lr.c computes it (warm-up last). */
