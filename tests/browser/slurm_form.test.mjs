@@ -123,6 +123,7 @@ test('--dispatcher slurm: Tasks per node = 2 makes a 2-task job; Nodes at 1 is n
   await page.waitForSelector('#job-config dt:text-is("Tasks per node")');
   assert.equal((await page.textContent('#job-config dt:text-is("Tasks per node") + dd')).trim(), '2');
   assert.equal(await page.$('#job-config dt:text-is("Nodes")'), null);
+  await page.locator('#job-config').screenshot({ path: path.join(OUT, 'slurm-job-config.png') });
 
   // Clone fills them in again
   await page.goto(`${base}/#/jobs/${jobId}/clone`);
