@@ -150,7 +150,7 @@ process.stdout.write(JSON.stringify(lat));
 const GET_RATE = 150;
 function curlConfig(url, count) {
   const file = path.join(os.tmpdir(), `kiln-sse-load-curl-${process.pid}.cfg`);
-  writeFileSync(file, `url = "${url}"\n`.repeat(count));
+  writeFileSync(file, `url = "${url}"\noutput = "/dev/null"\n`.repeat(count));   // -o names one URL's
   return file;
 }
 
@@ -199,7 +199,7 @@ async function one(srv, n, datasetId) {
   // streams on this event loop does not add to the latency it measures.
   const target = `${srv.url}/api/v1/jobs/${id}`;
   const getter = getClient === 'curl'
-    ? spawn('curl', ['-s', '--rate', `${GET_RATE}/s`, '-o', '/dev/null', '-w', '%{http_code} %{time_total}\\n',
+    ? spawn('curl', ['-s', '--rate', `${GET_RATE}/s`, '-w', '%{http_code} %{time_total}\\n',
       '-K', curlConfig(target, seconds * GET_RATE)], { stdio: ['ignore', 'pipe', 'inherit'] })
     : spawn(process.execPath, ['--input-type=module', '-e', GET_LOOP, target, String(seconds)],
       { stdio: ['ignore', 'pipe', 'inherit'] });
