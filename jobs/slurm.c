@@ -1,69 +1,28 @@
 /* jobs/slurm.c: the Slurm client (contract in slurm.h).
  *
- * Each command is a posix_spawn of Slurm's binary (from the configured
- * folder, else PATH) with stdout and stderr on pipes, read in a poll loop
- * until both close or SLURM_CMD_TIMEOUT_MS passes (then SIGKILL), and reaped
- * with waitpid on its own pid. Output is capped at SLURM_OUT_MAX bytes.
+ * Each command is run by command_run (jobs/command.h): Slurm's binary from
+ * the configured folder, else PATH, killed past SLURM_CMD_TIMEOUT_MS, its
+ * stdout capped at SLURM_OUT_MAX bytes.
  */
-#define _GNU_SOURCE           /* pipe2 */
 #include "jobs/slurm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "base/err.h"
 #include "base/layout.h"     /* layout_file, LAYOUT_JOB_LOG */
-
-extern char **environ;
+#include "jobs/command.h"    /* command_run */
 
 #define SLURM_OUT_MAX (64 << 20)    /* squeue --json of a busy cluster: megabytes */
 #define SLURM_ERR_MAX 4096
 #define SLURM_MAX_ARGS 96
-
-typedef struct capture {
-    char *data;
-    size_t len, cap, max;
-} capture;
-
-static int capture_add(capture *c, const char *buf, size_t k)
-{
-    if (c->len + k > c->max)
-        k = c->max - c->len;                /* the rest is dropped */
-    if (c->len + k + 1 > c->cap) {
-        size_t ncap = c->cap ? c->cap : 4096;
-        while (ncap < c->len + k + 1)
-            ncap *= 2;
-        char *grown = realloc(c->data, ncap);
-        if (!grown)
-            return -1;
-        c->data = grown;
-        c->cap = ncap;
-    }
-    memcpy(c->data + c->len, buf, k);
-    c->len += k;
-    c->data[c->len] = 0;
-    return 0;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* The path of Slurm's command name into buf: bin_dir/name, or name (PATH). */
 static void command_path(const slurm_options *o, const char *name, char *buf, size_t n)
@@ -74,43 +33,6 @@ static void command_path(const slurm_options *o, const char *name, char *buf, si
         snprintf(buf, n, "%s", name);
 }
 
-/* Reads both pipes until they close or the deadline; 0, or -1 on a timeout
- * or out of memory (err). */
-static int drain(int fds[2], capture out[2], double deadline, char *err, size_t errlen)
-{
-    char buf[16384];
-    while (fds[0] >= 0 || fds[1] >= 0) {
-        struct pollfd p[2];
-        int np = 0;
-        for (int i = 0; i < 2; i++)
-            if (fds[i] >= 0)
-                p[np++] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
-        double left = deadline - now_ms();
-        if (left <= 0)
-            return set_err(err, errlen, "it did not finish within %d s", SLURM_CMD_TIMEOUT_MS / 1000);
-        int r = poll(p, (nfds_t)np, (int)left + 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return set_err(err, errlen, "poll: %s", strerror(errno));
-        for (int j = 0; j < np; j++) {
-            if (!p[j].revents)
-                continue;
-            int i = p[j].fd == fds[0] ? 0 : 1;
-            ssize_t k = read(fds[i], buf, sizeof buf);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0) {
-                close(fds[i]);
-                fds[i] = -1;
-            } else if (capture_add(&out[i], buf, (size_t)k) != 0) {
-                return set_err(err, errlen, "out of memory");
-            }
-        }
-    }
-    return 0;
-}
-
 /* Runs Slurm's command `name` with args (NULL-terminated, without argv[0]).
  * *out: its stdout (malloc'ed, NUL-terminated; free it). Returns 0 when it
  * exited 0; else -1 with err naming the command and its stderr. */
@@ -119,13 +41,6 @@ static int run(const slurm_options *o, const char *name, char *const *args, char
 {
     char path[PATH_MAX];
     char *argv[SLURM_MAX_ARGS + 2];
-    int pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, ret = -1;
-    capture cap[2] = { { .max = SLURM_OUT_MAX }, { .max = SLURM_ERR_MAX } };
-    char why[256] = "";
-    pid_t pid = -1;
-    posix_spawn_file_actions_t fa;
-    bool fa_init = false;
-
     *out = NULL;
     command_path(o, name, path, sizeof path);
     argv[0] = path;
@@ -133,68 +48,16 @@ static int run(const slurm_options *o, const char *name, char *const *args, char
     for (; args[argc - 1] && argc <= SLURM_MAX_ARGS; argc++)
         argv[argc] = args[argc - 1];
     argv[argc] = NULL;
-    if (pipe2(pout, O_CLOEXEC) != 0 || pipe2(perr, O_CLOEXEC) != 0) {
-        set_err(why, sizeof why, "pipe: %s", strerror(errno));
-        goto out;
+    command_spec spec = { .path = path, .argv = argv, .name = name, .timeout_ms = SLURM_CMD_TIMEOUT_MS,
+                          .out_max = SLURM_OUT_MAX, .err_max = SLURM_ERR_MAX };
+    command_result r;
+    int rc = command_run(&spec, &r, err, errlen);
+    if (rc == 0) {
+        *out = r.out;
+        r.out = NULL;
     }
-    int rc = posix_spawn_file_actions_init(&fa);
-    fa_init = rc == 0;
-    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, pout[1], STDOUT_FILENO);
-    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, perr[1], STDERR_FILENO);
-    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    if (!rc) rc = posix_spawnp(&pid, path, &fa, NULL, argv, environ);
-    if (rc) {
-        pid = -1;
-        set_err(why, sizeof why, "cannot start it: %s", strerror(rc));
-        goto out;
-    }
-    close(pout[1]);
-    close(perr[1]);
-    pout[1] = perr[1] = -1;
-    int fds[2] = { pout[0], perr[0] };
-    pout[0] = perr[0] = -1;
-    int drained = drain(fds, cap, now_ms() + SLURM_CMD_TIMEOUT_MS, why, sizeof why);
-    for (int i = 0; i < 2; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    if (drained != 0)
-        kill(pid, SIGKILL);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    pid = -1;
-    if (drained != 0)
-        goto out;
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        const char *e = cap[1].data ? cap[1].data : "";
-        size_t el = strlen(e);
-        while (el && (e[el - 1] == '\n' || e[el - 1] == ' '))
-            el--;
-        if (WIFEXITED(ws))
-            set_err(why, sizeof why, "exit status %d: %.*s", WEXITSTATUS(ws), (int)(el > 200 ? 200 : el), e);
-        else
-            set_err(why, sizeof why, "killed by signal %d", WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-        goto out;
-    }
-    *out = cap[0].data ? cap[0].data : strdup("");
-    cap[0].data = NULL;
-    ret = *out ? 0 : -1;
-    if (ret)
-        set_err(why, sizeof why, "out of memory");
-out:
-    if (ret)
-        set_err(err, errlen, "%s: %s", name, why);
-    if (fa_init)
-        posix_spawn_file_actions_destroy(&fa);
-    for (int i = 0; i < 2; i++) {
-        if (pout[i] >= 0)
-            close(pout[i]);
-        if (perr[i] >= 0)
-            close(perr[i]);
-    }
-    free(cap[0].data);
-    free(cap[1].data);
-    return ret;
+    command_result_free(&r);
+    return rc;
 }
 
 /* ---- the batch script ---------------------------------------------------- */

@@ -1,25 +1,21 @@
 /* server/cluster.c: the Slurm cluster's nodes from sinfo (contract in cluster.h). */
-#define _GNU_SOURCE            /* pipe2, posix_spawn_file_actions_addclosefrom_np */
 #include "server/cluster.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"    /* set_err */
 #include "base/utf8.h"   /* utf8_from_any: sinfo's strings made fit for JSON */
+#include "jobs/command.h" /* command_run: sinfo with a time limit and capped output */
 
 extern char **environ;
 
@@ -352,10 +348,11 @@ cJSON *cluster_node_json(const cluster_node *n)
 
 /* ---- running sinfo ------------------------------------------------------------- */
 
+#define SINFO_STDERR_MAX 1024   /* bytes of sinfo's stderr kept for its error message */
+
 struct cluster {
     unsigned interval_s;
     char *sinfo;                /* "sinfo" (PATH) or "<slurm_bin>/sinfo" */
-    bool on_path;
     char **envp;                /* the environment sinfo runs with (NULL: the server's) */
     atomic_bool stopping;
 
@@ -409,203 +406,31 @@ static double now_ms(void)
     return (double)((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000) / 1000.0;
 }
 
-/* sinfo's process: spawned with no signal blocked (the server blocks them
- * all for sigwait) and its output on two pipes. Returns its pid, or -1 with
- * err set. */
-static pid_t spawn_sinfo(cluster *c, int out[2], int errp[2], char *err, size_t errlen)
+/* Runs sinfo --json once: *o holds its output (the caller frees it with
+ * command_result_free). 0, or -1 with err set. */
+static int run_sinfo(cluster *c, command_result *o, char *err, size_t errlen)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    pid_t pid = -1;
-    int rc = posix_spawn_file_actions_init(&fa);
-    if (rc)
-        return set_err(err, errlen, "posix_spawn: %s", strerror(rc));
-    rc = posix_spawnattr_init(&at);
-    if (rc) {
-        posix_spawn_file_actions_destroy(&fa);
-        return set_err(err, errlen, "posix_spawn: %s", strerror(rc));
-    }
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    static const int reset[] = { SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM };
-    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
-        sigaddset(&defaults, reset[i]);
-    rc = posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, errp[1], STDERR_FILENO);
-    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
-#endif
-    if (!rc) rc = posix_spawnattr_setsigmask(&at, &none);
-    if (!rc) rc = posix_spawnattr_setsigdefault(&at, &defaults);
-    if (!rc) rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char name[PATH_MAX + 16];
+    snprintf(name, sizeof name, "%s --json", c->sinfo);
     char *argv[] = { c->sinfo, "--json", NULL };
-    char **envp = c->envp ? c->envp : environ;
-    if (!rc)
-        rc = c->on_path ? posix_spawnp(&pid, c->sinfo, &fa, &at, argv, envp)
-                        : posix_spawn(&pid, c->sinfo, &fa, &at, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (rc)
-        return set_err(err, errlen, "cannot run %s: %s", c->sinfo, strerror(rc));
-    return pid;
-}
-
-/* What sinfo wrote: stdout in full (up to CLUSTER_OUTPUT_MAX), the start of stderr. */
-typedef struct sinfo_output {
-    char *out;
-    size_t len, cap;
-    char errtext[1024];
-    size_t errlen;
-} sinfo_output;
-
-/* Reads what fd has into o; 1 at EOF, 0 for more later, -1 past the cap. */
-static int read_some(int fd, bool is_out, sinfo_output *o)
-{
-    char buf[65536];
-    ssize_t r = read(fd, buf, sizeof buf);
-    if (r == 0)
-        return 1;
-    if (r < 0)
-        return errno == EINTR || errno == EAGAIN ? 0 : 1;
-    if (!is_out) {
-        size_t take = (size_t)r < sizeof o->errtext - 1 - o->errlen ? (size_t)r : sizeof o->errtext - 1 - o->errlen;
-        memcpy(o->errtext + o->errlen, buf, take);
-        o->errlen += take;
-        o->errtext[o->errlen] = '\0';
-        return 0;
-    }
-    if (o->len + (size_t)r > CLUSTER_OUTPUT_MAX)
-        return -1;
-    if (o->len + (size_t)r > o->cap) {
-        size_t cap = o->cap ? o->cap : 65536;
-        while (cap < o->len + (size_t)r)
-            cap *= 2;
-        char *p = realloc(o->out, cap);
-        if (!p)
-            return -1;
-        o->out = p;
-        o->cap = cap;
-    }
-    memcpy(o->out + o->len, buf, (size_t)r);
-    o->len += (size_t)r;
-    return 0;
-}
-
-/* Reads both pipes until both end and sinfo has exited (*status), the time
- * limit passes, stdout passes its cap or the sampler stops. 0, or -1 with err
- * set (sinfo is then still to be killed and reaped). */
-static int drain_sinfo(cluster *c, pid_t pid, int outfd, int errfd, sinfo_output *o, int *status, char *err,
-                       size_t errlen)
-{
-    struct pollfd p[2] = { { .fd = outfd, .events = POLLIN }, { .fd = errfd, .events = POLLIN } };
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        /* Both pipes closed: has it exited? (One that closes its output and
-         * lingers meets the time limit, not an endless waitpid.) */
-        if (p[0].fd < 0 && p[1].fd < 0 && waitpid(pid, status, WNOHANG) == pid)
-            return 0;
-        if (atomic_load(&c->stopping))
-            return set_err(err, errlen, "the server is stopping");
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec >= CLUSTER_SINFO_TIMEOUT_S)
-            return set_err(err, errlen, "%s --json did not finish within %d s", c->sinfo, CLUSTER_SINFO_TIMEOUT_S);
-        bool reading = p[0].fd >= 0 || p[1].fd >= 0;
-        if (poll(p, 2, reading ? 200 : 10) < 0 && errno != EINTR)
-            return set_err(err, errlen, "poll: %s", strerror(errno));
-        for (int i = 0; i < 2; i++) {
-            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            int r = read_some(p[i].fd, i == 0, o);
-            if (r < 0)
-                return set_err(err, errlen, "%s --json wrote more than %u MiB (or memory ran out)", c->sinfo,
-                               CLUSTER_OUTPUT_MAX >> 20);
-            if (r > 0)
-                p[i].fd = -1;
-        }
-    }
-    return 0;
-}
-
-/* stderr's text (n bytes) on one line into out, its lines joined by "; ",
- * for an error message. */
-static void one_line(const char *s, size_t n, char *out, size_t len)
-{
-    size_t o = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < n && o + 3 < len;) {
-        size_t e = i;
-        while (e < n && s[e] != '\n' && s[e] != '\r')
-            e++;
-        size_t a = i, b = e;
-        while (a < b && isspace((unsigned char)s[a]))
-            a++;
-        while (b > a && isspace((unsigned char)s[b - 1]))
-            b--;
-        if (b > a)
-            o += (size_t)snprintf(out + o, len - o, "%s%.*s", o ? "; " : "", (int)(b - a), s + a);
-        i = e + 1;
-    }
-    for (char *p = out; *p; p++)
-        if (*p == '\t')
-            *p = ' ';
-}
-
-/* Runs sinfo --json once: its stdout into *o. 0, or -1 with err set. */
-static int run_sinfo(cluster *c, sinfo_output *o, char *err, size_t errlen)
-{
-    int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, rc = -1, status = 0;
-    pid_t pid = -1;
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
-        set_err(err, errlen, "pipe: %s", strerror(errno));
-        goto out;
-    }
-    if ((pid = spawn_sinfo(c, out, errp, err, errlen)) < 0)
-        goto out;
-    close(out[1]);
-    close(errp[1]);
-    out[1] = errp[1] = -1;
-    if (drain_sinfo(c, pid, out[0], errp[0], o, &status, err, errlen) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        goto out;
-    }
-    char raw[sizeof o->errtext * 2 + 1], text[sizeof o->errtext];
-    size_t rawlen = utf8_from_any(o->errtext, o->errlen, raw, sizeof raw);
-    one_line(raw, rawlen, text, sizeof text);
-    if (WIFSIGNALED(status))
-        set_err(err, errlen, "%s --json was killed by signal %d%s%s", c->sinfo, WTERMSIG(status),
-                *text ? ": " : "", text);
-    else if (WEXITSTATUS(status) != 0)
-        set_err(err, errlen, "%s --json exited with status %d%s%s", c->sinfo, WEXITSTATUS(status),
-                *text ? ": " : "", text);
-    else
-        rc = 0;
-out:
-    for (int i = 0; i < 2; i++) {
-        if (out[i] >= 0)
-            close(out[i]);
-        if (errp[i] >= 0)
-            close(errp[i]);
-    }
-    return rc;
+    command_spec spec = { .path = c->sinfo, .argv = argv, .envp = c->envp, .name = name,
+                          .timeout_ms = CLUSTER_SINFO_TIMEOUT_S * 1000, .out_max = CLUSTER_OUTPUT_MAX,
+                          .err_max = SINFO_STDERR_MAX, .stop = &c->stopping };
+    return command_run(&spec, o, err, errlen);
 }
 
 /* One sinfo, parsed, swapped in as the current result. */
 static void sample_once(cluster *c)
 {
-    sinfo_output o;
+    command_result o;
     cluster_nodes nodes;
     char err[sizeof c->error] = "";
-    memset(&o, 0, sizeof o);
     memset(&nodes, 0, sizeof nodes);
-    if (run_sinfo(c, &o, err, sizeof err) == 0 && cluster_parse_sinfo(o.out ? o.out : "", o.len, &nodes, err,
+    if (run_sinfo(c, &o, err, sizeof err) == 0 && cluster_parse_sinfo(o.out, o.out_len, &nodes, err,
                                                                       sizeof err) == 0 && nodes.warning[0])
         set_err(err, sizeof err, "sinfo --json reported: %s%s", nodes.warning,
                 nodes.n ? "" : " (and no nodes: is slurmctld running and reachable?)");
-    free(o.out);
+    command_result_free(&o);
     if (err[0] && !nodes.warning[0])
         cluster_nodes_free(&nodes);    /* a failed sinfo shows no nodes, not half of them */
     pthread_mutex_lock(&c->mu);
@@ -643,11 +468,11 @@ cluster *cluster_start(const cluster_config *cfg, char *err, size_t errlen)
     if (!c)
         goto oom;
     c->interval_s = cfg->interval_s;
-    c->on_path = !cfg->slurm_bin || !*cfg->slurm_bin;
-    size_t len = c->on_path ? 6 : strlen(cfg->slurm_bin) + 7;
+    bool on_path = !cfg->slurm_bin || !*cfg->slurm_bin;
+    size_t len = on_path ? 6 : strlen(cfg->slurm_bin) + 7;
     if (!(c->sinfo = malloc(len)))
         goto oom;
-    snprintf(c->sinfo, len, c->on_path ? "sinfo" : "%s/sinfo", cfg->slurm_bin);
+    snprintf(c->sinfo, len, on_path ? "sinfo" : "%s/sinfo", cfg->slurm_bin);
     if (cfg->slurm_conf && *cfg->slurm_conf && !(c->envp = env_with_conf(cfg->slurm_conf)))
         goto oom;
     atomic_init(&c->stopping, false);
