@@ -11,7 +11,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import {
@@ -232,7 +232,13 @@ test('SIGTERM: streams end, the server exits 0, running jobs stop at a checkpoin
   assert.ok(sseLine && ACCESS.exec(sseLine)[5] === '200', `the stream's line at its end: ${sseLine}`);
   for (const id of [a, b]) {
     const ck = path.join(dataDir, 'jobs', String(id), 'checkpoints');
-    assert.ok(existsSync(ck) && readdirSync(ck).some((f) => f.endsWith('.safetensors')), `job ${id} left a checkpoint`);
+    if (!(existsSync(ck) && readdirSync(ck).some((f) => f.endsWith('.safetensors')))) {
+      // What the job and the server said, to tell a worker that died early from one that never stopped.
+      let log = '';
+      try { log = readFileSync(path.join(dataDir, 'jobs', String(id), 'log'), 'utf8').slice(-3000); } catch { /* none */ }
+      assert.fail(`job ${id} left no checkpoint (${existsSync(ck) ? readdirSync(ck).join(', ') || 'empty' : 'no'} checkpoints folder)`
+        + `\n--- its log:\n${log}\n--- the server:\n${envServer.err().slice(-3000)}`);
+    }
   }
   // The next start (flags this time) finds both queued and resumes them from their checkpoints.
   const again = await startServer({ dataDir, args: ['--max-jobs', '2'] });
