@@ -16,12 +16,12 @@
 
 #include "db/store_db.h"     /* store_db_lock, store_db_unlock */
 
-/* Takes the next id of the job's stream (0 with *id, STORE_NOT_FOUND, -1).
- * Inside the append's transaction. */
-static int next_id(sqlite3 *db, int64_t job_id, uint64_t *id)
+/* The one value sql (a statement on job ?1 whose row is one integer: its
+ * event_seq) answers, into *id. 0, STORE_NOT_FOUND when the job is not
+ * there, or -1 (logged as `what`). */
+static int job_seq(sqlite3 *db, const char *sql, int64_t job_id, uint64_t *id, const char *what)
 {
-    sqlite3_stmt *q = store_db_prep(db, "UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ?1 "
-                               "RETURNING event_seq", "taking an event id");
+    sqlite3_stmt *q = store_db_prep(db, sql, what);
     if (!q)
         return -1;
     int ret = -1;
@@ -34,10 +34,18 @@ static int next_id(sqlite3 *db, int64_t job_id, uint64_t *id)
     } else if (rc == SQLITE_DONE) {
         ret = STORE_NOT_FOUND;
     } else {
-        store_db_log(db, "taking an event id");
+        store_db_log(db, what);
     }
     sqlite3_finalize(q);
     return ret;
+}
+
+/* Takes the next id of the job's stream (0 with *id, STORE_NOT_FOUND, -1).
+ * Inside the append's transaction. */
+static int next_id(sqlite3 *db, int64_t job_id, uint64_t *id)
+{
+    return job_seq(db, "UPDATE jobs SET event_seq = event_seq + 1 WHERE id = ?1 RETURNING event_seq", job_id, id,
+                   "taking an event id");
 }
 
 static int insert_event(sqlite3 *db, int64_t job_id, uint64_t id, const char *type, int64_t step,
@@ -158,22 +166,7 @@ int store_event_trim(store *s, int64_t job_id, int64_t after_step)
 int store_event_last(store *s, int64_t job_id, uint64_t *id)
 {
     sqlite3 *db = store_db_lock(s);
-    int ret = -1;
-    sqlite3_stmt *q = store_db_prep(db, "SELECT event_seq FROM jobs WHERE id = ?1", "reading an event id");
-    if (q) {
-        int rc = sqlite3_bind_int64(q, 1, job_id);
-        if (rc == SQLITE_OK)
-            rc = sqlite3_step(q);
-        if (rc == SQLITE_ROW) {
-            *id = (uint64_t)sqlite3_column_int64(q, 0);
-            ret = 0;
-        } else if (rc == SQLITE_DONE) {
-            ret = STORE_NOT_FOUND;
-        } else {
-            store_db_log(db, "reading an event id");
-        }
-        sqlite3_finalize(q);
-    }
+    int ret = job_seq(db, "SELECT event_seq FROM jobs WHERE id = ?1", job_id, id, "reading an event id");
     store_db_unlock(s);
     return ret;
 }
