@@ -64,7 +64,9 @@
  * checkpoints/step-<S>.safetensors, reports {"t":"status","status":"cancelled"}
  * and exits 0. The handler is reset after the first signal, so a second one
  * kills at once. SIGPIPE keeps its default action: when the server is gone,
- * the next report kills the worker.
+ * the next report kills the worker (a rank of a multi-process job ignores it:
+ * its reports go to a file, and a dead peer's socket must fail a send, not
+ * kill the rank).
  *
  * The job folder's lock (jobs/joblock.h): before reading job.json or writing
  * anything, the worker holds jobs/<id>/lock until it exits: the one the
