@@ -3,7 +3,9 @@
 #include "jobs/report.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,34 +14,65 @@
 
 #include <cjson/cJSON.h>
 
-static volatile sig_atomic_t stop_requested;
+static atomic_int stop_requested;  /* set by the stop-signal thread or report_request_stop */
 static const char *human_name;   /* NULL: JSON lines for the scheduler */
 static FILE *report_file;        /* report_to_file's; NULL: stdout */
 static int quiet_rank = -1;      /* report_quiet's rank; -1: not quiet */
 
-static void on_stop_signal(int sig)
+/* The stop signals are taken by one thread of their own with sigwait, and
+ * every other thread of the process blocks them (report_start blocks them
+ * before any other thread exists; threads inherit the mask). No signal
+ * handler may run on a thread that computes: oneDNN 2.x's JIT sgemm kernels
+ * point rsp into a heap buffer while they run, so a signal frame pushed there
+ * corrupts the heap (oneDNN issue 4845, fixed in 3.x). Seen as "corrupted
+ * size vs. prev_size" aborts of workers that got SIGTERM during a dense
+ * layer's pass. A signal taken by sigwait pushes no frame anywhere. */
+static sigset_t stop_sigs;
+
+static void *stop_signal_thread(void *arg)
 {
-    (void)sig;
+    (void)arg;
+    int sig;
+    while (sigwait(&stop_sigs, &sig) != 0)
+        ;
     stop_requested = 1;
+    /* A second stop signal takes the default action (the process ends):
+     * this thread alone lets it through, and it runs no handler. */
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
+    for (;;)
+        pause();
+    return NULL;
 }
 
 void report_start(const char *human)
 {
     human_name = human;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    /* A second signal takes the default action; a report being written when the
-     * signal comes is finished, not failed with EINTR. */
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGTERM);
+    sigaddset(&stop_sigs, SIGINT);
+    /* every signal but the stop ones unblocked (the scheduler starts workers
+     * with a clean mask; a shell or srun may not) */
+    pthread_sigmask(SIG_SETMASK, &stop_sigs, NULL);
+    pthread_t t;
+    pthread_attr_t at;
+    int rc = pthread_attr_init(&at);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&t, &at, stop_signal_thread, NULL);
+        pthread_attr_destroy(&at);
+    }
+    if (rc != 0) {
+        /* no thread to take them: the stop signals end the process as they
+         * would with no handler (a cancel then loses the steps since the last
+         * checkpoint, never the heap) */
+        fprintf(stderr, "kiln: cannot start the stop-signal thread (%s): SIGTERM ends at once\n",
+                strerror(rc));
+        pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
+    }
 }
 
 bool report_human(void)

@@ -21,8 +21,12 @@
 #include <stddef.h>
 
 /* Starts reporting: human NULL for JSON lines to the scheduler, else the
- * command's name for a person ("kiln train"). Line-buffers stdout, installs
- * the stop signals' handler and unblocks every signal. Call once, first. */
+ * command's name for a person ("kiln train"). Line-buffers stdout, blocks
+ * SIGTERM and SIGINT in this thread (and so in every thread started after)
+ * and starts the thread that takes them with sigwait: the first asks for a
+ * stop, a second ends the process. Every other signal is unblocked. Call
+ * once, first, before any other thread exists (report.c says why no signal
+ * handler may run on a computing thread). */
 void report_start(const char *human);
 
 /* Reports (report_emit, report_error's JSON line) appended to the file at

@@ -62,8 +62,8 @@
  * Signals (jobs/report.h): SIGTERM (or SIGINT) sets a flag; the worker stops
  * after the current step (or validation batch), writes
  * checkpoints/step-<S>.safetensors, reports {"t":"status","status":"cancelled"}
- * and exits 0. The handler is reset after the first signal, so a second one
- * kills at once. SIGPIPE keeps its default action: when the server is gone,
+ * and exits 0. A second signal kills at once. (No handler runs: a thread of
+ * report.c's takes the signals with sigwait.) SIGPIPE keeps its default action: when the server is gone,
  * the next report kills the worker (a rank of a multi-process job ignores it:
  * its reports go to a file, and a dead peer's socket must fail a send, not
  * kill the rank).

@@ -52,18 +52,27 @@ async function jobStatus(id, want) {
   }, { timeoutMs: 60_000, what: `job ${id} ${want}` });
 }
 
-/* The nice value of every thread of the worker that runs job id (field 19
- * of /proc/PID/task/TID/stat), found by its --job-dir. */
-function workerNices(id) {
+/* Every thread of the worker that runs job id, found by its --job-dir:
+ * {nice (field 19 of /proc/PID/task/TID/stat), blocked, caught (SigBlk and
+ * SigCgt of its status, as BigInt masks)}. */
+function workerThreads(id) {
   const dir = path.join(dataDir, 'jobs', String(id));
   for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
     let argv;
     try { argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0'); } catch { continue; }
     if (argv[1] !== 'worker' || argv[argv.indexOf('--job-dir') + 1] !== dir) continue;
-    return readdirSync(`/proc/${pid}/task`).map((tid) => {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
-    });
+    try {
+      return readdirSync(`/proc/${pid}/task`).map((tid) => {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+        const status = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+        const mask = (name) => BigInt(`0x${new RegExp(`^${name}:\\s*([0-9a-f]+)`, 'm').exec(status)[1]}`);
+        return {
+          nice: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]),
+          blocked: mask('SigBlk'),
+          caught: mask('SigCgt'),
+        };
+      });
+    } catch { return null; }  /* a thread that ended while read */
   }
   return null;
 }
@@ -118,13 +127,25 @@ test('the queue: running with devices, queued in priority order with position an
   // (The job is "running" from its spawn: the worker lowers itself first
   // thing, and its training threads come after; one left at 0 never passes.)
   let seen;
+  let threads;
   await waitFor(() => {
-    seen = workerNices(a.id);
+    threads = workerThreads(a.id);
+    seen = threads && threads.map((t) => t.nice);
     return seen && seen.length > 1 && seen.every((n) => n === 10);
   }, { timeoutMs: 15_000, what: `job ${a.id}'s worker threads at nice 10` }).catch((e) => {
     throw new Error(`${e.message}; its threads' nice values: ${seen}`);
   });
   assert.equal(serverNice(), 0);
+  // No handler for SIGTERM or SIGINT, and every thread but one blocks both:
+  // that one takes them in sigwait (which the kernel shows as unblocked while
+  // it waits). A handler's frame pushed on a thread that is inside oneDNN
+  // 2.x's JIT sgemm lands on the heap (jobs/report.c). The cancel below still
+  // stops the worker at a step.
+  const STOP = (1n << 14n) | (1n << 1n);   // SIGTERM (15), SIGINT (2)
+  for (const t of threads) assert.equal(t.caught & STOP, 0n, `a worker thread has a handler for a stop signal: SigCgt ${t.caught.toString(16)}`);
+  const taking = threads.filter((t) => (t.blocked & STOP) !== STOP);
+  assert.equal(taking.length, 1,
+    `threads that take SIGTERM or SIGINT: ${taking.length} of ${threads.length} (SigBlk ${threads.map((t) => t.blocked.toString(16))})`);
 
   const b = await job('bob', { epochs: 1, name: 'bob B' });
   const c = await job('alice', { epochs: 1, name: 'urgent C', priority: 5 });
