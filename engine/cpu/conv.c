@@ -1,4 +1,5 @@
-/* engine/cpu/conv.c: 2-D convolution on oneDNN (direct algorithm). The
+/* engine/cpu/conv.c: 2-D convolution on oneDNN (direct algorithm, or
+ * Winograd where cpu_conv_winograd says so). The
  * backend's operands are activations in their layouts and types
  * (engine/backend.h) and OIHW / GOIHW weights; each primitive is made with
  * layouts left to oneDNN ("any"), which picks its blocked ones and its fast
@@ -94,6 +95,68 @@ static bool is_jit(const_dnnl_primitive_desc_t pd)
            name && strncmp(name, "jit", 3) == 0;
 }
 
+/* Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512 FP32) instead of the
+ * direct kernel, for one pass of a convolution: 3x3, stride 1, undilated,
+ * ungrouped, computed in FP32, with at least 32 input and output channels
+ * (48 for the weight gradient). It does about a quarter of the direct
+ * algorithm's multiplications, and adds the transforms' memory traffic and
+ * their rounding (tests/unit/test_engine_ops.c bounds it). Where it pays,
+ * measured per pass on this project's 2-core AVX-512 machine (ms, oneDNN
+ * 2.6, direct / Winograd, 2 threads; cifar10-cnn at batch 64, resnet20 at
+ * 128):
+ *
+ *   channels  size   forward       input grad    weight grad
+ *   16->16    32x32  2.0 / 2.8     1.6 / 2.5     1.6 / 2.4
+ *   32->32    16x16  1.5 / 1.2     1.6 / 1.1     1.5 / 1.6
+ *   50->50    32x32  12.3 / 6.9    13.3 / 6.6    13.2 / 9.9
+ *   50->100   16x16  5.3 / 2.5     5.4 / 2.7     5.3 / 3.3
+ *   64->64    8x8    1.5 / 0.8     1.5 / 0.7     1.6 / 1.1
+ *   100->100  16x16  9.3 / 5.0     9.3 / 4.9     9.5 / 7.3
+ *
+ * The choice depends on the shapes alone, never on a timing, so a run and
+ * its resumption compute alike. Where oneDNN has no Winograd kernel (a CPU
+ * without AVX-512, an attribute it does not take) the pass is direct.
+ * KILN_WINOGRAD=0 in the environment turns it off (for comparisons). */
+bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
+{
+    const char *env = getenv("KILN_WINOGRAD");
+    if ((env && strcmp(env, "0") == 0) || d->wdtype != BE_F32 || d->src_dtype != BE_F32 ||
+        d->dst_dtype != BE_F32 || d->kh != 3 || d->kw != 3 || d->stride_h != 1 ||
+        d->stride_w != 1 || d->dil_h != 1 || d->dil_w != 1 || d->groups != 1)
+        return false;
+    int ch = d->c < d->k ? d->c : d->k;
+    return ch >= (pass == BE_BWD_WEIGHTS ? 48 : 32);
+}
+
+/* The primitive descriptor of op desc cd (a convolution of any pass, made
+ * with the direct algorithm): Winograd first where wino, else (or where
+ * oneDNN has no such kernel) direct. */
+static int conv_pd(be_ctx *ctx, dnnl_convolution_desc_t *cd, bool wino,
+                   const_dnnl_primitive_desc_t hint, const_dnnl_primitive_attr_t attr,
+                   dnnl_primitive_desc_t *pd, char *err, size_t errlen)
+{
+    if (wino) {
+        cd->alg_kind = dnnl_convolution_winograd;
+        if (dnnl_primitive_desc_create(pd, cd, attr, ctx->eng, hint) == dnnl_success)
+            return 0;
+        cd->alg_kind = dnnl_convolution_direct;
+    }
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, cd, attr, ctx->eng, hint);
+    return s == dnnl_success ? 0 : cpu_dnnl_err(s, "primitive_desc_create", err, errlen);
+}
+
+const char *cpu_conv_impl(const be_plan *p, unsigned pass)
+{
+    const cpu_prim *c = pass == BE_FWD ? &p->fwd : pass == BE_BWD_DATA ? &p->bwd_data :
+                        &p->bwd_weights;
+    const_dnnl_primitive_desc_t pd = NULL;
+    const char *name = NULL;
+    if (!c->prim || dnnl_primitive_get_primitive_desc(c->prim, &pd) != dnnl_success ||
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success)
+        return NULL;
+    return name;
+}
+
 /* The post-ops of an inference plan (be_conv_desc): the addend, read in the
  * primitive's own output layout (dst), then the ReLU. */
 static int infer_attr(be_ctx *ctx, const be_conv_desc *d, const dnnl_memory_desc_t *dst,
@@ -151,7 +214,7 @@ static int conv_infer_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m
     DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
              dnnl_convolution_direct, &asrc, &awei, d->bias ? &m->bias : NULL, &ydst,
              m->strides, m->dil, m->pad_l, m->pad_r), "convolution_forward_desc_init");
-    if (cpu_pd(ctx, &cd, NULL, &pd, err, errlen) < 0)
+    if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, ctx->attr, &pd, err, errlen) < 0)
         goto out;
     src = *pd_md(pd, DNNL_ARG_SRC);
     dst = *pd_md(pd, DNNL_ARG_DST);
@@ -162,7 +225,8 @@ static int conv_infer_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m
              m->strides, m->dil, m->pad_l, m->pad_r), "convolution_forward_desc_init");
     if (infer_attr(ctx, d, &dst, &attr, err, errlen) < 0)
         goto out;
-    DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, ctx->eng, NULL), "primitive_desc_create");
+    if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, attr, &pd, err, errlen) < 0)
+        goto out;
     p->infer_add = d->post_add;
     if (cpu_prim_make(ctx, pd, nargs, args, &p->fwd, err, errlen) < 0 ||
         cpu_reorder_make(ctx, &m->src, pd_md(pd, DNNL_ARG_SRC), CPU_TMP_SRC, &p->re[RE_FX], err,
@@ -233,7 +297,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
     DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
              dnnl_convolution_direct, &asrc, &awei, d->bias ? &m.bias : NULL, &ydst,
              m.strides, m.dil, m.pad_l, m.pad_r), "convolution_forward_desc_init");
-    if (cpu_pd(ctx, &cd, NULL, &fwd_pd, err, errlen) < 0)
+    if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, ctx->attr, &fwd_pd, err, errlen) < 0)
         goto out;
     if (passes & BE_FWD) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
@@ -251,7 +315,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
                  &dxsrc, &awei, &adst, m.strides, m.dil, m.pad_l, m.pad_r),
                  "convolution_backward_data_desc_init");
-        if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0 ||
+        if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_BWD_DATA), fwd_pd, ctx->attr, &pd, err, errlen) < 0 ||
             cpu_prim_make(ctx, pd, 3, args, &p->bwd_data, err, errlen) < 0 ||
             cpu_reorder_make(ctx, &m.dst, pd_md(pd, DNNL_ARG_DIFF_DST), CPU_TMP_DST,
                              &p->re[RE_BDY], err, errlen) < 0 ||
@@ -269,7 +333,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(&cd,
                  dnnl_convolution_direct, &asrc, &dwwei, d->bias ? &m.bias : NULL, &adst,
                  m.strides, m.dil, m.pad_l, m.pad_r), "convolution_backward_weights_desc_init");
-        if (cpu_pd(ctx, &cd, fwd_pd, &pd, err, errlen) < 0)
+        if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_BWD_WEIGHTS), fwd_pd, ctx->attr, &pd, err, errlen) < 0)
             goto out;
         if (ct != dnnl_f32 && !is_jit(pd)) {
             dnnl_memory_desc_t fsrc, fdst;

@@ -150,6 +150,12 @@ be_plan *cpu_plan_new(cpu_plan_kind kind, char *err, size_t errlen);
 /* The ops, one file each (conv.c, pool.c, dense.c, act.c, bn.c, merge.c, ew.c, loss.c,
  * optim.c). */
 int cpu_conv_plan(be_ctx *, const be_conv_desc *, unsigned, be_plan **, char *, size_t);
+/* Whether pass (BE_FWD, BE_BWD_DATA or BE_BWD_WEIGHTS) of a convolution is
+ * computed with Winograd's algorithm where oneDNN has it (conv.c says when). */
+bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass);
+/* oneDNN's name for the kernel that runs pass of a convolution plan (e.g.
+ * "jit_wino_4x3:avx512_core"), or NULL where the plan has no such pass. */
+const char *cpu_conv_impl(const be_plan *p, unsigned pass);
 int cpu_conv_fwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *, be_buf *,
                  char *, size_t);
 int cpu_conv_bwd_data(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,

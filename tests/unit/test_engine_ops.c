@@ -17,6 +17,26 @@
  *    max pooling and ReLU are linear on pieces, and the inputs are drawn away
  *    from their kinks by more than h; softmax cross-entropy is smooth, its
  *    truncation error is bounded by h^2/6 max|f'''| with |f'''| <= 1/(6 sqrt 3).
+ *  - Winograd convolution (engine/cpu/conv.c, cpu_conv_winograd: F(4x4, 3x3),
+ *    oneDNN's jit_wino_4x3) computes y = A^T [(G g G^T) . (B^T d B)] A per
+ *    4x4 output tile and input channel, summed over channels. With every
+ *    operation's rounding a factor (1 + t), |t| <= u, the error is at most
+ *    gamma_m times the same computation on absolute values (m: the roundings
+ *    on the longest path: weight transform <= 10, input transform <= 12,
+ *    product 1, channel sum C, output transform <= 12, bias 1: C + 36).
+ *    Bounding each transformed element by its matrices' absolute row sums
+ *    gives, for an output of image n and channel k,
+ *      W^2 sum_c max|g_kc| max|x_nc|,  W = max_p sum_i |A^T_pi| rG_i rB_i,
+ *    rG_i, rB_i the absolute row sums of G and B^T (wino_w_fwd computes W
+ *    from Lavin and Gray's matrices for F(4x4, 3x3): 48). The input gradient
+ *    is the same algorithm on dy with the kernel turned (sum over k). The
+ *    weight gradient, G^T [sum over images and tiles (A dy A^T) . (B^T x B)] G,
+ *    gets W'^2 sum_n T max|dy_nk| max|x_nc| (T tiles an image, W' =
+ *    max_r sum_i |G_ir| rA_i rB_i, rA_i the absolute column sums of A^T: 53.3)
+ *    and m = N T + 36. These are norm bounds, some 10^4 times the error seen
+ *    (the test prints the fraction), yet about a tenth of the outputs' own
+ *    size in these cases, so a wrong tile or transform still fails; the
+ *    finite differences check the gradients against the forward pass.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +50,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu.h"   /* cpu_conv_winograd, cpu_conv_impl */
 #include "engine/elementwise.h"
 #include "engine/rng.h"
 
@@ -271,7 +292,18 @@ static void conv_fwd_op(void *op, float *y)
     download(cc->yb, y, cc->ny);
 }
 
-static void run_conv_case(be_conv_desc d, uint64_t seed)
+static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw);
+
+/* The largest error of got against ref as a fraction of its bound. */
+static double bound_used(const float *got, const refv *ref, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)got[i] - ref->v[i]) / refv_bound(ref, i));
+    return worst;
+}
+
+static void run_conv_case_alg(be_conv_desc d, uint64_t seed, bool wino)
 {
     char err[256] = "";
     rng r;
@@ -298,6 +330,21 @@ static void run_conv_case(be_conv_desc d, uint64_t seed)
 
     refv y = refv_new(cc.ny), dx = refv_new(cc.nx), dw = refv_new(cc.nw), db = refv_new(d.k);
     conv_ref(&cc, &y, &dx, &dw, &db);
+    /* The algorithm each pass runs is the one the rule names, and the bounds are its. */
+    const unsigned pass[] = { BE_FWD, BE_BWD_DATA, BE_BWD_WEIGHTS };
+    for (int i = 0; i < 3; i++) {
+        const char *impl = cpu_conv_impl(cc.plan, pass[i]);
+        assert_non_null(impl);
+        assert_int_equal(cpu_conv_winograd(&d, pass[i]), wino);
+        if ((strstr(impl, "wino") != NULL) != wino) {
+            print_error("conv pass %u runs %s, the rule says %s\n", pass[i], impl,
+                        wino ? "Winograd" : "direct");
+            fail();
+        }
+    }
+    double slack = 1;
+    if (wino)
+        slack = wino_bounds(&cc, &y, &dx, &dw);
 
     float *yo = malloc(cc.ny * sizeof *yo), *dxo = malloc(cc.nx * sizeof *dxo),
           *dwo = malloc(cc.nw * sizeof *dwo), *dbo = malloc((size_t)d.k * sizeof *dbo);
@@ -314,18 +361,24 @@ static void run_conv_case(be_conv_desc d, uint64_t seed)
         download(dbb, dbo, (size_t)d.k);
         check_against("conv db", dbo, &db, (size_t)d.k);
     }
+    if (wino)
+        printf("  winograd %dx%d, %d->%d: largest error %.2g of the bound (y), %.2g (dx), %.2g (dw)\n",
+               d.h, d.w, d.c, d.k, bound_used(yo, &y, cc.ny), bound_used(dxo, &dx, cc.nx),
+               bound_used(dwo, &dw, cc.nw));
 
     /* Finite differences; |x|, |w|, |b| <= 1 bound how far a term can move. */
+    /* (Winograd: moving one element by h moves the bound's max of its plane by
+     * at most h, so the bound by at most W^2 h.) */
     const double h = 0.25;
     fd_check fx = { "conv x", &cc, conv_fwd_op, cc.x, cc.xb, cc.nx, dxo, &dx, cc.r, cc.ny,
-                    h, &y, h, 0 };
+                    h, &y, h * slack, 0 };
     fd_run(&fx);
     fd_check fw = { "conv w", &cc, conv_fwd_op, cc.w, cc.wb, cc.nw, dwo, &dw, cc.r, cc.ny,
-                    h, &y, h, 0 };
+                    h, &y, h * slack, 0 };
     fd_run(&fw);
     if (d.bias) {
         fd_check fb = { "conv b", &cc, conv_fwd_op, cc.b, cc.bb, (size_t)d.k, dbo, &db, cc.r,
-                        cc.ny, h, &y, h, 0 };
+                        cc.ny, h, &y, h * slack, 0 };
         fd_run(&fb);
     }
 
@@ -345,6 +398,135 @@ static void run_conv_case(be_conv_desc d, uint64_t seed)
     free(cc.w);
     free(cc.b);
     free(cc.r);
+}
+
+static void run_conv_case(be_conv_desc d, uint64_t seed)
+{
+    run_conv_case_alg(d, seed, false);
+}
+
+/* Lavin and Gray's F(4x4, 3x3): A^T (4x6), G (6x3), B^T (6x6). */
+static const double WINO_AT[4][6] = {
+    { 1, 1, 1, 1, 1, 0 }, { 0, 1, -1, 2, -2, 0 }, { 0, 1, 1, 4, 4, 0 }, { 0, 1, -1, 8, -8, 1 },
+};
+static const double WINO_G[6][3] = {
+    { 1.0 / 4, 0, 0 },                  { -1.0 / 6, -1.0 / 6, -1.0 / 6 },
+    { -1.0 / 6, 1.0 / 6, -1.0 / 6 },    { 1.0 / 24, 1.0 / 12, 1.0 / 6 },
+    { 1.0 / 24, -1.0 / 12, 1.0 / 6 },   { 0, 0, 1 },
+};
+static const double WINO_BT[6][6] = {
+    { 4, 0, -5, 0, 1, 0 },  { 0, -4, -4, 1, 1, 0 }, { 0, 4, -4, -1, 1, 0 },
+    { 0, -2, -1, 2, 1, 0 }, { 0, 2, -1, -2, 1, 0 }, { 0, 4, 0, -5, 0, 1 },
+};
+
+static double wino_rg(int i) { return fabs(WINO_G[i][0]) + fabs(WINO_G[i][1]) + fabs(WINO_G[i][2]); }
+
+static double wino_rb(int i)
+{
+    double s = 0;
+    for (int a = 0; a < 6; a++)
+        s += fabs(WINO_BT[i][a]);
+    return s;
+}
+
+static double wino_ra(int i)
+{
+    double s = 0;
+    for (int p = 0; p < 4; p++)
+        s += fabs(WINO_AT[p][i]);
+    return s;
+}
+
+/* W of the header comment: the forward pass's (and the input gradient's). */
+static double wino_w_fwd(void)
+{
+    double w = 0;
+    for (int p = 0; p < 4; p++) {
+        double s = 0;
+        for (int i = 0; i < 6; i++)
+            s += fabs(WINO_AT[p][i]) * wino_rg(i) * wino_rb(i);
+        w = fmax(w, s);
+    }
+    return w;
+}
+
+/* W' of the header comment: the weight gradient's. */
+static double wino_w_bwd_w(void)
+{
+    double w = 0;
+    for (int r = 0; r < 3; r++) {
+        double s = 0;
+        for (int i = 0; i < 6; i++)
+            s += fabs(WINO_G[i][r]) * wino_ra(i) * wino_rb(i);
+        w = fmax(w, s);
+    }
+    return w;
+}
+
+/* max |t| over plane (n, c) of an NCHW tensor of planes hw long */
+static double plane_max(const float *t, int nc, size_t hw)
+{
+    double m = 0;
+    for (size_t i = 0; i < hw; i++)
+        m = fmax(m, fabs(t[(size_t)nc * hw + i]));
+    return m;
+}
+
+/* Replaces the direct algorithm's bounds of y, dx and dw (conv_ref's sums of
+ * |terms|) with Winograd's (the header comment); returns the forward bound's
+ * W^2, for the finite differences' slack. */
+static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw)
+{
+    const be_conv_desc *d = &cc->d;
+    const double w2 = wino_w_fwd() * wino_w_fwd(), v2 = wino_w_bwd_w() * wino_w_bwd_w();
+    const size_t xhw = (size_t)d->h * d->w, yhw = (size_t)d->oh * d->ow;
+    const int tiles = ((d->oh + 3) / 4) * ((d->ow + 3) / 4);
+    double *gmax = calloc((size_t)d->k * d->c, sizeof *gmax),
+           *xmax = calloc((size_t)d->n * d->c, sizeof *xmax),
+           *rmax = calloc((size_t)d->n * d->k, sizeof *rmax);
+    assert_true(gmax && xmax && rmax);
+    for (int kc = 0; kc < d->k * d->c; kc++)
+        gmax[kc] = plane_max(cc->w, kc, 9);
+    for (int nc = 0; nc < d->n * d->c; nc++)
+        xmax[nc] = plane_max(cc->x, nc, xhw);
+    for (int nk = 0; nk < d->n * d->k; nk++)
+        rmax[nk] = plane_max(cc->r, nk, yhw);
+    for (int n = 0; n < d->n; n++)
+        for (int k = 0; k < d->k; k++) {
+            double m = 0;
+            for (int c = 0; c < d->c; c++)
+                m += gmax[k * d->c + c] * xmax[n * d->c + c];
+            for (size_t i = 0; i < yhw; i++) {
+                size_t yi = ((size_t)n * d->k + k) * yhw + i;
+                y->mag[yi] = w2 * m + (d->bias ? 1 : 0);
+                y->cnt[yi] = d->c + 36;
+            }
+        }
+    for (int n = 0; n < d->n; n++)
+        for (int c = 0; c < d->c; c++) {
+            double m = 0;
+            for (int k = 0; k < d->k; k++)
+                m += gmax[k * d->c + c] * rmax[n * d->k + k];
+            for (size_t i = 0; i < xhw; i++) {
+                size_t xi = ((size_t)n * d->c + c) * xhw + i;
+                dx->mag[xi] = w2 * m;
+                dx->cnt[xi] = d->k + 36;
+            }
+        }
+    for (int k = 0; k < d->k; k++)
+        for (int c = 0; c < d->c; c++) {
+            double m = 0;
+            for (int n = 0; n < d->n; n++)
+                m += tiles * rmax[n * d->k + k] * xmax[n * d->c + c];
+            for (int i = 0; i < 9; i++) {
+                dw->mag[((size_t)k * d->c + c) * 9 + i] = v2 * m;
+                dw->cnt[((size_t)k * d->c + c) * 9 + i] = (double)d->n * tiles + 36;
+            }
+        }
+    free(gmax);
+    free(xmax);
+    free(rmax);
+    return w2;
 }
 
 #define CONV(...) ((be_conv_desc){ __VA_ARGS__ })
@@ -411,6 +593,20 @@ static void test_conv_1x1_and_wide(void **state)
     run_conv_case(CONV(.n = 2, .c = 20, .h = 12, .w = 12, .k = 50, .oh = 8, .ow = 8, .kh = 5,
                        .kw = 5, .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
                        .bias = true), 10);
+}
+
+/* 3x3 stride-1 convolutions with channels enough for Winograd in every pass
+ * (cpu_conv_winograd): a whole number of 4x4 tiles, and partial tiles. */
+static void test_conv_winograd(void **state)
+{
+    run_conv_case_alg(CONV(.n = 2, .c = 48, .h = 8, .w = 8, .k = 48, .oh = 8, .ow = 8, .kh = 3,
+                           .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
+                           .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                           .bias = true), 11, true);
+    run_conv_case_alg(CONV(.n = 3, .c = 50, .h = 9, .w = 7, .k = 64, .oh = 9, .ow = 7, .kh = 3,
+                           .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
+                           .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                           .bias = false), 12, true);
 }
 
 /* A plan made without a pass refuses to run it, with a message. */
@@ -2052,6 +2248,7 @@ int main(void)
         cmocka_unit_test(test_conv_dilation),
         cmocka_unit_test(test_conv_groups),
         cmocka_unit_test(test_conv_1x1_and_wide),
+        cmocka_unit_test(test_conv_winograd),
         cmocka_unit_test(test_plan_without_pass),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_maxpool),
