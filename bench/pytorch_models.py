@@ -24,9 +24,13 @@ benchmark mode on, TF32 off (kiln's FP32 is FP32: FMA math), --amp bf16 or
 fp16 under torch.autocast("cuda"), fp16 with a GradScaler, and the clock read
 after torch.cuda.synchronize() at each step, as kiln reads each step's loss.
 
+With --mode infer each step is one forward pass in eval mode under
+torch.no_grad() (dropout off, batch norm on its running statistics), the
+images per second of inference instead of training.
+
 Usage: pytorch_models.py NET [--batch N] [--steps N] [--warmup N]
                              [--threads N] [--nchw] [--amp bf16|fp16]
-                             [--device cpu|cuda]
+                             [--device cpu|cuda] [--mode train|infer]
 """
 import argparse
 import json
@@ -147,6 +151,7 @@ def main():
     ap.add_argument("--nchw", action="store_true", help="default layout, not channels-last")
     ap.add_argument("--amp", choices=["bf16", "fp16"], help="mixed precision (autocast)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--mode", choices=["train", "infer"], default="train")
     a = ap.parse_args()
 
     torch.manual_seed(1)
@@ -169,6 +174,13 @@ def main():
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
     scaler = torch.cuda.amp.GradScaler() if cuda and a.amp == "fp16" else None
 
+    def infer_step():
+        with torch.no_grad():
+            out = model(x)
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
     def step():
         opt.zero_grad(set_to_none=True)
         if dtype is not None:
@@ -187,6 +199,9 @@ def main():
             torch.cuda.synchronize()
         return loss
 
+    if a.mode == "infer":
+        model.eval()
+        step = infer_step
     for _ in range(a.warmup):
         step()
     times = []
@@ -201,6 +216,7 @@ def main():
                "batch": a.batch, "steps": a.steps, "threads": torch.get_num_threads(),
                "memory_format": "nchw" if a.nchw else "channels_last",
                "precision": "amp-" + a.amp if a.amp else "fp32", "device": a.device,
+               "mode": a.mode,
                "gpu": torch.cuda.get_device_name(0) if cuda else None,
                "images_per_sec": a.batch * a.steps / total,
                "ms_per_step": 1e3 * total / a.steps,

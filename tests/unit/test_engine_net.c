@@ -802,6 +802,60 @@ static void test_blocked_net(void **state)
     st_close(w[1]);
 }
 
+/* A convolution whose 20 input channels the blocked layout pads to 32 runs
+ * on channels-last operands (engine/cpu/conv.c, conv_channels_last, as
+ * LeNet's conv2): its gradient against finite differences, and four training
+ * steps against the same net with every activation plain (direct kernels on
+ * NCHW): the same sums in another order, so the losses agree to rounding
+ * (each a few hundred terms of |x| < 1 in float: relative 1e-5 is ten times
+ * gamma_500) and are not the same bits only by chance. */
+static const char *PAD20 =
+    "{\"layers\": ["
+    " {\"type\": \"conv2d\", \"name\": \"c1\", \"filters\": 20, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"tanh\", \"name\": \"t1\"},"
+    " {\"type\": \"conv2d\", \"name\": \"c2\", \"filters\": 12, \"kernel\": 5},"
+    " {\"type\": \"tanh\", \"name\": \"t2\"},"
+    " {\"type\": \"global_avgpool\", \"name\": \"gap\"},"
+    " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
+
+static void test_channels_last_conv(void **state)
+{
+    char err[512] = "";
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
+    const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
+    const net_shape in = { 3, 9, 9 };
+    net *n = make(PAD20, in, 4, 4, &plain, 51);
+    check_net_gradient(n, in, 4, 4, 52);
+    net_free(n);
+
+    double loss[2][4];
+    for (int run = 0; run < 2; run++) {
+        if (run)
+            assert_int_equal(setenv("KILN_CPU_PLAIN_LAYOUTS", "1", 1), 0);
+        n = make(PAD20, in, 4, 8, &sv, 53);
+        unsetenv("KILN_CPU_PLAIN_LAYOUTS");
+        rng r;
+        rng_seed(&r, 54);
+        for (int s = 0; s < 4; s++) {
+            float x[8 * 3 * 9 * 9];
+            int32_t y[8];
+            net_stats st;
+            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+                x[i] = (float)rng_range(&r, -1, 1);
+            for (int i = 0; i < 8; i++)
+                y[i] = (int32_t)(rng_next(&r) % 4);
+            assert_int_equal(net_train_step(n, x, y, 8, 0.05f, &st, err, sizeof err), 0);
+            loss[run][s] = st.loss;
+        }
+        net_free(n);
+    }
+    for (int s = 0; s < 4; s++)
+        if (!(fabs(loss[0][s] - loss[1][s]) <= 1e-5 * fabs(loss[1][s]))) {
+            print_error("step %d: loss %.9g channels-last, %.9g plain\n", s, loss[0][s], loss[1][s]);
+            fail();
+        }
+}
+
 /* The DAG with dropout and batch norm, trained twice from one seed: the
  * same losses bit for bit; another seed differs. */
 static void test_graph_deterministic(void **state)
@@ -1120,6 +1174,7 @@ int main(void)
         cmocka_unit_test(test_graph_gradient),
         cmocka_unit_test(test_graph_deterministic),
         cmocka_unit_test(test_blocked_net),
+        cmocka_unit_test(test_channels_last_conv),
         cmocka_unit_test(test_dropout_modes),
         cmocka_unit_test(test_batchnorm_running),
         cmocka_unit_test(test_builtins_step),
