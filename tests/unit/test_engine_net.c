@@ -757,9 +757,38 @@ static const char *RES16_SMOOTH =
     " {\"type\": \"global_avgpool\", \"name\": \"gap\"},"
     " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
 
-static void test_blocked_net(void **state)
+/* A net of spec for 4 classes and batches of 8 (every activation plain when
+ * plain: KILN_CPU_PLAIN_LAYOUTS), trained four steps on seeded random
+ * batches of in; their losses in loss[4]. */
+static net *train_four(const char *spec, net_shape in, bool plain, const net_solver *sv,
+                       uint64_t seed, double loss[4])
 {
     char err[512] = "";
+    if (plain)
+        assert_int_equal(setenv("KILN_CPU_PLAIN_LAYOUTS", "1", 1), 0);
+    net *n = make(spec, in, 4, 8, sv, seed);
+    unsetenv("KILN_CPU_PLAIN_LAYOUTS");
+    size_t sz = (size_t)8 * in.c * in.h * in.w;
+    float *x = malloc(sz * sizeof *x);
+    assert_non_null(x);
+    rng r;
+    rng_seed(&r, seed + 1);
+    for (int s = 0; s < 4; s++) {
+        int32_t y[8];
+        net_stats st;
+        for (size_t i = 0; i < sz; i++)
+            x[i] = (float)rng_range(&r, -1, 1);
+        for (int i = 0; i < 8; i++)
+            y[i] = (int32_t)(rng_next(&r) % 4);
+        assert_int_equal(net_train_step(n, x, y, 8, 0.05f, &st, err, sizeof err), 0);
+        loss[s] = st.loss;
+    }
+    free(x);
+    return n;
+}
+
+static void test_blocked_net(void **state)
+{
     const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     const net_shape in = { 3, 9, 7 };
@@ -770,23 +799,7 @@ static void test_blocked_net(void **state)
     double loss[2][4];
     st_file *w[2];
     for (int run = 0; run < 2; run++) {
-        if (run)
-            assert_int_equal(setenv("KILN_CPU_PLAIN_LAYOUTS", "1", 1), 0);
-        n = make(RES16, in, 4, 8, &sv, 43);
-        unsetenv("KILN_CPU_PLAIN_LAYOUTS");
-        rng r;
-        rng_seed(&r, 44);
-        for (int s = 0; s < 4; s++) {
-            float x[8 * 3 * 9 * 7];
-            int32_t y[8];
-            net_stats st;
-            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
-                x[i] = (float)rng_range(&r, -1, 1);
-            for (int i = 0; i < 8; i++)
-                y[i] = (int32_t)(rng_next(&r) % 4);
-            assert_int_equal(net_train_step(n, x, y, 8, 0.05f, &st, err, sizeof err), 0);
-            loss[run][s] = st.loss;
-        }
+        n = train_four(RES16, in, run, &sv, 43, loss[run]);
         w[run] = snapshot(n, run ? "plain" : "blocked");
         net_free(n);
     }
@@ -820,7 +833,6 @@ static const char *PAD20 =
 
 static void test_channels_last_conv(void **state)
 {
-    char err[512] = "";
     const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     const net_shape in = { 3, 9, 9 };
@@ -829,26 +841,8 @@ static void test_channels_last_conv(void **state)
     net_free(n);
 
     double loss[2][4];
-    for (int run = 0; run < 2; run++) {
-        if (run)
-            assert_int_equal(setenv("KILN_CPU_PLAIN_LAYOUTS", "1", 1), 0);
-        n = make(PAD20, in, 4, 8, &sv, 53);
-        unsetenv("KILN_CPU_PLAIN_LAYOUTS");
-        rng r;
-        rng_seed(&r, 54);
-        for (int s = 0; s < 4; s++) {
-            float x[8 * 3 * 9 * 9];
-            int32_t y[8];
-            net_stats st;
-            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
-                x[i] = (float)rng_range(&r, -1, 1);
-            for (int i = 0; i < 8; i++)
-                y[i] = (int32_t)(rng_next(&r) % 4);
-            assert_int_equal(net_train_step(n, x, y, 8, 0.05f, &st, err, sizeof err), 0);
-            loss[run][s] = st.loss;
-        }
-        net_free(n);
-    }
+    for (int run = 0; run < 2; run++)
+        net_free(train_four(PAD20, in, run, &sv, 53, loss[run]));
     for (int s = 0; s < 4; s++)
         if (!(fabs(loss[0][s] - loss[1][s]) <= 1e-5 * fabs(loss[1][s]))) {
             print_error("step %d: loss %.9g channels-last, %.9g plain\n", s, loss[0][s], loss[1][s]);
