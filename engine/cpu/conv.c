@@ -136,8 +136,9 @@ bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
  * move the operands between the layouts. LeNet's conv2 (20 -> 50, 5x5, 12x12
  * at batch 64; ms, blocked / nhwc, 2 threads): forward 1.3 / 0.74, input
  * gradient 1.35 / 1.1, weight gradient 1.6 / 0.88; the whole LeNet step,
- * reorders included, 1.10x and 1.19x the images/s in two paired runs. The
- * inference plan keeps the layouts of conv_infer_plan. */
+ * reorders included, 1.10x and 1.19x the images/s in two paired runs; a
+ * net of 24- and 40-channel 3x3, 5x5 and 1x1 convolutions at 32x32, 1.08x.
+ * The inference plan keeps the layouts of conv_infer_plan. */
 static bool conv_channels_last(const be_conv_desc *d)
 {
     return d->wdtype == BE_F32 && d->src_dtype == BE_F32 && d->dst_dtype == BE_F32 &&
