@@ -117,12 +117,17 @@ static bool is_jit(const_dnnl_primitive_desc_t pd)
  * its resumption compute alike. Where oneDNN has no Winograd kernel (a CPU
  * without AVX-512, an attribute it does not take) the pass is direct.
  * KILN_WINOGRAD=0 in the environment turns it off (for comparisons). */
+static bool all_f32(const be_conv_desc *d)
+{
+    return d->wdtype == BE_F32 && d->src_dtype == BE_F32 && d->dst_dtype == BE_F32;
+}
+
 bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
 {
     const char *env = getenv("KILN_WINOGRAD");
-    if ((env && strcmp(env, "0") == 0) || d->wdtype != BE_F32 || d->src_dtype != BE_F32 ||
-        d->dst_dtype != BE_F32 || d->kh != 3 || d->kw != 3 || d->stride_h != 1 ||
-        d->stride_w != 1 || d->dil_h != 1 || d->dil_w != 1 || d->groups != 1)
+    if ((env && strcmp(env, "0") == 0) || !all_f32(d) || d->kh != 3 || d->kw != 3 ||
+        d->stride_h != 1 || d->stride_w != 1 || d->dil_h != 1 || d->dil_w != 1 ||
+        d->groups != 1)
         return false;
     int ch = d->c < d->k ? d->c : d->k;
     return ch >= (pass == BE_BWD_WEIGHTS ? 48 : 32);
@@ -141,10 +146,10 @@ bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
  * The inference plan keeps the layouts of conv_infer_plan. */
 static bool conv_channels_last(const be_conv_desc *d)
 {
-    return d->wdtype == BE_F32 && d->src_dtype == BE_F32 && d->dst_dtype == BE_F32 &&
-           d->groups == 1 && d->src_layout == BE_BLOCKED16 && d->c % 16 != 0 &&
-           !cpu_conv_winograd(d, BE_FWD) && !cpu_conv_winograd(d, BE_BWD_DATA) &&
-           !cpu_conv_winograd(d, BE_BWD_WEIGHTS);
+    /* the forward pass is Winograd's whenever any pass is (the forward and
+     * input-gradient rule asks for fewer channels than the weight gradient's) */
+    return all_f32(d) && d->groups == 1 && d->src_layout == BE_BLOCKED16 && d->c % 16 != 0 &&
+           !cpu_conv_winograd(d, BE_FWD);
 }
 
 /* md's dimensions in type dt, channels-last where nhwc, else with its layout
@@ -297,7 +302,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
     be_plan *p = NULL;
     const dnnl_data_type_t ct = cpu_dt(d->wdtype);
 
-    const bool nhwc = !d->infer && !d->post_add && !d->post_relu && conv_channels_last(d);
+    const bool nhwc = conv_channels_last(d);   /* (an inference plan makes its own) */
 
     *out = NULL;
     if (conv_mds_init(d, &m, err, errlen) < 0 ||
