@@ -1612,6 +1612,86 @@ static void test_add_acc(void **state)
     free(y);
 }
 
+/* bfloat16 by rounding to nearest, ties to even, written without the
+ * engine's cast: the two bfloat16 neighbours of x and the nearer one. */
+static unsigned short ref_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0;                                       /* NaN: checked apart */
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, sizeof flo);
+    memcpy(&fhi, &hi, sizeof fhi);
+    double dl = fabs((double)x - flo), dh = fabs((double)fhi - x);
+    if ((u & 0x7f800000u) == 0x7f800000u || dl < dh || (dl == dh && !(lo & 0x10000u)))
+        return (unsigned short)(lo >> 16);
+    return (unsigned short)(hi >> 16);
+}
+
+static float bf16_val(unsigned short h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* acc on bfloat16 tensors (AMP's gradients): each element one FP32 addition
+ * of the two values, rounded once to bfloat16; beta 0 copies exactly; NaN
+ * and infinities pass through. More elements than one thread takes. */
+static void test_acc_bf16(void **state)
+{
+    char err[256] = "";
+    rng r;
+    rng_seed(&r, 211);
+    const size_t cnt = 70001;                           /* odd: a vector tail */
+    unsigned short *a = malloc(cnt * 2), *b = malloc(cnt * 2), *y = malloc(cnt * 2);
+    for (size_t i = 0; i < cnt; i++) {
+        a[i] = ref_bf16((float)rng_range(&r, -4, 4));
+        b[i] = ref_bf16((float)rng_range(&r, -4, 4) * (i % 7 ? 1.0f : 1e-3f));
+    }
+    a[5] = 0x7fc0;                                      /* NaN */
+    a[6] = 0x7f80;                                      /* +inf */
+    b[7] = 0xff80;                                      /* -inf */
+    a[8] = 0x3f80, b[8] = 0x3b80;        /* 1 + 2^-8: a tie, to even (1) */
+    a[9] = 0x3f81, b[9] = 0x3b80;        /* 1+2^-7 + 2^-8: a tie, to even (up) */
+    be_buf *ab = be->buf_alloc(ctx, cnt * 2, err, sizeof err), *bb = be->buf_alloc(ctx, cnt * 2,
+                                                                                  err, sizeof err);
+    assert_non_null(ab);
+    assert_non_null(bb);
+    assert_int_equal(be->buf_upload(ctx, ab, 0, a, cnt * 2, err, sizeof err), 0);
+    assert_int_equal(be->buf_upload(ctx, bb, 0, b, cnt * 2, err, sizeof err), 0);
+    assert_int_equal(be->acc(ctx, bb, ab, cnt, BE_BF16, 1.0f, err, sizeof err), 0);
+    assert_int_equal(be->buf_download(ctx, bb, 0, y, cnt * 2, err, sizeof err), 0);
+    for (size_t i = 0; i < cnt; i++) {
+        if (i == 5) {
+            assert_true(isnan(bf16_val(y[i])));
+            continue;
+        }
+        unsigned short want = ref_bf16(bf16_val(a[i]) + bf16_val(b[i]));
+        if (y[i] != want)
+            fail_msg("acc bf16 element %zu: %04x + %04x gave %04x, want %04x", i, a[i], b[i],
+                     y[i], want);
+    }
+    assert_int_equal(y[6], 0x7f80);
+    assert_int_equal(y[7], 0xff80);
+    assert_int_equal(y[8], 0x3f80);
+    assert_int_equal(y[9], 0x3f82);
+    /* beta 0: a copy, bit for bit */
+    assert_int_equal(be->acc(ctx, bb, ab, cnt, BE_BF16, 0.0f, err, sizeof err), 0);
+    assert_int_equal(be->buf_download(ctx, bb, 0, y, cnt * 2, err, sizeof err), 0);
+    assert_memory_equal(y, a, cnt * 2);
+    assert_int_equal(be->acc(ctx, bb, ab, cnt + 1, BE_BF16, 1.0f, err, sizeof err), -1);
+    assert_non_null(strstr(err, "overruns"));
+    be->buf_free(ctx, ab);
+    be->buf_free(ctx, bb);
+    free(a);
+    free(b);
+    free(y);
+}
+
 /* concat along channels: a copy, exact both ways; beta 1 adds once. */
 static void test_concat(void **state)
 {
@@ -2291,6 +2371,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_no_dx),
         cmocka_unit_test(test_add_acc),
+        cmocka_unit_test(test_acc_bf16),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_blocked_layouts),
         cmocka_unit_test(test_softmax_xent),
