@@ -161,6 +161,11 @@ typedef struct be_act_desc {
 typedef struct be_bn_desc {
     int n, c, h, w;
     float eps;
+    /* A ReLU after it in the same pass (backend.bn_relu): y = max(bn(x), 0),
+     * and bn_bwd takes the gradient of that y, applying the ReLU's own (dy
+     * where the output was positive, else 0) before batch norm's. Training
+     * and inference alike. */
+    bool relu;
     be_layout layout;               /* x, y, dx, dy */
     be_dtype dtype;                 /* x, y, dx, dy; the statistics, scale and shift are FP32 */
 } be_bn_desc;
@@ -305,6 +310,7 @@ typedef struct backend {
                    be_buf *dx, char *err, size_t errlen);
 
     /* ---- batch normalization ---- */
+    bool bn_relu;                   /* bn_plan takes be_bn_desc.relu */
     int (*bn_plan)(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out,
                    char *err, size_t errlen);
     /* training: y from the batch statistics, which are written to mean and var

@@ -63,6 +63,14 @@ int net_device_count(const net *n)
     return n->nrep;
 }
 
+int net_bn_relu_count(const net *n)
+{
+    int c = 0;
+    for (int i = 0; i < n->nlayers; i++)
+        c += n->layers[i].s->kind == LAYER_BATCHNORM && n->layers[i].bn_relu >= 0;
+    return c;
+}
+
 size_t net_param_tensors(const net *n, net_param *out, size_t max)
 {
     for (int i = 0; i < n->nparams && (size_t)i < max; i++) {

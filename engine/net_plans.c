@@ -99,8 +99,8 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
         }
         case LAYER_BATCHNORM: {
             be_bn_desc d = { .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
-                             .eps = s->u.bn.eps, .layout = n->layout[i + 1],
-                             .dtype = n->dtype[i + 1] };
+                             .eps = s->u.bn.eps, .relu = n->layers[i].bn_relu >= 0,
+                             .layout = n->layout[i + 1], .dtype = n->dtype[i + 1] };
             rc = be->bn_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }

@@ -63,6 +63,8 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
             return -1;                  /* (the message names the layer) */
         if (rc > 0)
             continue;                   /* run, or skipped, as part of a fuse group */
+        if (s->kind == LAYER_RELU && l->bn_relu >= 0)
+            continue;                   /* the batch norm before it ran it */
         switch (s->kind) {
         case LAYER_CONV2D:
             rc = be->conv_fwd(n->ctx, p, x, param_mul(n, l->w), param_w(n, l->b), y, err,
@@ -165,6 +167,8 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     case LAYER_LEAKY_RELU:
     case LAYER_SIGMOID:
     case LAYER_TANH:
+        if (s->kind == LAYER_RELU && l->bn_relu >= 0)
+            return 0;                   /* in the batch norm's backward pass */
         if (l->dx[0])
             rc = be->act_bwd(n->ctx, p, y, dy, dx_target(n, l, 0), err, errlen);
         break;

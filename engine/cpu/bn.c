@@ -11,7 +11,14 @@
  * inference forward pass (dnnl_use_global_stats: the given statistics read)
  * and, when asked, the backward pass, which yields dx, dscale and dshift in
  * one primitive. When dx is not wanted (the layer's input needs no gradient)
- * the plan owns a buffer for it, since oneDNN always writes one. */
+ * the plan owns a buffer for it, since oneDNN always writes one.
+ *
+ * With a ReLU after it (be_bn_desc.relu) every pass carries oneDNN's
+ * dnnl_fuse_norm_relu: the forward pass writes max(y, 0) and, in training,
+ * a workspace recording which outputs were positive, which the backward pass
+ * reads to apply the ReLU's gradient to dy first. The plan owns the
+ * workspace, so a backward pass belongs to its plan's latest forward pass,
+ * as the batch statistics already do. */
 #include "engine/cpu/cpu.h"
 
 #include <stdint.h>
@@ -23,6 +30,22 @@
 /* The reorders of a plan (be_plan.re[]). */
 enum { RE_X, RE_Y, RE_DY, RE_DX };
 
+/* The plan's workspace for the ReLU's record, as the training forward pass
+ * fwd_pd asks for it. */
+static int relu_workspace(const_dnnl_primitive_desc_t fwd_pd, be_plan *p, char *err,
+                          size_t errlen)
+{
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(fwd_pd,
+                                                                dnnl_query_workspace_md, 0);
+    size_t bytes = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (bytes == 0)
+        return set_err(err, errlen, "cpu backend: batch norm with a ReLU has no workspace");
+    if (!(p->relu_ws = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+        return set_err(err, errlen, "cpu backend: cannot allocate a %zu-byte batch norm "
+                       "workspace", bytes);
+    return 0;
+}
+
 int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out,
                 char *err, size_t errlen)
 {
@@ -32,7 +55,7 @@ int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out
     dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
     be_plan *p = NULL;
     const dnnl_dim_t dims[] = { d->n, d->c, d->h, d->w };
-    const unsigned ss = dnnl_use_scale | dnnl_use_shift;
+    const unsigned ss = dnnl_use_scale | dnnl_use_shift | (d->relu ? dnnl_fuse_norm_relu : 0);
 
     *out = NULL;
     if (!(d->eps > 0.0f))
@@ -60,21 +83,22 @@ int cpu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out
     }
     {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
-                             DNNL_ARG_VARIANCE, DNNL_ARG_DST };
+                             DNNL_ARG_VARIANCE, DNNL_ARG_DST, DNNL_ARG_WORKSPACE };
         DNNL_TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &data,
                  d->eps, ss), "batch_normalization_forward_desc_init");
         if (cpu_pd(ctx, &bd, NULL, &fwd_pd, err, errlen) < 0 ||
-            cpu_prim_make(ctx, fwd_pd, 6, args, &p->fwd, err, errlen) < 0)
+            (d->relu && relu_workspace(fwd_pd, p, err, errlen) < 0) ||
+            cpu_prim_make(ctx, fwd_pd, d->relu ? 7 : 6, args, &p->fwd, err, errlen) < 0)
             goto out;
     }
     if (passes & (BE_BWD_DATA | BE_BWD_WEIGHTS)) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
                              DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_SRC,
-                             DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT };
+                             DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT, DNNL_ARG_WORKSPACE };
         DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &data, &data,
                  d->eps, ss), "batch_normalization_backward_desc_init");
         if (cpu_pd(ctx, &bd, fwd_pd, &pd, err, errlen) < 0 ||
-            cpu_prim_make(ctx, pd, 9, args, &p->bwd_data, err, errlen) < 0 ||
+            cpu_prim_make(ctx, pd, d->relu ? 10 : 9, args, &p->bwd_data, err, errlen) < 0 ||
             cpu_reorder_make(ctx, &plain, &data, CPU_TMP_DST, &p->re[RE_DY], err, errlen) < 0 ||
             cpu_reorder_make(ctx, &data, &plain, CPU_TMP_WEI, &p->re[RE_DX], err, errlen) < 0)
             goto out;
@@ -109,7 +133,8 @@ int cpu_bn_fwd(be_ctx *ctx, be_plan *p, bool training, const be_buf *x, const be
     if (fail)
         return -1;
     if (training) {
-        void *data[] = { xs, cpu_ptr(scale), cpu_ptr(shift), cpu_ptr(mean), cpu_ptr(var), ys };
+        void *data[] = { xs, cpu_ptr(scale), cpu_ptr(shift), cpu_ptr(mean), cpu_ptr(var), ys,
+                         p->relu_ws };
         rc = cpu_prim_run(ctx, &p->fwd, data, err, errlen);
     } else {
         void *data[] = { xs, cpu_ptr(mean), cpu_ptr(var), cpu_ptr(scale), cpu_ptr(shift), ys };
@@ -133,7 +158,7 @@ int cpu_bn_bwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *dy, const
                      cpu_stage_in(ctx, &p->re[RE_DY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
                                   errlen),
                      cpu_ptr(scale), cpu_ptr(shift), cpu_ptr(mean), cpu_ptr(var), dxp,
-                     cpu_ptr(dscale), cpu_ptr(dshift) };
+                     cpu_ptr(dscale), cpu_ptr(dshift), p->relu_ws };
     if (fail || cpu_prim_run(ctx, &p->bwd_data, data, err, errlen) < 0)
         return -1;
     if (!dx)

@@ -347,6 +347,7 @@ static void plan_free(be_ctx *ctx, be_plan *p)
     for (int i = 0; i < CPU_RE_MAX; i++)
         cpu_prim_free(&p->re[i]);
     free(p->workspace);
+    free(p->relu_ws);
     free(p->wcache);
     free(p->row_loss);
     free(p->row_hit);
@@ -382,6 +383,7 @@ const backend cpu_backend = {
     .act_plan = cpu_act_plan,
     .act_fwd = cpu_act_fwd,
     .act_bwd = cpu_act_bwd,
+    .bn_relu = true,
     .bn_plan = cpu_bn_plan,
     .bn_fwd = cpu_bn_fwd,
     .bn_bwd = cpu_bn_bwd,

@@ -63,6 +63,8 @@ struct be_plan {
     cpu_prim re[CPU_RE_MAX];        /* convolution: reorders to and from plain layouts */
     void *workspace;                /* max pooling: argmax from fwd for bwd_data;
                                      * batch norm: the unwanted dx of its backward pass */
+    void *relu_ws;                  /* batch norm with a ReLU: oneDNN's record of which
+                                     * outputs were positive, from fwd for bwd_data */
     /* an inference convolution (be_conv_desc.infer): the weights in the
      * primitive's layout (NULL: it reads the caller's), the stamp they were
      * reordered at (0: none yet), and whether it takes an addend */

@@ -648,6 +648,9 @@ int cu_bn_plan(be_ctx *ctx, const be_bn_desc *d, unsigned passes, be_plan **out,
     *out = NULL;
     if (plain_only(d->layout, BE_PLAIN, err, errlen) < 0)
         return -1;
+    if (d->relu)                        /* backend.bn_relu is false: the net runs it apart */
+        return set_err(err, errlen, "cuda backend: batch norm with a ReLU in one pass is not "
+                       "supported");
     if (!(d->eps >= CUDNN_BN_MIN_EPSILON))
         return set_err(err, errlen, "cuda backend: batch norm eps %g is below cuDNN's %g", d->eps,
                        CUDNN_BN_MIN_EPSILON);

@@ -850,6 +850,54 @@ static void test_channels_last_conv(void **state)
         }
 }
 
+/* A batch norm that a ReLU alone reads runs the ReLU in its own pass
+ * (engine/net_build.c, plan_bn_relu; RES16's bn1, while bn2 feeds an add and
+ * stays apart): four training steps, the weights after them and a
+ * prediction with batch norm as a layer of its own (KILN_INFER_FUSE=0, not
+ * folded into the convolution) give the same bits as with the two apart
+ * (KILN_BN_RELU=0), in FP32 and under AMP. */
+static void test_bn_relu_net(void **state)
+{
+    char err[512] = "";
+    const net_shape in = { 3, 9, 7 };
+    enum { B = 8, SZ = B * 3 * 9 * 7 };
+    for (int amp = 0; amp < 2; amp++) {
+        const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f,
+                                .precision = amp ? PREC_AMP_BF16 : PREC_FP32 };
+        double loss[2][4];
+        float probs[2][B * 4];
+        st_file *w[2];
+        for (int run = 0; run < 2; run++) {
+            if (run)
+                assert_int_equal(setenv("KILN_BN_RELU", "0", 1), 0);
+            assert_int_equal(setenv("KILN_INFER_FUSE", "0", 1), 0);
+            net *n = train_four(RES16, in, false, &sv, 61, loss[run]);
+            unsetenv("KILN_BN_RELU");
+            unsetenv("KILN_INFER_FUSE");
+            assert_int_equal(net_bn_relu_count(n), run ? 0 : 1);
+            static float x[SZ];
+            rng r;
+            rng_seed(&r, 62);
+            for (int i = 0; i < SZ; i++)
+                x[i] = (float)rng_range(&r, -1, 1);
+            assert_int_equal(net_predict(n, x, B, probs[run], err, sizeof err), 0);
+            w[run] = snapshot(n, run ? "apart" : "fused");
+            net_free(n);
+        }
+        assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
+        assert_memory_equal(probs[0], probs[1], sizeof probs[0]);
+        assert_int_equal(st_count(w[0]), st_count(w[1]));
+        for (int k = 0; k < st_count(w[0]); k++) {
+            const st_tensor *a = st_get(w[0], k), *b = st_find(w[1], a->name);
+            assert_non_null(b);
+            assert_int_equal(a->bytes, b->bytes);
+            assert_memory_equal(a->data, b->data, a->bytes);
+        }
+        st_close(w[0]);
+        st_close(w[1]);
+    }
+}
+
 /* The DAG with dropout and batch norm, trained twice from one seed: the
  * same losses bit for bit; another seed differs. */
 static void test_graph_deterministic(void **state)
@@ -1169,6 +1217,7 @@ int main(void)
         cmocka_unit_test(test_graph_deterministic),
         cmocka_unit_test(test_blocked_net),
         cmocka_unit_test(test_channels_last_conv),
+        cmocka_unit_test(test_bn_relu_net),
         cmocka_unit_test(test_dropout_modes),
         cmocka_unit_test(test_batchnorm_running),
         cmocka_unit_test(test_builtins_step),

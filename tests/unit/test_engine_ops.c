@@ -1523,6 +1523,93 @@ static void test_batchnorm(void **state)
     run_bn_case((be_bn_desc){ .n = 2, .c = 32, .h = 3, .w = 5, .eps = 1e-5f }, 94);
 }
 
+/* Batch norm with the ReLU in its pass (be_bn_desc.relu) against the two
+ * ops apart on the same backend: y = max(bn(x), 0) and, in the backward
+ * pass, batch norm's gradient of dy masked where that y was not positive,
+ * all bit for bit (the ReLU is exact and its gradient a mask), in training
+ * and inference, plain (below 16 channels) and blocked. run_bn_case checks
+ * batch norm itself against the reference. */
+static void test_batchnorm_relu(void **state)
+{
+    char err[256] = "";
+    const be_bn_desc cases[] = {
+        { .n = 2, .c = 3, .h = 5, .w = 7, .eps = 1e-5f },
+        { .n = 3, .c = 17, .h = 3, .w = 3, .eps = 1e-5f },
+        { .n = 2, .c = 32, .h = 4, .w = 6, .eps = 1e-3f },
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        rng r;
+        rng_seed(&r, 300 + t);
+        be_bn_desc d = cases[t];
+        const size_t C = (size_t)d.c, nx = (size_t)d.n * C * (size_t)(d.h * d.w);
+        float *x = rand_floats(&r, nx, -2, 2), *g = rand_floats(&r, C, 0.5, 1.5),
+              *b = rand_floats(&r, C, -1, 1), *dy = rand_floats(&r, nx, -1, 1);
+        float *y0 = malloc(nx * 4), *y1 = malloc(nx * 4), *dym = malloc(nx * 4),
+              *dx0 = malloc(nx * 4), *dx1 = malloc(nx * 4), *o0 = malloc(C * 4),
+              *o1 = malloc(C * 4);
+        be_buf *xb = upload(x, nx), *gb = upload(g, C), *bb = upload(b, C), *dyb = upload(dy, nx),
+               *dymb = upload(NULL, nx), *yb0 = upload(NULL, nx), *yb1 = upload(NULL, nx),
+               *m0 = upload(NULL, C), *v0 = upload(NULL, C), *m1 = upload(NULL, C),
+               *v1 = upload(NULL, C), *dx0b = upload(NULL, nx), *dx1b = upload(NULL, nx),
+               *dg0 = upload(NULL, C), *dg1 = upload(NULL, C), *db0 = upload(NULL, C),
+               *db1 = upload(NULL, C);
+        be_plan *p0 = NULL, *p1 = NULL;
+        const unsigned passes = BE_FWD | BE_BWD_DATA | BE_BWD_WEIGHTS;
+        assert_int_equal(be->bn_plan(ctx, &d, passes, &p0, err, sizeof err), 0);
+        d.relu = true;
+        assert_int_equal(be->bn_plan(ctx, &d, passes, &p1, err, sizeof err), 0);
+        assert_int_equal(be->bn_fwd(ctx, p0, true, xb, gb, bb, m0, v0, yb0, err, sizeof err), 0);
+        assert_int_equal(be->bn_fwd(ctx, p1, true, xb, gb, bb, m1, v1, yb1, err, sizeof err), 0);
+        download(yb0, y0, nx);
+        download(yb1, y1, nx);
+        size_t pos = 0;
+        for (size_t i = 0; i < nx; i++) {
+            if (y1[i] != fmaxf(y0[i], 0.0f))
+                fail_msg("case %zu: y[%zu] %.9g, want max(%.9g, 0)", t, i, y1[i], y0[i]);
+            pos += y0[i] > 0;
+            dym[i] = y0[i] > 0 ? dy[i] : 0.0f;
+        }
+        assert_true(pos > nx / 4 && pos < 3 * nx / 4);      /* both sides of the ReLU */
+        download(m0, o0, C);
+        download(m1, o1, C);
+        assert_memory_equal(o0, o1, C * 4);
+        reupload(dymb, dym, nx);
+        assert_int_equal(be->bn_bwd(ctx, p0, xb, dymb, gb, bb, m0, v0, dx0b, dg0, db0, err,
+                                    sizeof err), 0);
+        assert_int_equal(be->bn_bwd(ctx, p1, xb, dyb, gb, bb, m1, v1, dx1b, dg1, db1, err,
+                                    sizeof err), 0);
+        download(dx0b, dx0, nx);
+        download(dx1b, dx1, nx);
+        for (size_t i = 0; i < nx; i++)
+            if (dx1[i] != dx0[i])
+                fail_msg("case %zu: dx[%zu] %.9g, apart %.9g", t, i, dx1[i], dx0[i]);
+        download(dg0, o0, C);
+        download(dg1, o1, C);
+        assert_memory_equal(o0, o1, C * 4);
+        download(db0, o0, C);
+        download(db1, o1, C);
+        assert_memory_equal(o0, o1, C * 4);
+        /* inference on given statistics (the batch's, as they came out) */
+        assert_int_equal(be->bn_fwd(ctx, p0, false, xb, gb, bb, m0, v0, yb0, err, sizeof err), 0);
+        assert_int_equal(be->bn_fwd(ctx, p1, false, xb, gb, bb, m0, v0, yb1, err, sizeof err), 0);
+        download(yb0, y0, nx);
+        download(yb1, y1, nx);
+        for (size_t i = 0; i < nx; i++)
+            if (y1[i] != fmaxf(y0[i], 0.0f))
+                fail_msg("case %zu: inference y[%zu] %.9g, want max(%.9g, 0)", t, i, y1[i],
+                         y0[i]);
+        be->plan_free(ctx, p0);
+        be->plan_free(ctx, p1);
+        be_buf *bufs[] = { xb, gb, bb, dyb, dymb, yb0, yb1, m0, v0, m1, v1, dx0b, dx1b, dg0,
+                           dg1, db0, db1 };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            be->buf_free(ctx, bufs[i]);
+        float *fl[] = { x, g, b, dy, y0, y1, dym, dx0, dx1, o0, o1 };
+        for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
+            free(fl[i]);
+    }
+}
+
 /* A plan whose input needs no gradient still yields dscale and dshift. */
 static void test_batchnorm_no_dx(void **state)
 {
@@ -2370,6 +2457,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_no_dx),
+        cmocka_unit_test(test_batchnorm_relu),
         cmocka_unit_test(test_add_acc),
         cmocka_unit_test(test_acc_bf16),
         cmocka_unit_test(test_concat),
