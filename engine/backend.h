@@ -178,6 +178,8 @@ typedef struct be_add_desc {
     be_layout layout;               /* every input and the output */
     int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
     be_dtype dtype;                 /* every input and the output */
+    bool relu;                      /* k = 2 and a ReLU after it in the same pass
+                                     * (backend.add_relu): y = max(x0 + x1, 0) */
 } be_add_desc;
 
 /* Concatenation of k >= 2 NCHW tensors along channels: input i has c[i]
@@ -342,6 +344,7 @@ typedef struct backend {
                    int k, size_t per_k, be_buf *wout, be_buf *bout, char *err, size_t errlen);
 
     /* ---- add and concat ---- */
+    bool add_relu;                  /* add_plan takes be_add_desc.relu */
     int (*add_plan)(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen);
     /* y = xs[0] + ... + xs[k-1] (the backward pass is the identity: acc). */
     int (*add_fwd)(be_ctx *ctx, be_plan *p, const be_buf *const *xs, be_buf *y,

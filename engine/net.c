@@ -63,11 +63,11 @@ int net_device_count(const net *n)
     return n->nrep;
 }
 
-int net_bn_relu_count(const net *n)
+int net_fused_relus(const net *n)
 {
     int c = 0;
     for (int i = 0; i < n->nlayers; i++)
-        c += n->layers[i].s->kind == LAYER_BATCHNORM && n->layers[i].bn_relu >= 0;
+        c += n->layers[i].s->kind == LAYER_RELU && n->layers[i].relu_pair >= 0;
     return c;
 }
 

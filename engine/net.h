@@ -102,8 +102,8 @@ int net_train_step(net *n, const float *x, const int32_t *labels, int count,
  * net that trains and validates between steps validates its current
  * weights, and a validation during training and an evaluation of the same
  * weights later give the same bits (same batch sizes and threads).
- * Training steps never fold (a batch norm and the ReLU after it do share
- * one pass, net_bn_relu_count, with the same results as apart).
+ * Training steps never fold (a batch norm or an add and the ReLU after it
+ * do share one pass, net_fused_relus, with the same results as apart).
  * KILN_INFER_FUSE=0 in the environment when a net is created turns the
  * fusion off for that net (comparisons). */
 int net_eval(net *n, const float *x, const int32_t *labels, int count,
@@ -125,10 +125,10 @@ size_t net_param_count(const net *n);
 /* The devices n trains on: 1, or its replicas under data parallelism (with
  * the other processes' of a multi-process net). */
 int net_device_count(const net *n);
-/* The batch norms that run the ReLU after them in their own pass, training
- * and inference alike (engine/net_build.c, plan_bn_relu; the same results
- * as apart). */
-int net_bn_relu_count(const net *n);
+/* The ReLUs that run in the pass of the batch norm or add before them,
+ * training and inference alike (engine/net_build.c, plan_relu_pairs; the
+ * same results as apart). */
+int net_fused_relus(const net *n);
 
 /* A multi-process net (net_create): this process's rank; 0 for any other. */
 int net_world_rank(const net *n);

@@ -354,23 +354,36 @@ int net_consumers(const net *n, int a)
     return c;
 }
 
-/* Each batch norm that a plain ReLU alone reads, with the same layout and
- * type, runs that ReLU in its own pass (be_bn_desc.relu) where the backend
- * can: one pass over the activation instead of two, forward and backward.
- * The ReLU is then skipped, and the batch norm's output and gradient are the
- * ReLU's buffers (make_buffers): nothing else reads them. The results are
- * the unfused ones (the ReLU is exact, and its gradient masks dy with the
- * same sign test); KILN_BN_RELU=0 in the environment turns it off, for
- * comparisons. */
-static void plan_bn_relu(net *n)
+/* Whether layer i may run a ReLU after it in its own pass: a batch norm,
+ * or an add of two inputs of which one takes the gradient first (the ReLU's
+ * gradient is written there and copied or added to the other), where the
+ * backend can. */
+static bool relu_host(const net *n, int i)
 {
-    const char *env = getenv("KILN_BN_RELU");
-    if (!n->be->bn_relu || (env && strcmp(env, "0") == 0))
+    const layer *l = &n->layers[i];
+    if (l->s->kind == LAYER_BATCHNORM)
+        return n->be->bn_relu;
+    if (l->s->kind != LAYER_ADD || l->s->ninputs != 2 || !n->be->add_relu)
+        return false;
+    return !n->need_grad[i + 1] || (l->dx[0] && l->first[0]) || (l->dx[1] && l->first[1]);
+}
+
+/* Each batch norm or add that a plain ReLU alone reads, with the same layout
+ * and type, runs that ReLU in its own pass (be_bn_desc.relu,
+ * be_add_desc.relu): one pass over the activation instead of two, forward
+ * and backward. The ReLU is then skipped, and the host's output and gradient
+ * are the ReLU's buffers (make_buffers): nothing else reads them. The
+ * results are the unfused ones (the ReLU is exact, and its gradient masks
+ * dy with the same sign test); KILN_RELU_FUSE=0 in the environment turns it
+ * off, for comparisons. */
+static void plan_relu_pairs(net *n)
+{
+    const char *env = getenv("KILN_RELU_FUSE");
+    if (env && strcmp(env, "0") == 0)
         return;
     for (int i = 0; i < n->nlayers; i++) {
         int a = i + 1;
-        if (n->layers[i].s->kind != LAYER_BATCHNORM || a >= n->nlayers ||
-            net_consumers(n, a) != 1)
+        if (a >= n->nlayers || !relu_host(n, i) || net_consumers(n, a) != 1)
             continue;
         for (int r = a; r < n->nlayers; r++) {
             const layer_spec *s = n->layers[r].s;
@@ -378,8 +391,8 @@ static void plan_bn_relu(net *n)
                 continue;
             if (s->kind == LAYER_RELU && n->layout[r + 1] == n->layout[a] &&
                 n->dtype[r + 1] == n->dtype[a]) {
-                n->layers[i].bn_relu = r;
-                n->layers[r].bn_relu = i;
+                n->layers[i].relu_pair = r;
+                n->layers[r].relu_pair = i;
             }
             break;
         }
@@ -407,15 +420,15 @@ static int make_buffers(net *n, char *err, size_t errlen)
         return set_err(err, errlen, "out of memory");
     plan_gradients(n, seen);
     free(seen);
-    plan_bn_relu(n);
+    plan_relu_pairs(n);
     for (int a = 0; a <= L; a++) {
         const layer *l = a > 0 ? &n->layers[a - 1] : NULL;
         if (l && l->s->kind == LAYER_FLATTEN) {
             n->act[a] = n->act[l->s->inputs[0]];
             continue;
         }
-        if (l && l->s->kind == LAYER_RELU && l->bn_relu >= 0) {
-            n->act[a] = n->act[l->bn_relu + 1];     /* the batch norm writes it */
+        if (l && l->s->kind == LAYER_RELU && l->relu_pair >= 0) {
+            n->act[a] = n->act[l->relu_pair + 1];   /* the layer before writes it */
             continue;
         }
         if (!(n->act[a] = alloc_act(n, a, err, errlen)))
@@ -441,8 +454,8 @@ static int make_buffers(net *n, char *err, size_t errlen)
         layer *l = &n->layers[a - 1];
         if (!n->need_grad[a])
             continue;
-        if (l->s->kind == LAYER_BATCHNORM && l->bn_relu >= 0)
-            n->grad[a] = n->grad[l->bn_relu + 1];   /* what its backward pass reads */
+        if (l->s->kind != LAYER_RELU && l->relu_pair >= 0)
+            n->grad[a] = n->grad[l->relu_pair + 1]; /* what its backward pass reads */
         if (!n->grad[a]) {
             if (!(n->grad[a] = alloc_act(n, a, err, errlen)))
                 return -1;
@@ -560,7 +573,7 @@ net *net_build(const cJSON *spec, net_shape in, int classes, int max_batch,
     for (int i = 0; i < n->nlayers; i++) {
         layer *l = &n->layers[i];
         l->s = &n->spec.layers[i];
-        l->w = l->b = l->rm = l->rv = l->bn_relu = -1;
+        l->w = l->b = l->rm = l->rv = l->relu_pair = -1;
         /* replicas drop other elements than the primary: other images */
         l->seed = rng_derive(seed, l->s->name) ^ ((uint64_t)rank * 0x9e3779b97f4a7c15ULL);
     }

@@ -99,7 +99,7 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
         }
         case LAYER_BATCHNORM: {
             be_bn_desc d = { .n = bn, .c = s->in.c, .h = s->in.h, .w = s->in.w,
-                             .eps = s->u.bn.eps, .relu = n->layers[i].bn_relu >= 0,
+                             .eps = s->u.bn.eps, .relu = n->layers[i].relu_pair >= 0,
                              .layout = n->layout[i + 1], .dtype = n->dtype[i + 1] };
             rc = be->bn_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
@@ -107,7 +107,7 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
         case LAYER_ADD: {
             be_add_desc d = { .n = bn, .k = s->ninputs, .size = (size_t)spec_shape_size(s->in),
                               .layout = n->layout[i + 1], .c = s->in.c,
-                              .dtype = n->dtype[i + 1] };
+                              .dtype = n->dtype[i + 1], .relu = n->layers[i].relu_pair >= 0 };
             rc = be->add_plan(n->ctx, &d, &ps->plans[i], err, errlen);
             break;
         }

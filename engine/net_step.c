@@ -63,8 +63,8 @@ static int forward(net *n, plan_set *ps, int bn, bool training, char *err, size_
             return -1;                  /* (the message names the layer) */
         if (rc > 0)
             continue;                   /* run, or skipped, as part of a fuse group */
-        if (s->kind == LAYER_RELU && l->bn_relu >= 0)
-            continue;                   /* the batch norm before it ran it */
+        if (s->kind == LAYER_RELU && l->relu_pair >= 0)
+            continue;                   /* the batch norm or add before it ran it */
         switch (s->kind) {
         case LAYER_CONV2D:
             rc = be->conv_fwd(n->ctx, p, x, param_mul(n, l->w), param_w(n, l->b), y, err,
@@ -133,6 +133,30 @@ static int add_tmp(net *n, const layer *l, int k, int bn, char *err, size_t errl
     return n->be->acc(n->ctx, n->grad[a], n->tmp, count, n->dtype[a], 1.0f, err, errlen);
 }
 
+/* The backward pass of an add of two with the ReLU after it in its pass
+ * (plan_relu_pairs): the ReLU's gradient, from its output y (the add's
+ * buffers), written straight into the gradient of an input that takes it
+ * first, then copied or added to the other's. */
+static int add_relu_bwd(net *n, plan_set *ps, int i, int bn, char *err, size_t errlen)
+{
+    const layer *l = &n->layers[i];
+    const int *in = l->s->inputs;
+    const size_t count = (size_t)bn * net_act_elems(n, i + 1);
+    const int k0 = l->dx[0] && l->first[0] ? 0 : 1;
+    if (!l->dx[k0] || !l->first[k0])
+        return set_err(err, errlen, "an add with a ReLU and no input that takes its gradient "
+                       "first");
+    be_buf *m = n->grad[in[k0]];
+    if (n->be->act_bwd(n->ctx, ps->plans[l->relu_pair], n->act[i + 1], n->grad[i + 1], m, err,
+                       errlen) < 0)
+        return -1;
+    const int k1 = 1 - k0;
+    if (!l->dx[k1])
+        return 0;
+    return n->be->acc(n->ctx, n->grad[in[k1]], m, count, n->dtype[i + 1],
+                      l->first[k1] ? 0.0f : 1.0f, err, errlen);
+}
+
 static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t errlen)
 {
     const backend *be = n->be;
@@ -167,8 +191,8 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     case LAYER_LEAKY_RELU:
     case LAYER_SIGMOID:
     case LAYER_TANH:
-        if (s->kind == LAYER_RELU && l->bn_relu >= 0)
-            return 0;                   /* in the batch norm's backward pass */
+        if (s->kind == LAYER_RELU && l->relu_pair >= 0)
+            return 0;                   /* in the batch norm's or add's backward pass */
         if (l->dx[0])
             rc = be->act_bwd(n->ctx, p, y, dy, dx_target(n, l, 0), err, errlen);
         break;
@@ -184,6 +208,8 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
                                    l->first[0] ? 0.0f : 1.0f, err, errlen);
         return 0;
     case LAYER_ADD:
+        if (l->relu_pair >= 0)
+            return add_relu_bwd(n, ps, i, bn, err, errlen);
         for (int k = 0; k < s->ninputs && rc == 0; k++)
             if (l->dx[k])
                 rc = be->acc(n->ctx, n->grad[s->inputs[k]], dy, count, n->dtype[i + 1],

@@ -389,6 +389,7 @@ const backend cpu_backend = {
     .bn_bwd = cpu_bn_bwd,
     .bn_running = cpu_bn_running,
     .bn_fold = cpu_bn_fold,
+    .add_relu = true,
     .add_plan = cpu_add_plan,
     .add_fwd = cpu_add_fwd,
     .concat_plan = cpu_concat_plan,

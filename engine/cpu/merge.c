@@ -1,11 +1,30 @@
 /* engine/cpu/merge.c: layers that join branches: add (oneDNN's sum primitive,
- * scales 1) and concat along channels (oneDNN's concat primitive forward; the
- * backward pass copies each input's channel slice of dy, image by image). */
+ * scales 1; with a ReLU after it, be_add_desc.relu, its binary add with the
+ * ReLU as a post-op: the same one rounded addition, then max(., 0)) and
+ * concat along channels (oneDNN's concat primitive forward; the backward
+ * pass copies each input's channel slice of dy, image by image). */
 #include "engine/cpu/cpu.h"
 
 #include <string.h>
 
 #include "base/err.h"
+
+/* The context's attributes with a ReLU as the post-op. */
+static int relu_attr(be_ctx *ctx, dnnl_primitive_attr_t *attr, char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_post_ops_t po = NULL;
+    DNNL_TRY(dnnl_primitive_attr_clone(attr, ctx->attr), "primitive_attr_clone");
+    DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
+    DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
+             "post_ops_append_eltwise");
+    DNNL_TRY(dnnl_primitive_attr_set_post_ops(*attr, po), "primitive_attr_set_post_ops");
+    rc = 0;
+out:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    return rc;
+}
 
 int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen)
 {
@@ -13,6 +32,7 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
     dnnl_memory_desc_t src[BE_MAX_INPUTS], dst;
     float scales[BE_MAX_INPUTS];
     dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
     be_plan *p = NULL;
     const dnnl_dim_t dims[] = { d->n, (dnnl_dim_t)d->size };
     int args[BE_MAX_INPUTS + 1];
@@ -21,6 +41,9 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
         return set_err(err, errlen, "cpu backend: add of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
+    if (d->relu && d->k != 2)
+        return set_err(err, errlen, "cpu backend: an add with a ReLU takes 2 inputs, not %d",
+                       d->k);
     if (d->layout == BE_BLOCKED16 && (d->c < 1 || d->size % (size_t)d->c))
         return set_err(err, errlen, "cpu backend: a blocked add needs its channel count");
     if (d->layout == BE_BLOCKED16 ?
@@ -38,8 +61,20 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
         goto out;
     p->k = d->k;
     p->round_y = cpu_round_count(&dst, d->dtype);
-    DNNL_TRY(dnnl_sum_primitive_desc_create(&pd, &dst, d->k, scales, src, ctx->attr, ctx->eng),
-             "sum_primitive_desc_create");
+    if (d->relu) {
+        dnnl_binary_desc_t bd;
+        DNNL_TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &src[0], &src[1], &dst),
+                 "binary_desc_init");
+        if (relu_attr(ctx, &attr, err, errlen) < 0)
+            goto out;
+        DNNL_TRY(dnnl_primitive_desc_create(&pd, &bd, attr, ctx->eng, NULL),
+                 "primitive_desc_create");
+        args[0] = DNNL_ARG_SRC_0;
+        args[1] = DNNL_ARG_SRC_1;
+    } else {
+        DNNL_TRY(dnnl_sum_primitive_desc_create(&pd, &dst, d->k, scales, src, ctx->attr,
+                                                ctx->eng), "sum_primitive_desc_create");
+    }
     if (cpu_prim_make(ctx, pd, d->k + 1, args, &p->fwd, err, errlen) < 0)
         goto out;
     *out = p;
@@ -48,6 +83,8 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
 out:
     if (pd)
         dnnl_primitive_desc_destroy(pd);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     cpu_backend.plan_free(ctx, p);
     return rc;
 }

@@ -560,6 +560,9 @@ int cu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, siz
     if (d->k < 2 || d->k > BE_MAX_INPUTS)
         return set_err(err, errlen, "cuda backend: add of %d inputs (2 to %d)", d->k,
                        BE_MAX_INPUTS);
+    if (d->relu)                        /* backend.add_relu is false: the net runs it apart */
+        return set_err(err, errlen, "cuda backend: an add with a ReLU in one pass is not "
+                       "supported");
     be_plan *p = new_plan(CU_ADD, err, errlen);
     if (!p)
         return -1;

@@ -850,13 +850,32 @@ static void test_channels_last_conv(void **state)
         }
 }
 
-/* A batch norm that a ReLU alone reads runs the ReLU in its own pass
- * (engine/net_build.c, plan_bn_relu; RES16's bn1, while bn2 feeds an add and
- * stays apart): four training steps, the weights after them and a
- * prediction with batch norm as a layer of its own (KILN_INFER_FUSE=0, not
- * folded into the convolution) give the same bits as with the two apart
- * (KILN_BN_RELU=0), in FP32 and under AMP. */
-static void test_bn_relu_net(void **state)
+/* A batch norm or an add of two that a ReLU alone reads runs the ReLU in its
+ * own pass (engine/net_build.c, plan_relu_pairs): here bn1 with r1, res with
+ * r2 (its first input r1 takes its gradient second: the ReLU's gradient goes
+ * to bn2's and is added to r1's) and res2 with r3 (c3's first, then copied to
+ * r1's), while bn2 feeds an add and stays apart. Four training steps, the
+ * weights after them and a prediction with batch norm as a layer of its own
+ * (KILN_INFER_FUSE=0, not folded into the convolution) give the same bits as
+ * with every ReLU apart (KILN_RELU_FUSE=0), in FP32 and under AMP. */
+static const char *RELU_PAIRS =
+    "{\"layers\": ["
+    " {\"type\": \"conv2d\", \"name\": \"c1\", \"filters\": 16, \"kernel\": 3, \"padding\": 1,"
+    "  \"bias\": false},"
+    " {\"type\": \"batchnorm\", \"name\": \"bn1\"},"
+    " {\"type\": \"relu\", \"name\": \"r1\"},"
+    " {\"type\": \"conv2d\", \"name\": \"c2\", \"filters\": 16, \"kernel\": 3, \"padding\": 1,"
+    "  \"bias\": false},"
+    " {\"type\": \"batchnorm\", \"name\": \"bn2\"},"
+    " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"r1\", \"bn2\"]},"
+    " {\"type\": \"relu\", \"name\": \"r2\"},"
+    " {\"type\": \"conv2d\", \"name\": \"c3\", \"filters\": 16, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"add\", \"name\": \"res2\", \"inputs\": [\"c3\", \"r1\"]},"
+    " {\"type\": \"relu\", \"name\": \"r3\"},"
+    " {\"type\": \"global_avgpool\", \"name\": \"gap\"},"
+    " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
+
+static void test_relu_pairs_net(void **state)
 {
     char err[512] = "";
     const net_shape in = { 3, 9, 7 };
@@ -869,12 +888,12 @@ static void test_bn_relu_net(void **state)
         st_file *w[2];
         for (int run = 0; run < 2; run++) {
             if (run)
-                assert_int_equal(setenv("KILN_BN_RELU", "0", 1), 0);
+                assert_int_equal(setenv("KILN_RELU_FUSE", "0", 1), 0);
             assert_int_equal(setenv("KILN_INFER_FUSE", "0", 1), 0);
-            net *n = train_four(RES16, in, false, &sv, 61, loss[run]);
-            unsetenv("KILN_BN_RELU");
+            net *n = train_four(RELU_PAIRS, in, false, &sv, 61, loss[run]);
+            unsetenv("KILN_RELU_FUSE");
             unsetenv("KILN_INFER_FUSE");
-            assert_int_equal(net_bn_relu_count(n), run ? 0 : 1);
+            assert_int_equal(net_fused_relus(n), run ? 0 : 3);
             static float x[SZ];
             rng r;
             rng_seed(&r, 62);
@@ -1217,7 +1236,7 @@ int main(void)
         cmocka_unit_test(test_graph_deterministic),
         cmocka_unit_test(test_blocked_net),
         cmocka_unit_test(test_channels_last_conv),
-        cmocka_unit_test(test_bn_relu_net),
+        cmocka_unit_test(test_relu_pairs_net),
         cmocka_unit_test(test_dropout_modes),
         cmocka_unit_test(test_batchnorm_running),
         cmocka_unit_test(test_builtins_step),

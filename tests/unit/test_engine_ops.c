@@ -1684,6 +1684,25 @@ static void test_add_acc(void **state)
         assert_true(y[j] == x[1][j] + x[0][j]);         /* one correctly rounded addition */
     assert_int_equal(be->acc(ctx, yb, xb[1], cnt + 2, BE_F32, 1.0f, err, sizeof err), -1);
     assert_non_null(strstr(err, "overruns"));
+    /* with the ReLU in its pass (be_add_desc.relu): max(x0 + x1, 0), the
+     * same one rounded addition; only for two inputs */
+    be_plan *pr = NULL;
+    be_add_desc dr = { .n = n, .k = 2, .size = size, .relu = true };
+    assert_int_equal(be->add_plan(ctx, &dr, &pr, err, sizeof err), 0);
+    assert_int_equal(be->add_fwd(ctx, pr, xs, yb, err, sizeof err), 0);
+    download(yb, y, cnt);
+    size_t zeros = 0;
+    for (size_t j = 0; j < cnt; j++) {
+        assert_true(y[j] == fmaxf(x[0][j] + x[1][j], 0.0f));
+        zeros += y[j] == 0.0f;
+    }
+    assert_true(zeros > cnt / 4 && zeros < 3 * cnt / 4);
+    be->plan_free(ctx, pr);
+    pr = NULL;
+    dr.k = 3;
+    assert_int_equal(be->add_plan(ctx, &dr, &pr, err, sizeof err), -1);
+    assert_null(pr);
+    assert_non_null(strstr(err, "2 inputs"));
     /* one input is not an add */
     be_plan *bad = NULL;
     be_add_desc one = { .n = 1, .k = 1, .size = 4 };
