@@ -12,6 +12,8 @@
 #include "base/err.h"
 
 #define EW_PAR 65536               /* elements below which one thread is faster */
+#define EW_CHUNK 16384             /* elements a thread takes at a time */
+#define EW_CHUNK_BYTES 65536
 
 static bool fits(const be_buf *b, size_t count, be_dtype dt)
 {
@@ -29,6 +31,32 @@ static inline void store(void *p, size_t i, be_dtype dt, float v)
         ((unsigned short *)p)[i] = ew_f32_to_bf16(v);
     else
         ((float *)p)[i] = dt == BE_F16 ? ew_round_f16(v) : v;
+}
+
+/* d += s over n bfloat16 values, each one FP32 addition rounded once (the
+ * generic loop's arithmetic with beta 1), written on the 2-byte values so
+ * that it vectorises, and compiled twice: for AVX-512 and for any x86-64,
+ * picked when the program loads. Integer bit operations and one addition,
+ * nothing a compiler may contract, so both give the same bits. Residual
+ * networks accumulate every block's input gradient here under AMP. */
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+static void add_bf16(unsigned short *d, const unsigned short *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = ew_f32_to_bf16(ew_bf16_to_f32(s[i]) + ew_bf16_to_f32(d[i]));
+}
+
+/* memcpy by both threads: a gradient copied to an add's inputs is several
+ * megabytes, and one core alone does not reach the memory's bandwidth. */
+static void copy_par(void *d, const void *s, size_t bytes)
+{
+    size_t chunks = (bytes + EW_CHUNK_BYTES - 1) / EW_CHUNK_BYTES;
+#pragma omp parallel for schedule(static) if (bytes > EW_PAR * sizeof(float))
+    for (size_t c = 0; c < chunks; c++) {
+        size_t at = c * EW_CHUNK_BYTES;
+        memcpy((char *)d + at, (const char *)s + at,
+               bytes - at < EW_CHUNK_BYTES ? bytes - at : EW_CHUNK_BYTES);
+    }
 }
 
 void cpu_acc_span(void *d, const void *s, size_t count, be_dtype dt, float beta)
@@ -50,7 +78,7 @@ int cpu_acc(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, be_dtype 
                        "buffers", count);
     if (beta == 0.0f) {
         if (dst->p != src->p)
-            memcpy(dst->p, src->p, count * (dt == BE_BF16 ? 2 : sizeof(float)));
+            copy_par(dst->p, src->p, count * (dt == BE_BF16 ? 2 : sizeof(float)));
         return 0;
     }
     if (dt == BE_F32) {
@@ -61,15 +89,15 @@ int cpu_acc(be_ctx *ctx, be_buf *dst, const be_buf *src, size_t count, be_dtype 
             d[i] = s[i] + beta * d[i];
         return 0;
     }
-    if (dt == BE_BF16) {
-        /* The same per-element arithmetic as the generic loop below, written
-         * on the 2-byte values so that it vectorises: residual networks
-         * accumulate every block's input gradient here under AMP. */
+    if (dt == BE_BF16 && beta == 1.0f) {
         unsigned short *d = dst->p;
         const unsigned short *s = src->p;
-#pragma omp parallel for simd schedule(static) if (count > EW_PAR)
-        for (size_t i = 0; i < count; i++)
-            d[i] = ew_f32_to_bf16(ew_bf16_to_f32(s[i]) + beta * ew_bf16_to_f32(d[i]));
+        size_t chunks = (count + EW_CHUNK - 1) / EW_CHUNK;
+#pragma omp parallel for schedule(static) if (count > EW_PAR)
+        for (size_t c = 0; c < chunks; c++) {
+            size_t at = c * EW_CHUNK;
+            add_bf16(d + at, s + at, count - at < EW_CHUNK ? count - at : EW_CHUNK);
+        }
         return 0;
     }
     void *d = dst->p;
