@@ -348,6 +348,7 @@ static void plan_free(be_ctx *ctx, be_plan *p)
         cpu_prim_free(&p->re[i]);
     free(p->workspace);
     free(p->relu_ws);
+    free(p->wino_u);
     free(p->wcache);
     free(p->row_loss);
     free(p->row_hit);

@@ -65,6 +65,9 @@ struct be_plan {
                                      * batch norm: the unwanted dx of its backward pass */
     void *relu_ws;                  /* batch norm with a ReLU: oneDNN's record of which
                                      * outputs were positive, from fwd for bwd_data */
+    bool own_fwd, own_bwd_data;     /* convolution: the pass runs wino16.c's kernel */
+    float *wino_u;                  /* ... the weights' transform it reads, and the */
+    int own_n, own_h, own_w;        /* images and their size (input = output) */
     /* an inference convolution (be_conv_desc.infer): the weights in the
      * primitive's layout (NULL: it reads the caller's), the stamp they were
      * reordered at (0: none yet), and whether it takes an addend */
@@ -158,6 +161,22 @@ bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass);
 /* oneDNN's name for the kernel that runs pass of a convolution plan (e.g.
  * "jit_wino_4x3:avx512_core"), or NULL where the plan has no such pass. */
 const char *cpu_conv_impl(const be_plan *p, unsigned pass);
+
+/* conv.c: whether a pass of this convolution runs kiln's own Winograd
+ * F(2x2, 3x3) kernel (wino16.c): the forward pass and the input gradient of
+ * FP32 3x3 stride-1 padding-1 convolutions of 16 channels in and out, on a
+ * CPU with AVX-512 (cpu_conv_impl names it "kiln_wino_2x3"). */
+bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass);
+
+/* wino16.c: the kernel. u (16 x 16 x 16 floats, 64-byte aligned) from the
+ * OIHW 16x16x3x3 weights w: G g G^T for the forward pass, or for the input
+ * gradient with each kernel turned 180 degrees and the channels swapped
+ * (flip). Then y = conv(x, w) (+ bias, 16 floats, or NULL) over n images of
+ * h x w in nChw16c (x the input, or dy with flip's u; y the output or dx). */
+bool cpu_wino16_supported(void);
+void cpu_wino16_weights(const float *w, bool flip, float *u);
+void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y, int n, int h,
+                    int w);
 int cpu_conv_fwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *, be_buf *,
                  char *, size_t);
 int cpu_conv_bwd_data(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,

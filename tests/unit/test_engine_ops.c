@@ -37,6 +37,10 @@
  *    (the test prints the fraction), yet about a tenth of the outputs' own
  *    size in these cases, so a wrong tile or transform still fails; the
  *    finite differences check the gradients against the forward pass.
+ *    kiln's own F(2x2, 3x3) for 16 channels (engine/cpu/wino16.c,
+ *    cpu_conv_wino16: forward and input gradient) gets the same bound from
+ *    its own matrices: W = 8 and m = C + 14 (wino_alg WINO23 lists the
+ *    roundings), some 600 times the error seen.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -292,7 +296,26 @@ static void conv_fwd_op(void *op, float *y)
     download(cc->yb, y, cc->ny);
 }
 
-static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw);
+/* A Winograd algorithm F(m x m, 3x3): its matrices (row-major A^T m x a,
+ * G a x 3, B^T a x a, a = m + 2) and the roundings on its longest path
+ * besides the channel sum (the header comment). */
+typedef struct wino_alg {
+    const char *name;
+    int m, a;
+    const double *at, *g, *bt;
+    int extra;
+} wino_alg;
+
+static const wino_alg WINO43, WINO23;
+
+/* What runs each pass of a case: oneDNN's direct kernel everywhere, its
+ * Winograd F(4x4, 3x3) everywhere (cpu_conv_winograd), or kiln's F(2x2, 3x3)
+ * for the forward pass and the input gradient and oneDNN's direct kernel for
+ * the weight gradient (cpu_conv_wino16). */
+typedef enum { ALG_DIRECT, ALG_WINO43, ALG_WINO16 } conv_alg;
+
+static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw,
+                          const wino_alg *fwd, const wino_alg *bwd_w);
 
 /* The largest error of got against ref as a fraction of its bound. */
 static double bound_used(const float *got, const refv *ref, size_t n)
@@ -303,7 +326,7 @@ static double bound_used(const float *got, const refv *ref, size_t n)
     return worst;
 }
 
-static void run_conv_case_alg(be_conv_desc d, uint64_t seed, bool wino)
+static void run_conv_case_alg(be_conv_desc d, uint64_t seed, conv_alg alg)
 {
     char err[256] = "";
     rng r;
@@ -330,21 +353,28 @@ static void run_conv_case_alg(be_conv_desc d, uint64_t seed, bool wino)
 
     refv y = refv_new(cc.ny), dx = refv_new(cc.nx), dw = refv_new(cc.nw), db = refv_new(d.k);
     conv_ref(&cc, &y, &dx, &dw, &db);
-    /* The algorithm each pass runs is the one the rule names, and the bounds are its. */
+    /* The algorithm each pass runs is the one the rules name and the case
+     * means, and the bounds are its. */
     const unsigned pass[] = { BE_FWD, BE_BWD_DATA, BE_BWD_WEIGHTS };
     for (int i = 0; i < 3; i++) {
         const char *impl = cpu_conv_impl(cc.plan, pass[i]);
+        const bool own = alg == ALG_WINO16 && pass[i] != BE_BWD_WEIGHTS;
         assert_non_null(impl);
-        assert_int_equal(cpu_conv_winograd(&d, pass[i]), wino);
-        if ((strstr(impl, "wino") != NULL) != wino) {
-            print_error("conv pass %u runs %s, the rule says %s\n", pass[i], impl,
-                        wino ? "Winograd" : "direct");
+        assert_int_equal(cpu_conv_winograd(&d, pass[i]), alg == ALG_WINO43);
+        assert_int_equal(cpu_conv_wino16(&d, pass[i]), own);
+        const char *want = own ? "kiln_wino_2x3" : alg == ALG_WINO43 ? "wino" : NULL;
+        if (want ? !strstr(impl, want) : strstr(impl, "wino") != NULL) {
+            print_error("conv pass %u runs %s, the rules say %s\n", pass[i], impl,
+                        want ? want : "direct");
             fail();
         }
     }
+    const bool wino = alg != ALG_DIRECT;
     double slack = 1;
-    if (wino)
-        slack = wino_bounds(&cc, &y, &dx, &dw);
+    if (alg == ALG_WINO43)
+        slack = wino_bounds(&cc, &y, &dx, &dw, &WINO43, &WINO43);
+    else if (alg == ALG_WINO16)
+        slack = wino_bounds(&cc, &y, &dx, &dw, &WINO23, NULL);
 
     float *yo = malloc(cc.ny * sizeof *yo), *dxo = malloc(cc.nx * sizeof *dxo),
           *dwo = malloc(cc.nw * sizeof *dwo), *dbo = malloc((size_t)d.k * sizeof *dbo);
@@ -362,8 +392,9 @@ static void run_conv_case_alg(be_conv_desc d, uint64_t seed, bool wino)
         check_against("conv db", dbo, &db, (size_t)d.k);
     }
     if (wino)
-        printf("  winograd %dx%d, %d->%d: largest error %.2g of the bound (y), %.2g (dx), %.2g (dw)\n",
-               d.h, d.w, d.c, d.k, bound_used(yo, &y, cc.ny), bound_used(dxo, &dx, cc.nx),
+        printf("  %s %dx%d, %d->%d: largest error %.2g of the bound (y), %.2g (dx), %.2g (dw)\n",
+               alg == ALG_WINO16 ? "kiln F(2x2,3x3)" : "oneDNN F(4x4,3x3)", d.h, d.w, d.c, d.k,
+               bound_used(yo, &y, cc.ny), bound_used(dxo, &dx, cc.nx),
                bound_used(dwo, &dw, cc.nw));
 
     /* Finite differences; |x|, |w|, |b| <= 1 bound how far a term can move. */
@@ -402,62 +433,79 @@ static void run_conv_case_alg(be_conv_desc d, uint64_t seed, bool wino)
 
 static void run_conv_case(be_conv_desc d, uint64_t seed)
 {
-    run_conv_case_alg(d, seed, false);
+    run_conv_case_alg(d, seed, ALG_DIRECT);
 }
 
-/* Lavin and Gray's F(4x4, 3x3): A^T (4x6), G (6x3), B^T (6x6). */
-static const double WINO_AT[4][6] = {
-    { 1, 1, 1, 1, 1, 0 }, { 0, 1, -1, 2, -2, 0 }, { 0, 1, 1, 4, 4, 0 }, { 0, 1, -1, 8, -8, 1 },
+/* Lavin and Gray's F(4x4, 3x3) (oneDNN's jit_wino_4x3): A^T (4x6), G (6x3),
+ * B^T (6x6); roundings besides the channel sum: weight transform <= 10, input
+ * transform <= 12, product 1, output transform <= 12, bias 1. */
+static const double W43_AT[4 * 6] = {
+    1, 1, 1, 1, 1, 0,   0, 1, -1, 2, -2, 0,   0, 1, 1, 4, 4, 0,   0, 1, -1, 8, -8, 1,
 };
-static const double WINO_G[6][3] = {
-    { 1.0 / 4, 0, 0 },                  { -1.0 / 6, -1.0 / 6, -1.0 / 6 },
-    { -1.0 / 6, 1.0 / 6, -1.0 / 6 },    { 1.0 / 24, 1.0 / 12, 1.0 / 6 },
-    { 1.0 / 24, -1.0 / 12, 1.0 / 6 },   { 0, 0, 1 },
+static const double W43_G[6 * 3] = {
+    1.0 / 4, 0, 0,                  -1.0 / 6, -1.0 / 6, -1.0 / 6,
+    -1.0 / 6, 1.0 / 6, -1.0 / 6,    1.0 / 24, 1.0 / 12, 1.0 / 6,
+    1.0 / 24, -1.0 / 12, 1.0 / 6,   0, 0, 1,
 };
-static const double WINO_BT[6][6] = {
-    { 4, 0, -5, 0, 1, 0 },  { 0, -4, -4, 1, 1, 0 }, { 0, 4, -4, -1, 1, 0 },
-    { 0, -2, -1, 2, 1, 0 }, { 0, 2, -1, -2, 1, 0 }, { 0, 4, 0, -5, 0, 1 },
+static const double W43_BT[6 * 6] = {
+    4, 0, -5, 0, 1, 0,  0, -4, -4, 1, 1, 0, 0, 4, -4, -1, 1, 0,
+    0, -2, -1, 2, 1, 0, 0, 2, -1, -2, 1, 0, 0, 4, 0, -5, 0, 1,
 };
+static const wino_alg WINO43 = { "F(4x4,3x3)", 4, 6, W43_AT, W43_G, W43_BT, 36 };
 
-static double wino_rg(int i) { return fabs(WINO_G[i][0]) + fabs(WINO_G[i][1]) + fabs(WINO_G[i][2]); }
+/* F(2x2, 3x3) (engine/cpu/wino16.c): A^T (2x4), G (4x3), B^T (4x4); roundings
+ * besides the channel sum: weight transform <= 6 (two stages of two additions
+ * and a multiplication), input transform 2, product 1, output transform 4
+ * (two stages of two additions), bias 1. */
+static const double W23_AT[2 * 4] = { 1, 1, 1, 0,   0, 1, -1, -1 };
+static const double W23_G[4 * 3] = { 1, 0, 0,   0.5, 0.5, 0.5,   0.5, -0.5, 0.5,   0, 0, 1 };
+static const double W23_BT[4 * 4] = {
+    1, 0, -1, 0,    0, 1, 1, 0,     0, -1, 1, 0,    0, 1, 0, -1,
+};
+static const wino_alg WINO23 = { "F(2x2,3x3)", 2, 4, W23_AT, W23_G, W23_BT, 14 };
 
-static double wino_rb(int i)
+static double wino_rg(const wino_alg *a, int i)
+{
+    return fabs(a->g[i * 3]) + fabs(a->g[i * 3 + 1]) + fabs(a->g[i * 3 + 2]);
+}
+
+static double wino_rb(const wino_alg *a, int i)
 {
     double s = 0;
-    for (int a = 0; a < 6; a++)
-        s += fabs(WINO_BT[i][a]);
+    for (int j = 0; j < a->a; j++)
+        s += fabs(a->bt[i * a->a + j]);
     return s;
 }
 
-static double wino_ra(int i)
+static double wino_ra(const wino_alg *a, int i)
 {
     double s = 0;
-    for (int p = 0; p < 4; p++)
-        s += fabs(WINO_AT[p][i]);
+    for (int p = 0; p < a->m; p++)
+        s += fabs(a->at[p * a->a + i]);
     return s;
 }
 
 /* W of the header comment: the forward pass's (and the input gradient's). */
-static double wino_w_fwd(void)
+static double wino_w_fwd(const wino_alg *a)
 {
     double w = 0;
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < a->m; p++) {
         double s = 0;
-        for (int i = 0; i < 6; i++)
-            s += fabs(WINO_AT[p][i]) * wino_rg(i) * wino_rb(i);
+        for (int i = 0; i < a->a; i++)
+            s += fabs(a->at[p * a->a + i]) * wino_rg(a, i) * wino_rb(a, i);
         w = fmax(w, s);
     }
     return w;
 }
 
 /* W' of the header comment: the weight gradient's. */
-static double wino_w_bwd_w(void)
+static double wino_w_bwd_w(const wino_alg *a)
 {
     double w = 0;
     for (int r = 0; r < 3; r++) {
         double s = 0;
-        for (int i = 0; i < 6; i++)
-            s += fabs(WINO_G[i][r]) * wino_ra(i) * wino_rb(i);
+        for (int i = 0; i < a->a; i++)
+            s += fabs(a->g[i * 3 + r]) * wino_ra(a, i) * wino_rb(a, i);
         w = fmax(w, s);
     }
     return w;
@@ -472,15 +520,18 @@ static double plane_max(const float *t, int nc, size_t hw)
     return m;
 }
 
-/* Replaces the direct algorithm's bounds of y, dx and dw (conv_ref's sums of
- * |terms|) with Winograd's (the header comment); returns the forward bound's
- * W^2, for the finite differences' slack. */
-static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw)
+/* Replaces the direct algorithm's bounds of y and dx (fwd) and of dw (bwd_w;
+ * NULL: direct, left alone) with Winograd's (the header comment); returns
+ * the forward bound's W^2, for the finite differences' slack. */
+static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw,
+                          const wino_alg *fwd, const wino_alg *bwd_w)
 {
     const be_conv_desc *d = &cc->d;
-    const double w2 = wino_w_fwd() * wino_w_fwd(), v2 = wino_w_bwd_w() * wino_w_bwd_w();
+    const double w2 = wino_w_fwd(fwd) * wino_w_fwd(fwd),
+                 v2 = bwd_w ? wino_w_bwd_w(bwd_w) * wino_w_bwd_w(bwd_w) : 0;
     const size_t xhw = (size_t)d->h * d->w, yhw = (size_t)d->oh * d->ow;
-    const int tiles = ((d->oh + 3) / 4) * ((d->ow + 3) / 4);
+    const int tm = bwd_w ? bwd_w->m : 1,
+              tiles = ((d->oh + tm - 1) / tm) * ((d->ow + tm - 1) / tm);
     double *gmax = calloc((size_t)d->k * d->c, sizeof *gmax),
            *xmax = calloc((size_t)d->n * d->c, sizeof *xmax),
            *rmax = calloc((size_t)d->n * d->k, sizeof *rmax);
@@ -499,7 +550,7 @@ static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw)
             for (size_t i = 0; i < yhw; i++) {
                 size_t yi = ((size_t)n * d->k + k) * yhw + i;
                 y->mag[yi] = w2 * m + (d->bias ? 1 : 0);
-                y->cnt[yi] = d->c + 36;
+                y->cnt[yi] = d->c + fwd->extra;
             }
         }
     for (int n = 0; n < d->n; n++)
@@ -510,17 +561,17 @@ static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw)
             for (size_t i = 0; i < xhw; i++) {
                 size_t xi = ((size_t)n * d->c + c) * xhw + i;
                 dx->mag[xi] = w2 * m;
-                dx->cnt[xi] = d->k + 36;
+                dx->cnt[xi] = d->k + fwd->extra;
             }
         }
-    for (int k = 0; k < d->k; k++)
+    for (int k = 0; k < d->k && bwd_w; k++)
         for (int c = 0; c < d->c; c++) {
             double m = 0;
             for (int n = 0; n < d->n; n++)
                 m += tiles * rmax[n * d->k + k] * xmax[n * d->c + c];
             for (int i = 0; i < 9; i++) {
                 dw->mag[((size_t)k * d->c + c) * 9 + i] = v2 * m;
-                dw->cnt[((size_t)k * d->c + c) * 9 + i] = (double)d->n * tiles + 36;
+                dw->cnt[((size_t)k * d->c + c) * 9 + i] = (double)d->n * tiles + bwd_w->extra;
             }
         }
     free(gmax);
@@ -602,11 +653,38 @@ static void test_conv_winograd(void **state)
     run_conv_case_alg(CONV(.n = 2, .c = 48, .h = 8, .w = 8, .k = 48, .oh = 8, .ow = 8, .kh = 3,
                            .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
                            .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
-                           .bias = true), 11, true);
+                           .bias = true), 11, ALG_WINO43);
     run_conv_case_alg(CONV(.n = 3, .c = 50, .h = 9, .w = 7, .k = 64, .oh = 9, .ow = 7, .kh = 3,
                            .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
                            .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
-                           .bias = false), 12, true);
+                           .bias = false), 12, ALG_WINO43);
+}
+
+/* 16 channels in and out, 3x3, stride 1, padding 1 (cpu_conv_wino16): kiln's
+ * F(2x2, 3x3) for the forward pass and the input gradient; whole 2x2 tiles
+ * and a whole block of 8, then odd sizes (partial tiles and a short block),
+ * with and without a bias. */
+static void test_conv_wino16(void **state)
+{
+    run_conv_case_alg(CONV(.n = 2, .c = 16, .h = 8, .w = 16, .k = 16, .oh = 8, .ow = 16,
+                           .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1,
+                           .pad_l = 1, .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1,
+                           .groups = 1, .bias = true), 13, ALG_WINO16);
+    run_conv_case_alg(CONV(.n = 3, .c = 16, .h = 7, .w = 9, .k = 16, .oh = 7, .ow = 9,
+                           .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1,
+                           .pad_l = 1, .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1,
+                           .groups = 1, .bias = false), 14, ALG_WINO16);
+    /* not for 16 -> 32, nor without the padding of 1 */
+    be_conv_desc d = CONV(.n = 1, .c = 16, .h = 8, .w = 8, .k = 32, .oh = 8, .ow = 8, .kh = 3,
+                          .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
+                          .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1);
+    assert_false(cpu_conv_wino16(&d, BE_FWD));
+    d.k = 16;
+    assert_true(cpu_conv_wino16(&d, BE_FWD));
+    assert_false(cpu_conv_wino16(&d, BE_BWD_WEIGHTS));
+    d.pad_t = d.pad_b = 0;
+    d.oh = 6;
+    assert_false(cpu_conv_wino16(&d, BE_FWD));
 }
 
 /* A plan made without a pass refuses to run it, with a message. */
@@ -2466,6 +2544,7 @@ int main(void)
         cmocka_unit_test(test_conv_groups),
         cmocka_unit_test(test_conv_1x1_and_wide),
         cmocka_unit_test(test_conv_winograd),
+        cmocka_unit_test(test_conv_wino16),
         cmocka_unit_test(test_plan_without_pass),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_maxpool),
