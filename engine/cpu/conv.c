@@ -133,20 +133,22 @@ bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
     return ch >= (pass == BE_BWD_WEIGHTS ? 48 : 32);
 }
 
-/* kiln's own Winograd F(2x2, 3x3) (wino16.c) for the forward pass and the
- * input gradient of an FP32 3x3 stride-1 convolution with padding 1 and 16
- * channels in and out, where oneDNN has no kernel that wins: its direct one
- * runs at about the machine's multiply-add rate and its Winograd is slower
- * (the table above). resnet20's 16->16 32x32 layers at batch 128 (ms, 2
- * threads, the forward pass; the input gradient is the same kernel):
- * oneDNN direct 1.87, wino16 1.02. The weight gradient stays oneDNN's.
+/* kiln's own Winograd F(2x2, 3x3) (wino16.c) for the training passes of an
+ * FP32 3x3 stride-1 convolution with padding 1 and 16 channels in and out,
+ * where oneDNN has no kernel that wins: its direct one runs at about the
+ * machine's multiply-add rate and its Winograd is slower (the table above).
+ * resnet20's 16->16 32x32 layers at batch 128 (ms, 2 threads, oneDNN direct
+ * / wino16): forward 1.87 / 1.02 (the input gradient is the same kernel),
+ * weight gradient 1.56 / 1.16 (best of 20, three runs: 1.78-1.86x and
+ * 1.31-1.39x).
  * Training plans only: an inference plan folds batch norm and post-ops into
  * oneDNN's pass (conv_infer_plan). Like cpu_conv_winograd, by shape alone;
  * KILN_WINOGRAD=0 turns it off too. */
 bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass)
 {
     const char *env = getenv("KILN_WINOGRAD");
-    return (pass == BE_FWD || pass == BE_BWD_DATA) && !(env && strcmp(env, "0") == 0) &&
+    return (pass == BE_FWD || pass == BE_BWD_DATA || pass == BE_BWD_WEIGHTS) &&
+           !(env && strcmp(env, "0") == 0) &&
            all_f32(d) && !d->infer && !d->post_add && !d->post_relu && d->groups == 1 &&
            d->c == 16 && d->k == 16 && d->kh == 3 && d->kw == 3 && d->stride_h == 1 &&
            d->stride_w == 1 && d->dil_h == 1 && d->dil_w == 1 && d->pad_t == 1 &&
@@ -203,7 +205,8 @@ static int conv_pd(be_ctx *ctx, dnnl_convolution_desc_t *cd, bool wino,
 
 const char *cpu_conv_impl(const be_plan *p, unsigned pass)
 {
-    if ((pass == BE_FWD && p->own_fwd) || (pass == BE_BWD_DATA && p->own_bwd_data))
+    if ((pass == BE_FWD && p->own_fwd) || (pass == BE_BWD_DATA && p->own_bwd_data) ||
+        (pass == BE_BWD_WEIGHTS && p->own_bwd_weights))
         return "kiln_wino_2x3";
     const cpu_prim *c = pass == BE_FWD ? &p->fwd : pass == BE_BWD_DATA ? &p->bwd_data :
                         &p->bwd_weights;
@@ -342,6 +345,14 @@ static int own_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, unsig
             return -1;
         p->own_bwd_data = true;
     }
+    if ((passes & BE_BWD_WEIGHTS) && cpu_conv_wino16(d, BE_BWD_WEIGHTS)) {
+        if (!(p->wino_dw = aligned_alloc(64, cpu_wino16_bwd_w_scratch())))
+            return set_err(err, errlen, "out of memory");
+        if (cpu_reorder_make(ctx, &m->src, &bx, CPU_TMP_SRC, &p->re[RE_WX], err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m->dst, &by, CPU_TMP_DST, &p->re[RE_WDY], err, errlen) < 0)
+            return -1;
+        p->own_bwd_weights = true;
+    }
     return 0;
 }
 
@@ -393,9 +404,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
              m.strides, m.dil, m.pad_l, m.pad_r), "convolution_forward_desc_init");
     if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, ctx->attr, &fwd_pd, err, errlen) < 0)
         goto out;
-    if ((passes & (BE_FWD | BE_BWD_DATA)) && (cpu_conv_wino16(d, BE_FWD) ||
-                                              cpu_conv_wino16(d, BE_BWD_DATA)) &&
-        own_plan(ctx, d, &m, passes, p, err, errlen) < 0)
+    if (cpu_conv_wino16(d, BE_FWD) && own_plan(ctx, d, &m, passes, p, err, errlen) < 0)
         goto out;
     if ((passes & BE_FWD) && !p->own_fwd) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
@@ -425,7 +434,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
     }
-    if (passes & BE_BWD_WEIGHTS) {
+    if ((passes & BE_BWD_WEIGHTS) && !p->own_bwd_weights) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                              DNNL_ARG_DIFF_BIAS };
         DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(&cd,
@@ -527,6 +536,16 @@ int cpu_conv_bwd_weights(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf 
                          be_buf *dw, be_buf *db, char *err, size_t errlen)
 {
     int fail = 0;
+    if (p->own_bwd_weights) {
+        void *xs = cpu_stage_in(ctx, &p->re[RE_WX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen);
+        void *dys = cpu_stage_in(ctx, &p->re[RE_WDY], CPU_TMP_DST, cpu_ptr(dy), &fail, err,
+                                 errlen);
+        if (fail)
+            return -1;
+        cpu_wino16_bwd_w(xs, dys, cpu_ptr(dw), db ? cpu_ptr(db) : NULL, p->own_n, p->own_h,
+                         p->own_w, p->wino_dw);
+        return 0;
+    }
     if (!p->bwd_weights.prim)
         return set_err(err, errlen, "cpu backend: this plan was made without that pass");
     void *data[] = { cpu_stage_in(ctx, &p->re[RE_WX], CPU_TMP_SRC, cpu_ptr(x), &fail, err, errlen),

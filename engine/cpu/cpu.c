@@ -349,6 +349,7 @@ static void plan_free(be_ctx *ctx, be_plan *p)
     free(p->workspace);
     free(p->relu_ws);
     free(p->wino_u);
+    free(p->wino_dw);
     free(p->wcache);
     free(p->row_loss);
     free(p->row_hit);

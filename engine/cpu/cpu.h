@@ -65,9 +65,10 @@ struct be_plan {
                                      * batch norm: the unwanted dx of its backward pass */
     void *relu_ws;                  /* batch norm with a ReLU: oneDNN's record of which
                                      * outputs were positive, from fwd for bwd_data */
-    bool own_fwd, own_bwd_data;     /* convolution: the pass runs wino16.c's kernel */
+    bool own_fwd, own_bwd_data, own_bwd_weights; /* convolution: the pass runs wino16.c */
     float *wino_u;                  /* ... the weights' transform it reads, and the */
     int own_n, own_h, own_w;        /* images and their size (input = output) */
+    float *wino_dw;                 /* ... the weight gradient's partial sums */
     /* an inference convolution (be_conv_desc.infer): the weights in the
      * primitive's layout (NULL: it reads the caller's), the stamp they were
      * reordered at (0: none yet), and whether it takes an addend */
@@ -163,9 +164,9 @@ bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass);
 const char *cpu_conv_impl(const be_plan *p, unsigned pass);
 
 /* conv.c: whether a pass of this convolution runs kiln's own Winograd
- * F(2x2, 3x3) kernel (wino16.c): the forward pass and the input gradient of
- * FP32 3x3 stride-1 padding-1 convolutions of 16 channels in and out, on a
- * CPU with AVX-512 (cpu_conv_impl names it "kiln_wino_2x3"). */
+ * F(2x2, 3x3) kernels (wino16.c): the training passes of FP32 3x3
+ * stride-1 padding-1 convolutions of 16 channels in and out, on a CPU with
+ * AVX-512 (cpu_conv_impl names them "kiln_wino_2x3"). */
 bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass);
 
 /* wino16.c: the kernel. u (16 x 16 x 16 floats, 64-byte aligned) from the
@@ -177,6 +178,13 @@ bool cpu_wino16_supported(void);
 void cpu_wino16_weights(const float *w, bool flip, float *u);
 void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y, int n, int h,
                     int w);
+/* The weight gradient dw (OIHW 16x16x3x3) and, when db is not NULL, the
+ * bias gradient (16 floats) of the same convolution from x and dy (nChw16c),
+ * through scratch (cpu_wino16_bwd_w_scratch() bytes, 64-byte aligned), in
+ * fixed partial sums: the same bits for any thread count. */
+size_t cpu_wino16_bwd_w_scratch(void);
+void cpu_wino16_bwd_w(const float *x, const float *dy, float *dw, float *db, int n, int h,
+                      int w, float *scratch);
 int cpu_conv_fwd(be_ctx *, be_plan *, const be_buf *, const be_buf *, const be_buf *, be_buf *,
                  char *, size_t);
 int cpu_conv_bwd_data(be_ctx *, be_plan *, const be_buf *, const be_buf *, be_buf *,

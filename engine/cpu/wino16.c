@@ -61,9 +61,10 @@ void cpu_wino16_weights(const float *w, bool flip, float *u)
 }
 
 /* B^T d B of one tile's 4x4 patch, whose top left pixel is (h0, w0) (-1 at
- * the edges: the padding), into v[p * WT] for p = 0..15. */
+ * the edges: the padding), into v[p * bt * 16] for p = 0..15 (bt: the tiles
+ * of the block the buffer holds). */
 __attribute__((target("avx512f")))
-static void in_tile(const float *x, int h, int w, int h0, int w0, float *v)
+static void in_tile(const float *x, int h, int w, int h0, int w0, float *v, int bt)
 {
     __m512 d[4][4], r[4][4];
     for (int i = 0; i < 4; i++)
@@ -79,10 +80,10 @@ static void in_tile(const float *x, int h, int w, int h0, int w0, float *v)
         r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
     }
     for (int i = 0; i < 4; i++) {
-        _mm512_store_ps(v + (i * 4 + 0) * WT * 16, _mm512_sub_ps(r[i][0], r[i][2]));
-        _mm512_store_ps(v + (i * 4 + 1) * WT * 16, _mm512_add_ps(r[i][1], r[i][2]));
-        _mm512_store_ps(v + (i * 4 + 2) * WT * 16, _mm512_sub_ps(r[i][2], r[i][1]));
-        _mm512_store_ps(v + (i * 4 + 3) * WT * 16, _mm512_sub_ps(r[i][1], r[i][3]));
+        _mm512_store_ps(v + (i * 4 + 0) * bt * 16, _mm512_sub_ps(r[i][0], r[i][2]));
+        _mm512_store_ps(v + (i * 4 + 1) * bt * 16, _mm512_add_ps(r[i][1], r[i][2]));
+        _mm512_store_ps(v + (i * 4 + 2) * bt * 16, _mm512_sub_ps(r[i][2], r[i][1]));
+        _mm512_store_ps(v + (i * 4 + 3) * bt * 16, _mm512_sub_ps(r[i][1], r[i][3]));
     }
 }
 
@@ -125,7 +126,7 @@ void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y,
         for (int t0 = 0; t0 < tw; t0 += WT) {
             const int nt = tw - t0 < WT ? tw - t0 : WT;
             for (int t = 0; t < nt; t++)
-                in_tile(xn, h, w, 2 * r - 1, 2 * (t0 + t) - 1, v + t * 16);
+                in_tile(xn, h, w, 2 * r - 1, 2 * (t0 + t) - 1, v + t * 16, WT);
             for (int t = nt; t < WT; t++)       /* a short last block: products of zeros */
                 for (int p = 0; p < 16; p++)
                     _mm512_store_ps(v + (p * WT + t) * 16, _mm512_setzero_ps());
@@ -146,4 +147,127 @@ void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y,
                 out_tile(m + t * 16, b, yn, h, w, 2 * r, 2 * (t0 + t));
         }
     }
+}
+
+/* ---- the weight gradient ------------------------------------------------------------- */
+
+/* With M = U . V per tile and channel pair (U = G g G^T, V = B^T d B) and
+ * y = A^T M A, the gradient of M is A dy A^T, of U the sum over images and
+ * tiles of (A dy A^T) . V, and of g G^T dU G. */
+
+#define WB 16                       /* tiles a block: a row of a 32-wide image */
+#define WCHUNKS 32                  /* fixed partial sums: the same for any thread count */
+
+/* A dy A^T of one tile's 2x2 gradient at (h0, w0) (zeros outside the image)
+ * into m[p * WB * 16]. */
+__attribute__((target("avx512f")))
+static void grad_tile(const float *dy, int h, int w, int h0, int w0, float *m)
+{
+    __m512 d[2][2], e[4][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            d[i][j] = h0 + i < h && w0 + j < w ?
+                      _mm512_loadu_ps(dy + ((size_t)(h0 + i) * w + w0 + j) * 16) :
+                      _mm512_setzero_ps();
+    const __m512 z = _mm512_setzero_ps();
+    for (int j = 0; j < 2; j++) {           /* A dy, A = [1 0; 1 1; 1 -1; 0 -1] */
+        e[0][j] = d[0][j];
+        e[1][j] = _mm512_add_ps(d[0][j], d[1][j]);
+        e[2][j] = _mm512_sub_ps(d[0][j], d[1][j]);
+        e[3][j] = _mm512_sub_ps(z, d[1][j]);
+    }
+    for (int i = 0; i < 4; i++) {           /* (A dy) A^T */
+        _mm512_store_ps(m + (i * 4 + 0) * WB * 16, e[i][0]);
+        _mm512_store_ps(m + (i * 4 + 1) * WB * 16, _mm512_add_ps(e[i][0], e[i][1]));
+        _mm512_store_ps(m + (i * 4 + 2) * WB * 16, _mm512_sub_ps(e[i][0], e[i][1]));
+        _mm512_store_ps(m + (i * 4 + 3) * WB * 16, _mm512_sub_ps(z, e[i][1]));
+    }
+}
+
+/* One chunk's dU (du[p][c][k]) and bias gradient (du[4096 + k]) over the
+ * tile rows [j0, j1) of all images (job = image * tile rows + row). */
+__attribute__((target("avx512f")))
+static void bwd_w_chunk(const float *x, const float *dy, float *du, int h, int w, int th,
+                        long long j0, long long j1)
+{
+    _Alignas(64) float v[16 * WB * 16], m[16 * WB * 16];
+    const int tw = (w + 1) / 2;
+    const size_t plane = (size_t)h * w * 16;
+    __m512 db = _mm512_setzero_ps();
+    memset(du, 0, (16 * 256 + 16) * sizeof *du);
+    for (long long job = j0; job < j1; job++) {
+        const int img = (int)(job / th), r = (int)(job % th);
+        const float *xn = x + (size_t)img * plane, *dyn = dy + (size_t)img * plane;
+        for (int t0 = 0; t0 < tw; t0 += WB) {
+            const int nt = tw - t0 < WB ? tw - t0 : WB;
+            for (int t = 0; t < nt; t++) {
+                in_tile(xn, h, w, 2 * r - 1, 2 * (t0 + t) - 1, v + t * 16, WB);
+                grad_tile(dyn, h, w, 2 * r, 2 * (t0 + t), m + t * 16);
+            }
+            for (int p = 0; p < 16; p++) {
+                float *dup = du + p * 256;
+                const float *vp = v + p * WB * 16, *mp = m + p * WB * 16;
+                __m512 acc[16];
+                for (int c = 0; c < 16; c++)
+                    acc[c] = _mm512_load_ps(dup + c * 16);
+                for (int t = 0; t < nt; t++) {
+                    __m512 g = _mm512_load_ps(mp + t * 16);
+                    for (int c = 0; c < 16; c++)
+                        acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(vp[t * 16 + c]), g, acc[c]);
+                }
+                for (int c = 0; c < 16; c++)
+                    _mm512_store_ps(dup + c * 16, acc[c]);
+            }
+        }
+        for (int i = 2 * r; i < 2 * r + 2 && i < h; i++)
+            for (int j = 0; j < w; j++)
+                db = _mm512_add_ps(db, _mm512_loadu_ps(dyn + ((size_t)i * w + j) * 16));
+    }
+    _mm512_store_ps(du + 16 * 256, db);
+}
+
+size_t cpu_wino16_bwd_w_scratch(void)
+{
+    return (size_t)WCHUNKS * (16 * 256 + 16) * sizeof(float);
+}
+
+__attribute__((target("avx512f")))
+void cpu_wino16_bwd_w(const float *x, const float *dy, float *dw, float *db, int n, int h,
+                      int w, float *scratch)
+{
+    static const float G[4][3] = {
+        { 1, 0, 0 }, { 0.5f, 0.5f, 0.5f }, { 0.5f, -0.5f, 0.5f }, { 0, 0, 1 },
+    };
+    const int th = (h + 1) / 2;
+    const long long jobs = (long long)n * th;
+    const int chunks = jobs < WCHUNKS ? (int)jobs : WCHUNKS;
+    const size_t per = 16 * 256 + 16;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int ch = 0; ch < chunks; ch++)
+        bwd_w_chunk(x, dy, scratch + ch * per, h, w, th, jobs * ch / chunks,
+                    jobs * (ch + 1) / chunks);
+    for (int ch = 1; ch < chunks; ch++)         /* in chunk order */
+        for (size_t i = 0; i < per; i += 16)
+            _mm512_store_ps(scratch + i, _mm512_add_ps(_mm512_load_ps(scratch + i),
+                                                       _mm512_load_ps(scratch + ch * per + i)));
+    for (int k = 0; k < 16; k++)
+        for (int c = 0; c < 16; c++) {
+            float t[3][4];                      /* G^T dU, then (G^T dU) G */
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 4; j++) {
+                    float s = 0;
+                    for (int a = 0; a < 4; a++)
+                        s += G[a][i] * scratch[((a * 4 + j) * 16 + c) * 16 + k];
+                    t[i][j] = s;
+                }
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++) {
+                    float s = 0;
+                    for (int b = 0; b < 4; b++)
+                        s += t[i][b] * G[b][j];
+                    dw[(k * 16 + c) * 9 + i * 3 + j] = s;
+                }
+        }
+    if (db)
+        memcpy(db, scratch + 16 * 256, 16 * sizeof *db);
 }

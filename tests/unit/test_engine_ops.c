@@ -38,9 +38,9 @@
  *    size in these cases, so a wrong tile or transform still fails; the
  *    finite differences check the gradients against the forward pass.
  *    kiln's own F(2x2, 3x3) for 16 channels (engine/cpu/wino16.c,
- *    cpu_conv_wino16: forward and input gradient) gets the same bound from
- *    its own matrices: W = 8 and m = C + 14 (wino_alg WINO23 lists the
- *    roundings), some 600 times the error seen.
+ *    cpu_conv_wino16: every pass) gets the same bounds from its own
+ *    matrices: W = 8, W' = 6 and at most 14 roundings besides the sums
+ *    (wino_alg WINO23 lists them), some 100 to 1000 times the error seen.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -308,10 +308,8 @@ typedef struct wino_alg {
 
 static const wino_alg WINO43, WINO23;
 
-/* What runs each pass of a case: oneDNN's direct kernel everywhere, its
- * Winograd F(4x4, 3x3) everywhere (cpu_conv_winograd), or kiln's F(2x2, 3x3)
- * for the forward pass and the input gradient and oneDNN's direct kernel for
- * the weight gradient (cpu_conv_wino16). */
+/* What runs each pass of a case: oneDNN's direct kernel, its Winograd
+ * F(4x4, 3x3) (cpu_conv_winograd) or kiln's F(2x2, 3x3) (cpu_conv_wino16). */
 typedef enum { ALG_DIRECT, ALG_WINO43, ALG_WINO16 } conv_alg;
 
 static double wino_bounds(const conv_case *cc, refv *y, refv *dx, refv *dw,
@@ -358,7 +356,7 @@ static void run_conv_case_alg(be_conv_desc d, uint64_t seed, conv_alg alg)
     const unsigned pass[] = { BE_FWD, BE_BWD_DATA, BE_BWD_WEIGHTS };
     for (int i = 0; i < 3; i++) {
         const char *impl = cpu_conv_impl(cc.plan, pass[i]);
-        const bool own = alg == ALG_WINO16 && pass[i] != BE_BWD_WEIGHTS;
+        const bool own = alg == ALG_WINO16;
         assert_non_null(impl);
         assert_int_equal(cpu_conv_winograd(&d, pass[i]), alg == ALG_WINO43);
         assert_int_equal(cpu_conv_wino16(&d, pass[i]), own);
@@ -374,7 +372,7 @@ static void run_conv_case_alg(be_conv_desc d, uint64_t seed, conv_alg alg)
     if (alg == ALG_WINO43)
         slack = wino_bounds(&cc, &y, &dx, &dw, &WINO43, &WINO43);
     else if (alg == ALG_WINO16)
-        slack = wino_bounds(&cc, &y, &dx, &dw, &WINO23, NULL);
+        slack = wino_bounds(&cc, &y, &dx, &dw, &WINO23, &WINO23);
 
     float *yo = malloc(cc.ny * sizeof *yo), *dxo = malloc(cc.nx * sizeof *dxo),
           *dwo = malloc(cc.nw * sizeof *dwo), *dbo = malloc((size_t)d.k * sizeof *dbo);
@@ -661,9 +659,10 @@ static void test_conv_winograd(void **state)
 }
 
 /* 16 channels in and out, 3x3, stride 1, padding 1 (cpu_conv_wino16): kiln's
- * F(2x2, 3x3) for the forward pass and the input gradient; whole 2x2 tiles
- * and a whole block of 8, then odd sizes (partial tiles and a short block),
- * with and without a bias. */
+ * F(2x2, 3x3) in every pass; whole 2x2 tiles and a whole block of 8 (16 for
+ * the weight gradient), then odd sizes (partial tiles and short blocks),
+ * with and without a bias; and the weight gradient over more tile rows than
+ * it has partial sums (fixed chunks of several rows). */
 static void test_conv_wino16(void **state)
 {
     run_conv_case_alg(CONV(.n = 2, .c = 16, .h = 8, .w = 16, .k = 16, .oh = 8, .ow = 16,
@@ -674,6 +673,10 @@ static void test_conv_wino16(void **state)
                            .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1,
                            .pad_l = 1, .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1,
                            .groups = 1, .bias = false), 14, ALG_WINO16);
+    run_conv_case_alg(CONV(.n = 9, .c = 16, .h = 10, .w = 6, .k = 16, .oh = 10, .ow = 6,
+                           .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1,
+                           .pad_l = 1, .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1,
+                           .groups = 1, .bias = true), 15, ALG_WINO16);
     /* not for 16 -> 32, nor without the padding of 1 */
     be_conv_desc d = CONV(.n = 1, .c = 16, .h = 8, .w = 8, .k = 32, .oh = 8, .ow = 8, .kh = 3,
                           .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
@@ -681,7 +684,7 @@ static void test_conv_wino16(void **state)
     assert_false(cpu_conv_wino16(&d, BE_FWD));
     d.k = 16;
     assert_true(cpu_conv_wino16(&d, BE_FWD));
-    assert_false(cpu_conv_wino16(&d, BE_BWD_WEIGHTS));
+    assert_true(cpu_conv_wino16(&d, BE_BWD_WEIGHTS));
     d.pad_t = d.pad_b = 0;
     d.oh = 6;
     assert_false(cpu_conv_wino16(&d, BE_FWD));
