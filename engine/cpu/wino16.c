@@ -110,42 +110,51 @@ static void out_tile(const float *m, __m512 bias, float *y, int h, int w, int h0
     }
 }
 
+/* One job of cpu_wino16_run: tile row r of image img (2 output rows). */
 __attribute__((target("avx512f")))
+static void run_row(const float *x, const float *u, const float *bias, float *y, int h, int w,
+                    int r)
+{
+    _Alignas(64) float v[16 * WT * 16], m[16 * WT * 16];
+    const int tw = (w + 1) / 2;
+    const __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    for (int t0 = 0; t0 < tw; t0 += WT) {
+        const int nt = tw - t0 < WT ? tw - t0 : WT;
+        for (int t = 0; t < nt; t++)
+            in_tile(x, h, w, 2 * r - 1, 2 * (t0 + t) - 1, v + t * 16, WT);
+        for (int t = nt; t < WT; t++)           /* a short last block: products of zeros */
+            for (int p = 0; p < 16; p++)
+                _mm512_store_ps(v + (p * WT + t) * 16, _mm512_setzero_ps());
+        for (int p = 0; p < 16; p++) {
+            const float *up = u + p * 256, *vp = v + p * WT * 16;
+            __m512 acc[WT];
+            for (int t = 0; t < WT; t++)
+                acc[t] = _mm512_setzero_ps();
+            for (int c = 0; c < 16; c++) {
+                __m512 uc = _mm512_load_ps(up + c * 16);
+                for (int t = 0; t < WT; t++)
+                    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(vp[t * 16 + c]), uc, acc[t]);
+            }
+            for (int t = 0; t < WT; t++)
+                _mm512_store_ps(m + (p * WT + t) * 16, acc[t]);
+        }
+        for (int t = 0; t < nt; t++)
+            out_tile(m + t * 16, b, y, h, w, 2 * r, 2 * (t0 + t));
+    }
+}
+
+/* (No vector types out here: an OpenMP region's outlined function does not
+ * take the target attribute, and clang refuses AVX-512 values in it.) */
 void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y, int n, int h,
                     int w)
 {
-    const int th = (h + 1) / 2, tw = (w + 1) / 2;
+    const int th = (h + 1) / 2;
     const size_t plane = (size_t)h * w * 16;
-    __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
 #pragma omp parallel for schedule(static) if ((size_t)n * plane > 65536)
     for (long long job = 0; job < (long long)n * th; job++) {
-        _Alignas(64) float v[16 * WT * 16], m[16 * WT * 16];
-        const int img = (int)(job / th), r = (int)(job % th);
-        const float *xn = x + (size_t)img * plane;
-        float *yn = y + (size_t)img * plane;
-        for (int t0 = 0; t0 < tw; t0 += WT) {
-            const int nt = tw - t0 < WT ? tw - t0 : WT;
-            for (int t = 0; t < nt; t++)
-                in_tile(xn, h, w, 2 * r - 1, 2 * (t0 + t) - 1, v + t * 16, WT);
-            for (int t = nt; t < WT; t++)       /* a short last block: products of zeros */
-                for (int p = 0; p < 16; p++)
-                    _mm512_store_ps(v + (p * WT + t) * 16, _mm512_setzero_ps());
-            for (int p = 0; p < 16; p++) {
-                const float *up = u + p * 256, *vp = v + p * WT * 16;
-                __m512 acc[WT];
-                for (int t = 0; t < WT; t++)
-                    acc[t] = _mm512_setzero_ps();
-                for (int c = 0; c < 16; c++) {
-                    __m512 uc = _mm512_load_ps(up + c * 16);
-                    for (int t = 0; t < WT; t++)
-                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(vp[t * 16 + c]), uc, acc[t]);
-                }
-                for (int t = 0; t < WT; t++)
-                    _mm512_store_ps(m + (p * WT + t) * 16, acc[t]);
-            }
-            for (int t = 0; t < nt; t++)
-                out_tile(m + t * 16, b, yn, h, w, 2 * r, 2 * (t0 + t));
-        }
+        const int img = (int)(job / th);
+        run_row(x + (size_t)img * plane, u, bias, y + (size_t)img * plane, h, w,
+                (int)(job % th));
     }
 }
 
