@@ -82,13 +82,19 @@ static int teardown(void **state)
     return fio_rm_rf(root);
 }
 
-/* The second convolution (48 -> 48, 3x3) runs Winograd in all its passes
- * (engine/cpu/conv.c), whose resumption must be as exact as the direct one's. */
+/* The second convolution (48 -> 48, 3x3) runs oneDNN's Winograd in all its
+ * passes and the fourth (16 -> 16) kiln's own (engine/cpu/conv.c,
+ * cpu_conv_winograd and cpu_conv_wino16), whose resumptions must be as exact
+ * as the direct kernel's. */
 static const char *REQUEST =
     "{\"network\": {\"layers\": ["
     "  {\"type\": \"conv2d\", \"filters\": 48, \"kernel\": 3, \"padding\": 1},"
     "  {\"type\": \"relu\"},"
     "  {\"type\": \"conv2d\", \"filters\": 48, \"kernel\": 3, \"padding\": 1},"
+    "  {\"type\": \"relu\"},"
+    "  {\"type\": \"conv2d\", \"filters\": 16, \"kernel\": 3, \"padding\": 1},"
+    "  {\"type\": \"relu\"},"
+    "  {\"type\": \"conv2d\", \"filters\": 16, \"kernel\": 3, \"padding\": 1},"
     "  {\"type\": \"relu\"}, {\"type\": \"maxpool\", \"kernel\": 2}, {\"type\": \"flatten\"},"
     "  {\"type\": \"dropout\", \"rate\": 0.2},"
     "  {\"type\": \"dense\", \"units\": \"classes\"}]},"
