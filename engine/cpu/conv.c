@@ -218,33 +218,6 @@ const char *cpu_conv_impl(const be_plan *p, unsigned pass)
     return name;
 }
 
-/* The post-ops of an inference plan (be_conv_desc): the addend, read in the
- * primitive's own output layout (dst), then the ReLU. */
-static int infer_attr(be_ctx *ctx, const be_conv_desc *d, const dnnl_memory_desc_t *dst,
-                      dnnl_primitive_attr_t *attr, char *err, size_t errlen)
-{
-    int rc = -1;
-    dnnl_post_ops_t po = NULL;
-    *attr = NULL;
-    DNNL_TRY(dnnl_primitive_attr_clone(attr, ctx->attr), "primitive_attr_clone");
-    DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
-    if (d->post_add)
-        DNNL_TRY(dnnl_post_ops_append_binary(po, dnnl_binary_add, dst), "post_ops_append_binary");
-    if (d->post_relu)
-        DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, d->post_alpha, 0.0f),
-                 "post_ops_append_eltwise");
-    DNNL_TRY(dnnl_primitive_attr_set_post_ops(*attr, po), "primitive_attr_set_post_ops");
-    rc = 0;
-out:
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (rc < 0 && *attr) {
-        dnnl_primitive_attr_destroy(*attr);
-        *attr = NULL;
-    }
-    return rc;
-}
-
 /* An inference plan (d->infer): one forward_inference primitive with the
  * post-ops, on the input and output layouts oneDNN picks for the training
  * plan's forward pass (asked first: left to itself, inference would pick
@@ -284,7 +257,9 @@ static int conv_infer_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m
     DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
              dnnl_convolution_direct, &src, &awei, d->bias ? &m->bias : NULL, &dst,
              m->strides, m->dil, m->pad_l, m->pad_r), "convolution_forward_desc_init");
-    if (infer_attr(ctx, d, &dst, &attr, err, errlen) < 0)
+    /* the addend read in the primitive's own output layout (dst) */
+    if (cpu_post_attr(ctx, d->post_add ? &dst : NULL, d->post_relu, d->post_alpha, &attr, err,
+                      errlen) < 0)
         goto out;
     if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, attr, &pd, err, errlen) < 0)
         goto out;

@@ -178,6 +178,32 @@ static int dtype_check(be_ctx *ctx, be_dtype dt, char *err, size_t errlen)
     return 0;
 }
 
+int cpu_post_attr(be_ctx *ctx, const dnnl_memory_desc_t *addend, bool relu, float alpha,
+                  dnnl_primitive_attr_t *attr, char *err, size_t errlen)
+{
+    int rc = -1;
+    dnnl_post_ops_t po = NULL;
+    *attr = NULL;
+    DNNL_TRY(dnnl_primitive_attr_clone(attr, ctx->attr), "primitive_attr_clone");
+    DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
+    if (addend)
+        DNNL_TRY(dnnl_post_ops_append_binary(po, dnnl_binary_add, addend),
+                 "post_ops_append_binary");
+    if (relu)
+        DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, alpha, 0.0f),
+                 "post_ops_append_eltwise");
+    DNNL_TRY(dnnl_primitive_attr_set_post_ops(*attr, po), "primitive_attr_set_post_ops");
+    rc = 0;
+out:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (rc < 0 && *attr) {
+        dnnl_primitive_attr_destroy(*attr);
+        *attr = NULL;
+    }
+    return rc;
+}
+
 int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,
            dnnl_primitive_desc_t *pd, char *err, size_t errlen)
 {

@@ -121,6 +121,11 @@ size_t cpu_round_count(const dnnl_memory_desc_t *md, be_dtype dt);
 /* Rounds count floats at p through FP16 (ew_round_f16); a no-op for 0. */
 void cpu_round_f16(void *p, size_t count);
 
+/* The context's attributes with post-ops: a binary add of an addend in
+ * layout addend (NULL: none), then a ReLU of negative slope alpha (relu). */
+int cpu_post_attr(be_ctx *ctx, const dnnl_memory_desc_t *addend, bool relu, float alpha,
+                  dnnl_primitive_attr_t *attr, char *err, size_t errlen);
+
 /* Creates the primitive descriptor for op_desc (hint: the forward one for a
  * backward pass, or NULL) with the context's attributes. */
 int cpu_pd(be_ctx *ctx, const_dnnl_op_desc_t op_desc, const_dnnl_primitive_desc_t hint,

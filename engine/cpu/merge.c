@@ -9,23 +9,6 @@
 
 #include "base/err.h"
 
-/* The context's attributes with a ReLU as the post-op. */
-static int relu_attr(be_ctx *ctx, dnnl_primitive_attr_t *attr, char *err, size_t errlen)
-{
-    int rc = -1;
-    dnnl_post_ops_t po = NULL;
-    DNNL_TRY(dnnl_primitive_attr_clone(attr, ctx->attr), "primitive_attr_clone");
-    DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
-    DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
-             "post_ops_append_eltwise");
-    DNNL_TRY(dnnl_primitive_attr_set_post_ops(*attr, po), "primitive_attr_set_post_ops");
-    rc = 0;
-out:
-    if (po)
-        dnnl_post_ops_destroy(po);
-    return rc;
-}
-
 int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, size_t errlen)
 {
     int rc = -1;
@@ -65,7 +48,7 @@ int cpu_add_plan(be_ctx *ctx, const be_add_desc *d, be_plan **out, char *err, si
         dnnl_binary_desc_t bd;
         DNNL_TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &src[0], &src[1], &dst),
                  "binary_desc_init");
-        if (relu_attr(ctx, &attr, err, errlen) < 0)
+        if (cpu_post_attr(ctx, NULL, true, 0.0f, &attr, err, errlen) < 0)
             goto out;
         DNNL_TRY(dnnl_primitive_desc_create(&pd, &bd, attr, ctx->eng, NULL),
                  "primitive_desc_create");

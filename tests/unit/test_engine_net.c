@@ -757,6 +757,20 @@ static const char *RES16_SMOOTH =
     " {\"type\": \"global_avgpool\", \"name\": \"gap\"},"
     " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
 
+/* The two snapshots hold the same tensors, bit for bit; closes them. */
+static void assert_same_tensors(st_file *w[2])
+{
+    assert_int_equal(st_count(w[0]), st_count(w[1]));
+    for (int k = 0; k < st_count(w[0]); k++) {
+        const st_tensor *a = st_get(w[0], k), *b = st_find(w[1], a->name);
+        assert_non_null(b);
+        assert_int_equal(a->bytes, b->bytes);
+        assert_memory_equal(a->data, b->data, a->bytes);
+    }
+    st_close(w[0]);
+    st_close(w[1]);
+}
+
 /* A net of spec for 4 classes and batches of 8 (every activation plain when
  * plain: KILN_CPU_PLAIN_LAYOUTS), trained four steps on seeded random
  * batches of in; their losses in loss[4]. */
@@ -804,15 +818,7 @@ static void test_blocked_net(void **state)
         net_free(n);
     }
     assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
-    assert_int_equal(st_count(w[0]), st_count(w[1]));
-    for (int k = 0; k < st_count(w[0]); k++) {
-        const st_tensor *a = st_get(w[0], k), *b = st_find(w[1], a->name);
-        assert_non_null(b);
-        assert_int_equal(a->bytes, b->bytes);
-        assert_memory_equal(a->data, b->data, a->bytes);
-    }
-    st_close(w[0]);
-    st_close(w[1]);
+    assert_same_tensors(w);
 }
 
 /* A convolution whose 20 input channels the blocked layout pads to 32 runs
@@ -905,15 +911,7 @@ static void test_relu_pairs_net(void **state)
         }
         assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
         assert_memory_equal(probs[0], probs[1], sizeof probs[0]);
-        assert_int_equal(st_count(w[0]), st_count(w[1]));
-        for (int k = 0; k < st_count(w[0]); k++) {
-            const st_tensor *a = st_get(w[0], k), *b = st_find(w[1], a->name);
-            assert_non_null(b);
-            assert_int_equal(a->bytes, b->bytes);
-            assert_memory_equal(a->data, b->data, a->bytes);
-        }
-        st_close(w[0]);
-        st_close(w[1]);
+        assert_same_tensors(w);
     }
 }
 
