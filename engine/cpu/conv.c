@@ -122,10 +122,16 @@ static bool all_f32(const be_conv_desc *d)
     return d->wdtype == BE_F32 && d->src_dtype == BE_F32 && d->dst_dtype == BE_F32;
 }
 
-bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
+/* KILN_WINOGRAD=0: both Winograd rules off. */
+static bool winograd_off(void)
 {
     const char *env = getenv("KILN_WINOGRAD");
-    if ((env && strcmp(env, "0") == 0) || !all_f32(d) || d->kh != 3 || d->kw != 3 ||
+    return env && strcmp(env, "0") == 0;
+}
+
+bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
+{
+    if (winograd_off() || !all_f32(d) || d->kh != 3 || d->kw != 3 ||
         d->stride_h != 1 || d->stride_w != 1 || d->dil_h != 1 || d->dil_w != 1 ||
         d->groups != 1)
         return false;
@@ -142,14 +148,12 @@ bool cpu_conv_winograd(const be_conv_desc *d, unsigned pass)
  * weight gradient 1.56 / 1.16 (best of 20, three runs: 1.78-1.86x and
  * 1.31-1.39x).
  * Training plans only: an inference plan folds batch norm and post-ops into
- * oneDNN's pass (conv_infer_plan). Like cpu_conv_winograd, by shape alone;
+ * oneDNN's pass (conv_infer_plan). Like cpu_conv_winograd, by shape alone,
+ * and the same for every pass (pass is there for the symmetry with it);
  * KILN_WINOGRAD=0 turns it off too. */
 bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass)
 {
-    const char *env = getenv("KILN_WINOGRAD");
-    return (pass == BE_FWD || pass == BE_BWD_DATA || pass == BE_BWD_WEIGHTS) &&
-           !(env && strcmp(env, "0") == 0) &&
-           all_f32(d) && !d->infer && !d->post_add && !d->post_relu && d->groups == 1 &&
+    return !winograd_off() && all_f32(d) && !d->infer && !d->post_add && !d->post_relu && d->groups == 1 &&
            d->c == 16 && d->k == 16 && d->kh == 3 && d->kw == 3 && d->stride_h == 1 &&
            d->stride_w == 1 && d->dil_h == 1 && d->dil_w == 1 && d->pad_t == 1 &&
            d->pad_b == 1 && d->pad_l == 1 && d->pad_r == 1 && d->oh == d->h && d->ow == d->w &&
@@ -290,9 +294,10 @@ out:
     return rc;
 }
 
-/* The passes of a training plan that run wino16.c's kernel: reorders
- * between the caller's layouts and nChw16c (none where the caller's are
- * blocked already), and the buffer of the transformed weights. */
+/* A training plan whose convolution cpu_conv_wino16 takes: each asked pass
+ * runs wino16.c's kernels, with reorders between the caller's layouts and
+ * nChw16c (none where the caller's are blocked already), the buffer of the
+ * transformed weights and the weight gradient's partial sums. */
 static int own_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, unsigned passes,
                     be_plan *p, char *err, size_t errlen)
 {
@@ -308,19 +313,19 @@ static int own_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, unsig
     p->own_n = d->n;
     p->own_h = d->h;
     p->own_w = d->w;
-    if ((passes & BE_FWD) && cpu_conv_wino16(d, BE_FWD)) {
+    if (passes & BE_FWD) {
         if (cpu_reorder_make(ctx, &m->src, &bx, CPU_TMP_SRC, &p->re[RE_FX], err, errlen) < 0 ||
             cpu_reorder_make(ctx, &by, &m->dst, CPU_TMP_DST, &p->re[RE_FY], err, errlen) < 0)
             return -1;
         p->own_fwd = true;
     }
-    if ((passes & BE_BWD_DATA) && cpu_conv_wino16(d, BE_BWD_DATA)) {
+    if (passes & BE_BWD_DATA) {
         if (cpu_reorder_make(ctx, &m->dst, &by, CPU_TMP_DST, &p->re[RE_BDY], err, errlen) < 0 ||
             cpu_reorder_make(ctx, &bx, &m->src, CPU_TMP_SRC, &p->re[RE_BDX], err, errlen) < 0)
             return -1;
         p->own_bwd_data = true;
     }
-    if ((passes & BE_BWD_WEIGHTS) && cpu_conv_wino16(d, BE_BWD_WEIGHTS)) {
+    if (passes & BE_BWD_WEIGHTS) {
         if (!(p->wino_dw = aligned_alloc(64, cpu_wino16_bwd_w_scratch())))
             return set_err(err, errlen, "out of memory");
         if (cpu_reorder_make(ctx, &m->src, &bx, CPU_TMP_SRC, &p->re[RE_WX], err, errlen) < 0 ||

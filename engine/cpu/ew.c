@@ -13,7 +13,7 @@
 
 #define EW_PAR 65536               /* elements below which one thread is faster */
 #define EW_CHUNK 16384             /* elements a thread takes at a time */
-#define EW_CHUNK_BYTES 65536
+#define EW_CHUNK_BYTES (EW_CHUNK * sizeof(float))
 
 static bool fits(const be_buf *b, size_t count, be_dtype dt)
 {

@@ -30,6 +30,12 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* G of the header comment: the weights' transform, and its transpose's in
+ * the weight gradient. */
+static const float G[4][3] = {
+    { 1, 0, 0 }, { 0.5f, 0.5f, 0.5f }, { 0.5f, -0.5f, 0.5f }, { 0, 0, 1 },
+};
+
 #define WT 8                        /* tiles a block: 8 accumulators in the products */
 
 bool cpu_wino16_supported(void)
@@ -39,9 +45,6 @@ bool cpu_wino16_supported(void)
 
 void cpu_wino16_weights(const float *w, bool flip, float *u)
 {
-    static const float G[4][3] = {
-        { 1, 0, 0 }, { 0.5f, 0.5f, 0.5f }, { 0.5f, -0.5f, 0.5f }, { 0, 0, 1 },
-    };
     for (int k = 0; k < 16; k++)
         for (int c = 0; c < 16; c++) {
             const float *g = w + (k * 16 + c) * 9;
@@ -244,9 +247,6 @@ __attribute__((target("avx512f")))
 void cpu_wino16_bwd_w(const float *x, const float *dy, float *dw, float *db, int n, int h,
                       int w, float *scratch)
 {
-    static const float G[4][3] = {
-        { 1, 0, 0 }, { 0.5f, 0.5f, 0.5f }, { 0.5f, -0.5f, 0.5f }, { 0, 0, 1 },
-    };
     const int th = (h + 1) / 2;
     const long long jobs = (long long)n * th;
     const int chunks = jobs < WCHUNKS ? (int)jobs : WCHUNKS;

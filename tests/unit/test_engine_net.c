@@ -757,6 +757,16 @@ static const char *RES16_SMOOTH =
     " {\"type\": \"global_avgpool\", \"name\": \"gap\"},"
     " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
 
+/* spec's gradient for 4 classes and batches of 4 of in against finite
+ * differences (check_net_gradient), its weights from seed. */
+static void gradient_of(const char *spec, net_shape in, uint64_t seed)
+{
+    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
+    net *n = make(spec, in, 4, 4, &plain, seed);
+    check_net_gradient(n, in, 4, 4, seed + 1);
+    net_free(n);
+}
+
 /* The two snapshots hold the same tensors, bit for bit; closes them. */
 static void assert_same_tensors(st_file *w[2])
 {
@@ -803,17 +813,14 @@ static net *train_four(const char *spec, net_shape in, bool plain, const net_sol
 
 static void test_blocked_net(void **state)
 {
-    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     const net_shape in = { 3, 9, 7 };
-    net *n = make(RES16_SMOOTH, in, 4, 4, &plain, 41);
-    check_net_gradient(n, in, 4, 4, 42);
-    net_free(n);
+    gradient_of(RES16_SMOOTH, in, 41);
 
     double loss[2][4];
     st_file *w[2];
     for (int run = 0; run < 2; run++) {
-        n = train_four(RES16, in, run, &sv, 43, loss[run]);
+        net *n = train_four(RES16, in, run, &sv, 43, loss[run]);
         w[run] = snapshot(n, run ? "plain" : "blocked");
         net_free(n);
     }
@@ -839,12 +846,9 @@ static const char *PAD20 =
 
 static void test_channels_last_conv(void **state)
 {
-    const net_solver plain = { .type = SOLVER_SGD, .lr = 0.0f };
     const net_solver sv = { .type = SOLVER_SGD, .lr = 0.05f, .momentum = 0.9f };
     const net_shape in = { 3, 9, 9 };
-    net *n = make(PAD20, in, 4, 4, &plain, 51);
-    check_net_gradient(n, in, 4, 4, 52);
-    net_free(n);
+    gradient_of(PAD20, in, 51);
 
     double loss[2][4];
     for (int run = 0; run < 2; run++)
