@@ -282,9 +282,11 @@ async function firstEvent(url, headers) {
   try {
     const res = await fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: ctl.signal });
     if (res.status !== 200) return { status: res.status, body: await res.json() };
+    // Up to the first event: the stream opens with a comment line (": events
+    // of job N"), which may arrive in a read of its own before any event.
     const reader = res.body.getReader();
     let text = '';
-    while (!/\n\n/.test(text)) {
+    while (!/^(event|id|data): [^\n]*\n(?:[^\n]+\n)*\n/m.test(text)) {
       const { value, done } = await reader.read();
       if (done) break;
       text += new TextDecoder().decode(value);
