@@ -22,9 +22,9 @@
  *
  * Layouts: activations are dense NCHW (a dense layer reads its input as
  * N x (C*H*W), which is why flatten is only a view) unless an op's descriptor
- * says BE_BLOCKED16 (be_layout below: the net keeps runs of convolution,
- * batch norm, activation, add and pooling layers in the blocked layout the
- * CPU kernels want, with no reorders between them); conv weights are
+ * says another (be_layout below: the net keeps runs of convolution, batch
+ * norm, activation, add and pooling layers in the layout the CPU kernels
+ * want, with no reorders between them); conv weights are
  * (K, C/groups, KH, KW) and dense weights (OUT, IN), row-major: the layout of
  * the saved safetensors files and of ONNX.
  *
@@ -59,10 +59,12 @@ enum {
  * that hold zeros: every op keeps them zero (oneDNN's primitives zero the
  * padding of what they write; relu, add, dropout and accumulation map zeros to
  * zeros), so a blocked buffer holds be_act_elems() floats per image and the
- * element-wise ops (acc, dropout_bwd) run over all of them. Ops that take a
- * layout field read their inputs and write their outputs in it; a zeroed
- * descriptor means plain everywhere. */
-typedef enum be_layout { BE_PLAIN = 0, BE_BLOCKED16 } be_layout;
+ * element-wise ops (acc, dropout_bwd) run over all of them. BE_NHWC is dense
+ * channels-last ([n][h][w][c], no padding), which the CPU's bfloat16
+ * convolutions run faster on than on padded blocks (backend.act_layout).
+ * Ops that take a layout field read their inputs and write their outputs in
+ * it; a zeroed descriptor means plain everywhere. */
+typedef enum be_layout { BE_PLAIN = 0, BE_BLOCKED16, BE_NHWC } be_layout;
 
 /* Floats one image of c channels of hw elements takes in a layout. */
 static inline size_t be_act_elems(int c, size_t hw, be_layout layout)
@@ -150,7 +152,7 @@ typedef struct be_act_desc {
     size_t size;
     float alpha;                    /* BE_ACT_RELU: the negative slope (0 = plain ReLU) */
     be_layout layout;               /* x, y, dx, dy */
-    int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
+    int c;                          /* BE_BLOCKED16, BE_NHWC: the channels of size (= c x h x w) */
     be_dtype dtype;                 /* x, y, dx, dy */
 } be_act_desc;
 
@@ -176,7 +178,7 @@ typedef struct be_add_desc {
     int n, k;
     size_t size;
     be_layout layout;               /* every input and the output */
-    int c;                          /* BE_BLOCKED16: the channels of size (= c x h x w) */
+    int c;                          /* BE_BLOCKED16, BE_NHWC: the channels of size (= c x h x w) */
     be_dtype dtype;                 /* every input and the output */
     bool relu;                      /* k = 2 and a ReLU after it in the same pass
                                      * (backend.add_relu): y = max(x0 + x1, 0) */
@@ -191,12 +193,13 @@ typedef struct be_concat_desc {
 } be_concat_desc;
 
 /* Dropout over the count floats of a buffer, in a layout (be_layout above:
- * blocked, count includes the padding channels, which stay zero). */
+ * blocked, count includes the padding channels, which stay zero). The same
+ * elements drop in every layout (by their plain index). */
 typedef struct be_dropout_desc {
     size_t count;
     float rate;                     /* in [0, 1) */
     be_layout layout;
-    int c;                          /* BE_BLOCKED16: channels of one image ... */
+    int c;                          /* BE_BLOCKED16, BE_NHWC: channels of one image ... */
     size_t hw;                      /* ... of hw elements each */
     be_dtype dtype;                 /* x, y, dx, dy; the mask is count FP32 values */
 } be_dropout_desc;
@@ -228,7 +231,10 @@ typedef struct be_optim {
 
 typedef struct backend {
     const char *name;                       /* "cpu", "cuda" */
-    bool blocked_layouts;                   /* takes BE_BLOCKED16 descriptors (else plain only) */
+    /* The layout this backend wants for activations of c channels in type
+     * dt that only convolution, pooling and layout-preserving layers touch
+     * (engine/net_build.c, plan_layouts); NULL: plain only. */
+    be_layout (*act_layout)(int c, be_dtype dt);
 
     /* ---- context ---- */
     /* A context on device `device` (0 for the CPU). Returns 0 or -1. */

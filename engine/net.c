@@ -71,6 +71,14 @@ int net_fused_relus(const net *n)
     return c;
 }
 
+int net_channels_last(const net *n)
+{
+    int c = 0;
+    for (int a = 0; a <= n->nlayers; a++)
+        c += n->layout[a] == BE_NHWC;
+    return c;
+}
+
 size_t net_param_tensors(const net *n, net_param *out, size_t max)
 {
     for (int i = 0; i < n->nparams && (size_t)i < max; i++) {

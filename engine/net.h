@@ -129,6 +129,9 @@ int net_device_count(const net *n);
  * training and inference alike (engine/net_build.c, plan_relu_pairs; the
  * same results as apart). */
 int net_fused_relus(const net *n);
+/* The activations n keeps channels-last (BE_NHWC: the backend's layout for
+ * their channel count and type, engine/net_build.c plan_layouts). */
+int net_channels_last(const net *n);
 
 /* A multi-process net (net_create): this process's rank; 0 for any other. */
 int net_world_rank(const net *n);

@@ -271,16 +271,19 @@ static int uf_find(int *parent, int a)
     return a;
 }
 
-/* Activations kept in the blocked layout (engine/backend.h, be_layout):
- * groups of activations joined by layout-preserving layers are blocked
- * together when every member has at least BLOCK_MIN_C channels (fewer would
- * more than double in size when padded to 16; a sigmoid's, a multiple of 16),
- * is made by a convolution, a pooling or a preserving layer, and is read only
- * by such layers; the images, the logits and whatever feeds flatten, dense or concat stay plain.
+/* Activations kept in the backend's own layout (engine/backend.h,
+ * be_layout, backend.act_layout): groups of activations joined by
+ * layout-preserving layers take it together when every member has at least
+ * BLOCK_MIN_C channels (fewer would more than double in size when padded to
+ * 16; a sigmoid's, a multiple of 16 where the layout pads), is made by a
+ * convolution, a pooling or a preserving layer, and is read only by such
+ * layers; the images, the logits and whatever feeds flatten, dense or concat
+ * stay plain. The layout is the backend's for the group's channel count and
+ * type (blocked where the members' types differ and would pick differently).
  * So the data is reordered only where a convolution's or pooling's kernel
  * wants another layout, not around every layer.
  * KILN_CPU_PLAIN_LAYOUTS=1 in the environment keeps everything plain (for
- * comparisons). */
+ * comparisons). Needs the types (plan_dtypes). */
 #define BLOCK_MIN_C 8
 
 static int plan_layouts(net *n, char *err, size_t errlen)
@@ -288,11 +291,13 @@ static int plan_layouts(net *n, char *err, size_t errlen)
     int L = n->nlayers;
     int *parent = calloc((size_t)L + 1, sizeof *parent);
     bool *bad = calloc((size_t)L + 1, sizeof *bad);
+    int *want = calloc((size_t)L + 1, sizeof *want);    /* per group: a be_layout, or -1 */
     const char *env = getenv("KILN_CPU_PLAIN_LAYOUTS");
     bool off = env && strcmp(env, "1") == 0;
-    if (!parent || !bad) {
+    if (!parent || !bad || !want) {
         free(parent);
         free(bad);
+        free(want);
         return set_err(err, errlen, "out of memory");
     }
     for (int a = 0; a <= L; a++)
@@ -304,14 +309,22 @@ static int plan_layouts(net *n, char *err, size_t errlen)
                 parent[uf_find(parent, s->inputs[k])] = uf_find(parent, i + 1);
     }
     bad[uf_find(parent, 0)] = bad[uf_find(parent, L)] = true;
+    for (int a = 0; a <= L; a++)
+        want[a] = -1;
+    for (int a = 1; a <= L && n->be->act_layout; a++) {
+        int r = uf_find(parent, a);
+        be_layout l = n->be->act_layout(spec_act_shape(&n->spec, a).c, n->dtype[a]);
+        want[r] = want[r] < 0 || want[r] == (int)l ? (int)l : BE_BLOCKED16;
+    }
     for (int a = 1; a <= L; a++) {
         layer_kind made = n->spec.layers[a - 1].kind;
-        int c = spec_act_shape(&n->spec, a).c;
+        int c = spec_act_shape(&n->spec, a).c, r = uf_find(parent, a);
         /* oneDNN runs the logistic function on padded blocks with its slow
          * reference kernel (it maps the zero padding to 0.5) */
-        if (off || !n->be->blocked_layouts || c < BLOCK_MIN_C || (c % 16 && made == LAYER_SIGMOID) ||
+        if (off || want[r] < 0 || want[r] == BE_PLAIN || c < BLOCK_MIN_C ||
+            (c % 16 && made == LAYER_SIGMOID && want[r] == BE_BLOCKED16) ||
             !(layout_preserving(made) || layout_converting(made)))
-            bad[uf_find(parent, a)] = true;
+            bad[r] = true;
     }
     for (int i = 0; i < L; i++) {
         const layer_spec *s = &n->spec.layers[i];
@@ -319,10 +332,13 @@ static int plan_layouts(net *n, char *err, size_t errlen)
             for (int k = 0; k < s->ninputs; k++)
                 bad[uf_find(parent, s->inputs[k])] = true;
     }
-    for (int a = 0; a <= L; a++)
-        n->layout[a] = bad[uf_find(parent, a)] ? BE_PLAIN : BE_BLOCKED16;
+    for (int a = 0; a <= L; a++) {
+        int r = uf_find(parent, a);
+        n->layout[a] = bad[r] ? BE_PLAIN : (be_layout)want[r];
+    }
     free(parent);
     free(bad);
+    free(want);
     return 0;
 }
 
@@ -413,7 +429,7 @@ static int make_buffers(net *n, char *err, size_t errlen)
         !(n->layout = calloc((size_t)L + 1, sizeof *n->layout)) ||
         !(n->dtype = calloc((size_t)L + 1, sizeof *n->dtype)))
         return set_err(err, errlen, "out of memory");
-    if (plan_layouts(n, err, errlen) < 0 || plan_dtypes(n, err, errlen) < 0)
+    if (plan_dtypes(n, err, errlen) < 0 || plan_layouts(n, err, errlen) < 0)
         return -1;
     bool *seen = calloc((size_t)L + 1, sizeof *seen);
     if (!seen)

@@ -179,6 +179,12 @@ static bool conv_channels_last(const be_conv_desc *d)
            !cpu_conv_winograd(d, BE_FWD);
 }
 
+/* Whether the caller's input or output is channels-last (backend.act_layout). */
+static bool conv_nhwc_act(const be_conv_desc *d)
+{
+    return d->src_layout == BE_NHWC || d->dst_layout == BE_NHWC;
+}
+
 /* md's dimensions in type dt, channels-last where nhwc, else with its layout
  * left to the primitive. */
 static int act_any_md(const dnnl_memory_desc_t *md, dnnl_data_type_t dt, bool nhwc,
@@ -245,9 +251,9 @@ static int conv_infer_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m
         args[nargs++] = DNNL_ARG_BIAS;
     if (d->post_add)
         args[nargs++] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
-    if (any_md(&m->src, ct, &asrc, err, errlen) < 0 ||
+    if (act_any_md(&m->src, ct, conv_nhwc_act(d), &asrc, err, errlen) < 0 ||
         any_md(&m->wei, ct, &awei, err, errlen) < 0 ||
-        any_md(&m->dst, cpu_dt(d->dst_dtype), &ydst, err, errlen) < 0)
+        act_any_md(&m->dst, cpu_dt(d->dst_dtype), conv_nhwc_act(d), &ydst, err, errlen) < 0)
         goto out;
     DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training,
              dnnl_convolution_direct, &asrc, &awei, d->bias ? &m->bias : NULL, &ydst,
@@ -349,7 +355,12 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
     be_plan *p = NULL;
     const dnnl_data_type_t ct = cpu_dt(d->wdtype);
 
-    const bool nhwc = conv_channels_last(d);   /* (an inference plan makes its own) */
+    /* channels-last operands where the caller's input or output is
+     * (backend.act_layout), or where conv_channels_last says so; both sides,
+     * as oneDNN resolves an "any" beside an nhwc with its reference kernel
+     * (an image's 3 channels into 50: 550 ms a pass). An inference plan makes
+     * its own. */
+    const bool nhwc = conv_channels_last(d) || conv_nhwc_act(d);
 
     *out = NULL;
     if (conv_mds_init(d, &m, err, errlen) < 0 ||

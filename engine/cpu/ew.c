@@ -176,10 +176,10 @@ int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const 
     const size_t count = d->count, c = (size_t)d->c, c16 = (c + 15) / 16 * 16, hw = d->hw;
     const float rate = d->rate;
     const be_dtype dt = d->dtype;
-    const bool blocked = d->layout == BE_BLOCKED16;
-    if (blocked && (c == 0 || hw == 0 || count % (c16 * hw)))
-        return set_err(err, errlen, "cpu backend: blocked dropout of %zu elements in images of "
-                       "%zu x %zu", count, c, hw);
+    const bool blocked = d->layout == BE_BLOCKED16, nhwc = d->layout == BE_NHWC;
+    if ((blocked || nhwc) && (c == 0 || hw == 0 || count % ((blocked ? c16 : c) * hw)))
+        return set_err(err, errlen, "cpu backend: %s dropout of %zu elements in images of "
+                       "%zu x %zu", blocked ? "blocked" : "channels-last", count, c, hw);
     if (!fits(x, count, dt) || !fits(y, count, dt) || (training && !fits(mask, count, BE_F32)))
         return set_err(err, errlen, "cpu backend: dropout of %zu elements overruns its "
                        "buffers", count);
@@ -192,6 +192,15 @@ int cpu_dropout_fwd(be_ctx *ctx, const be_dropout_desc *d, bool training, const 
     }
     float *mp = mask->p;
     const float keep = 1.0f / (1.0f - rate);
+    if (nhwc) {
+        /* per image and position, its c channels: plain indices hw apart */
+        const size_t runs = count / c;
+#pragma omp parallel for schedule(static) if (count > EW_PAR)
+        for (size_t q = 0; q < runs; q++)
+            drop_run(x->p, y->p, mp, q * c, c, (q / hw) * c * hw + q % hw, hw, dt, seed, rate,
+                     keep);
+        return 0;
+    }
     if (!blocked) {
         const size_t chunk = 4096;
 #pragma omp parallel for schedule(static) if (count > EW_PAR)

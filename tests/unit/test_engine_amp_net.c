@@ -401,6 +401,97 @@ static void test_parity_cifar(void **state)
     free(vy);
 }
 
+/* Under amp-bf16 the CPU keeps activations whose channel count the 16-blocks
+ * would pad channels-last (BE_NHWC, backend.act_layout): here the 20- and
+ * 12-channel ones, through a convolution, batch norm with its ReLU, an add,
+ * dropout, max and average pooling; FP32 keeps them blocked. Four training
+ * steps against the same net with every activation plain
+ * (KILN_CPU_PLAIN_LAYOUTS): other kernels, the same sums in another order,
+ * so the bfloat16 activations agree to a rounding, not bit for bit: the
+ * losses within 2^-6 of each other, relative (a few bfloat16 units, whose
+ * relative size is 2^-8), as are the untrained nets' predicted probabilities
+ * (absolute); the weights and momenta differ by under an eighth of how far
+ * they moved. */
+static const char *CHLAST =
+    "{\"layers\": ["
+    " {\"type\": \"conv2d\", \"name\": \"c1\", \"filters\": 20, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"batchnorm\", \"name\": \"bn\"},"
+    " {\"type\": \"relu\", \"name\": \"r1\"},"
+    " {\"type\": \"conv2d\", \"name\": \"c2\", \"filters\": 20, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"c2\", \"r1\"]},"
+    " {\"type\": \"relu\", \"name\": \"r2\"},"
+    " {\"type\": \"maxpool\", \"name\": \"mp\", \"kernel\": 2},"
+    " {\"type\": \"dropout\", \"name\": \"drop\", \"rate\": 0.25},"
+    " {\"type\": \"conv2d\", \"name\": \"c3\", \"filters\": 12, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"relu\", \"name\": \"r3\"},"
+    " {\"type\": \"avgpool\", \"name\": \"ap\", \"kernel\": 2},"
+    " {\"type\": \"flatten\"},"
+    " {\"type\": \"dense\", \"name\": \"out\", \"units\": \"classes\"}]}";
+
+static void test_channels_last(void **state)
+{
+    const net_shape in = { 3, 12, 10 };
+    enum { B = 8, SZ = B * 3 * 12 * 10 };
+    double loss[2][4];
+    float probs[2][B * 4];
+    float *w[2], *w0;
+    size_t cnt[2], cnt0;
+    net *f = make(CHLAST, in, 4, B, "sgd", "fp32", 0, 61);
+    assert_int_equal(net_channels_last(f), 0);
+    net_free(f);
+    f = make(CHLAST, in, 4, B, "sgd", "amp-bf16", 0, 61);
+    w0 = state_of(f, &cnt0);                  /* the weights both runs start from */
+    net_free(f);
+    for (int run = 0; run < 2; run++) {
+        char err[512] = "";
+        if (run)
+            assert_int_equal(setenv("KILN_CPU_PLAIN_LAYOUTS", "1", 1), 0);
+        net *n = make(CHLAST, in, 4, B, "sgd", "amp-bf16", 0, 61);
+        unsetenv("KILN_CPU_PLAIN_LAYOUTS");
+        /* c1, bn, r1 (with bn), c2, res, r2 (with res), mp, drop, c3, r3 */
+        assert_int_equal(net_channels_last(n), run ? 0 : 10);
+        rng r;
+        rng_seed(&r, 62);
+        float x[SZ];
+        int32_t y[B];
+        for (int i = 0; i < SZ; i++)
+            x[i] = (float)rng_range(&r, -1, 1);
+        assert_int_equal(net_predict(n, x, B, probs[run], err, sizeof err), 0);
+        for (int s = 0; s < 4; s++) {
+            net_stats st;
+            for (int i = 0; i < SZ; i++)
+                x[i] = (float)rng_range(&r, -1, 1);
+            for (int i = 0; i < B; i++)
+                y[i] = (int32_t)(rng_next(&r) % 4);
+            assert_int_equal(net_train_step(n, x, y, B, 0.05f, &st, err, sizeof err), 0);
+            assert_false(st.skipped);
+            loss[run][s] = st.loss;
+        }
+        w[run] = state_of(n, &cnt[run]);
+        net_free(n);
+    }
+    for (int i = 0; i < B * 4; i++)         /* the inference plans (batch norm folded) */
+        assert_true(fabs((double)probs[0][i] - probs[1][i]) <= 0x1p-6);
+    for (int s = 0; s < 4; s++) {
+        print_message("step %d: loss %.9g channels-last, %.9g plain\n", s, loss[0][s], loss[1][s]);
+        assert_true(isfinite(loss[0][s]));
+        assert_true(fabs(loss[0][s] - loss[1][s]) <= 0x1p-6 * fabs(loss[1][s]));
+    }
+    assert_int_equal(cnt[0], cnt[1]);
+    assert_int_equal(cnt[0], cnt0);
+    double diff = 0, moved = 0;
+    for (size_t i = 0; i < cnt[0]; i++) {
+        diff = fmax(diff, fabs((double)w[0][i] - w[1][i]));
+        moved = fmax(moved, fabs((double)w[1][i] - w0[i]));
+    }
+    print_message("weights and momenta: moved up to %.3g, the runs differ by up to %.3g\n",
+                  moved, diff);
+    assert_true(diff <= moved / 8);
+    free(w0);
+    free(w[0]);
+    free(w[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_exact),
         cmocka_unit_test(test_parity_cifar),
+        cmocka_unit_test(test_channels_last),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

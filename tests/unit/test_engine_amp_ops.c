@@ -138,7 +138,8 @@ static void compare(const char *what, const struct dtype_tol *t, bool out32, con
 
 typedef struct conv_case {
     int n, c, h, w, k, kh, kw, stride, pad, dil, groups;
-    bool bias, blocked;
+    bool bias;
+    be_layout src, dst;             /* x and dx; y and dy */
 } conv_case;
 
 static int conv_out(int in, int k, int s, int p, int d)
@@ -154,12 +155,12 @@ static void conv_run(const conv_case *cc, be_dtype dt, const float *x, const flo
     char err[512] = "";
     int oh = conv_out(cc->h, cc->kh, cc->stride, cc->pad, cc->dil);
     int ow = conv_out(cc->w, cc->kw, cc->stride, cc->pad, cc->dil);
-    be_layout l = cc->blocked ? BE_BLOCKED16 : BE_PLAIN;
+    be_layout l = cc->dst;
     be_conv_desc d = { .n = cc->n, .c = cc->c, .h = cc->h, .w = cc->w, .k = cc->k, .oh = oh,
                        .ow = ow, .kh = cc->kh, .kw = cc->kw, .stride_h = cc->stride,
                        .stride_w = cc->stride, .pad_t = cc->pad, .pad_l = cc->pad,
                        .pad_b = cc->pad, .pad_r = cc->pad, .dil_h = cc->dil, .dil_w = cc->dil,
-                       .groups = cc->groups, .bias = cc->bias, .src_layout = BE_PLAIN,
+                       .groups = cc->groups, .bias = cc->bias, .src_layout = cc->src,
                        .dst_layout = l, .src_dtype = dt, .dst_dtype = dt, .wdtype = dt };
     size_t nx = (size_t)cc->n * cc->c * cc->h * cc->w, nw = (size_t)cc->k * (cc->c / cc->groups) *
                 cc->kh * cc->kw, ny = (size_t)cc->n * be_act_elems(cc->k, (size_t)oh * ow, l);
@@ -190,11 +191,11 @@ static void conv_check(const conv_case *cc, uint64_t seed)
     rng_seed(&r, seed);
     int oh = conv_out(cc->h, cc->kh, cc->stride, cc->pad, cc->dil);
     int ow = conv_out(cc->w, cc->kw, cc->stride, cc->pad, cc->dil);
-    be_layout l = cc->blocked ? BE_BLOCKED16 : BE_PLAIN;
+    be_layout l = cc->dst;
     size_t nx = (size_t)cc->n * cc->c * cc->h * cc->w, nw = (size_t)cc->k * (cc->c / cc->groups) *
                 cc->kh * cc->kw, ny = (size_t)cc->n * be_act_elems(cc->k, (size_t)oh * ow, l);
     float *x = values(&r, nx), *w = values(&r, nw), *b = values(&r, cc->k), *dy = values(&r, ny);
-    if (cc->blocked)                     /* the padding channels of a blocked dy hold zeros */
+    if (l == BE_BLOCKED16)               /* the padding channels of a blocked dy hold zeros */
         for (size_t i = 0; i < ny; i++)
             if ((int)(i % 16) + (int)(i / (16 * (size_t)oh * ow) % ((size_t)(cc->k + 15) / 16)) * 16 >= cc->k)
                 dy[i] = 0.0f;
@@ -229,11 +230,16 @@ static void conv_check(const conv_case *cc, uint64_t seed)
 static void test_conv(void **state)
 {
     const conv_case cases[] = {
-        { 2, 3, 9, 7, 8, 3, 3, 1, 1, 1, 1, true, false },    /* an image's 3 channels in */
-        { 2, 20, 11, 9, 12, 3, 3, 2, 0, 1, 1, true, true },  /* stride 2, padded blocks */
-        { 3, 8, 10, 10, 8, 3, 3, 1, 2, 2, 2, false, false }, /* groups 2, dilation 2 */
-        { 2, 32, 6, 6, 48, 1, 1, 1, 0, 1, 1, false, true },  /* 1x1, whole blocks */
-        { 1, 16, 13, 5, 17, 5, 3, 1, 2, 1, 1, true, true },  /* odd sizes, 17 filters */
+        { 2, 3, 9, 7, 8, 3, 3, 1, 1, 1, 1, true, BE_PLAIN, BE_PLAIN },  /* an image's 3 channels in */
+        { 2, 20, 11, 9, 12, 3, 3, 2, 0, 1, 1, true, BE_PLAIN, BE_BLOCKED16 },  /* stride 2, padded blocks */
+        { 3, 8, 10, 10, 8, 3, 3, 1, 2, 2, 2, false, BE_PLAIN, BE_PLAIN },  /* groups 2, dilation 2 */
+        { 2, 32, 6, 6, 48, 1, 1, 1, 0, 1, 1, false, BE_PLAIN, BE_BLOCKED16 },  /* 1x1, whole blocks */
+        { 1, 16, 13, 5, 17, 5, 3, 1, 2, 1, 1, true, BE_PLAIN, BE_BLOCKED16 },  /* odd sizes, 17 filters */
+        /* channels-last, as a bfloat16 net keeps padded channel counts
+         * (backend.act_layout): an image's channels in, then 20 -> 50 */
+        { 2, 3, 10, 9, 20, 3, 3, 1, 1, 1, 1, true, BE_PLAIN, BE_NHWC },
+        { 2, 20, 9, 7, 50, 3, 3, 1, 1, 1, 1, true, BE_NHWC, BE_NHWC },
+        { 2, 50, 8, 6, 20, 3, 3, 2, 1, 1, 1, false, BE_NHWC, BE_PLAIN },  /* stride 2, into plain */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         conv_check(&cases[i], 100 + i);

@@ -1953,14 +1953,16 @@ static void test_concat(void **state)
 
 /* Plain NCHW <-> nChw16c on the host, channels padded to a multiple of 16
  * (the padding of dst is left alone). */
-static void to_blocked(const float *src, float *dst, int n, int c, size_t hw, bool back)
+static void to_blocked(be_layout l, const float *src, float *dst, int n, int c, size_t hw,
+                       bool back)
 {
     const int cb = (c + 15) / 16;
     for (int b = 0; b < n; b++)
         for (int ch = 0; ch < c; ch++)
             for (size_t s = 0; s < hw; s++) {
                 size_t pi = ((size_t)b * c + ch) * hw + s;
-                size_t bi = (((size_t)b * cb + ch / 16) * hw + s) * 16 + ch % 16;
+                size_t bi = l == BE_NHWC ? ((size_t)b * hw + s) * c + ch :
+                            (((size_t)b * cb + ch / 16) * hw + s) * 16 + ch % 16;
                 if (back)
                     dst[pi] = src[bi];
                 else
@@ -1968,11 +1970,13 @@ static void to_blocked(const float *src, float *dst, int n, int c, size_t hw, bo
             }
 }
 
-/* Runs one op on plain and on blocked operands (converted on the host) and
- * requires the same results bit for bit: the blocked kernels are the ones the
- * plain path reorders into, or element-wise, so any difference is a layout
- * bug. The plain path itself is checked against references above. */
+/* Runs one op on plain and on blocked (or channels-last) operands,
+ * converted on the host, and requires the same results bit for bit: the
+ * blocked kernels are the ones the plain path reorders into, or element-wise,
+ * so any difference is a layout bug. The plain path itself is checked against
+ * references above. */
 typedef struct blk_io {
+    be_layout l;                    /* the other layout: BE_BLOCKED16 or BE_NHWC */
     int n, c;
     size_t hw;
     float *plain, *blk;             /* host copies */
@@ -1981,17 +1985,17 @@ typedef struct blk_io {
 
 static size_t blk_count(const blk_io *io)    /* floats of the blocked buffer */
 {
-    return (size_t)io->n * be_act_elems(io->c, io->hw, BE_BLOCKED16);
+    return (size_t)io->n * be_act_elems(io->c, io->hw, io->l);
 }
 
 /* Random values; the blocked copy's padding channels hold zeros. */
-static blk_io blk_in(rng *r, int n, int c, size_t hw)
+static blk_io blk_in(rng *r, be_layout l, int n, int c, size_t hw)
 {
     size_t cnt = (size_t)n * c * hw;
-    blk_io io = { .n = n, .c = c, .hw = hw, .plain = rand_floats(r, cnt, -1, 1) };
+    blk_io io = { .l = l, .n = n, .c = c, .hw = hw, .plain = rand_floats(r, cnt, -1, 1) };
     io.blk = calloc(blk_count(&io), sizeof(float));
     assert_non_null(io.blk);
-    to_blocked(io.plain, io.blk, n, c, hw, false);
+    to_blocked(l, io.plain, io.blk, n, c, hw, false);
     io.pb = upload(io.plain, cnt);
     io.bb = upload(io.blk, blk_count(&io));
     return io;
@@ -2006,7 +2010,7 @@ static void blk_near(const char *what, blk_io *io, double tol)
     float *back = malloc(cnt * sizeof *back);
     download(io->pb, io->plain, cnt);
     download(io->bb, io->blk, bcnt);
-    to_blocked(io->blk, back, io->n, io->c, io->hw, true);
+    to_blocked(io->l, io->blk, back, io->n, io->c, io->hw, true);
     for (size_t i = 0; i < cnt; i++)
         if (tol > 0 ? !(fabs((double)back[i] - io->plain[i]) <= tol)
                     : memcmp(&back[i], &io->plain[i], sizeof(float)) != 0) {
@@ -2015,7 +2019,8 @@ static void blk_near(const char *what, blk_io *io, double tol)
             fail();
         }
     for (size_t i = 0; i < bcnt; i++)
-        if ((int)(i % 16) + (int)(i / (16 * io->hw) % ((size_t)(io->c + 15) / 16)) * 16 >= io->c &&
+        if (io->l == BE_BLOCKED16 &&
+            (int)(i % 16) + (int)(i / (16 * io->hw) % ((size_t)(io->c + 15) / 16)) * 16 >= io->c &&
             io->blk[i] != 0.0f) {
             print_error("%s: padding element %zu of the blocked buffer is %.9g\n", what, i,
                         (double)io->blk[i]);
@@ -2035,7 +2040,7 @@ static void blk_resync(blk_io *io)
 {
     size_t bcnt = blk_count(io);
     memset(io->blk, 0, bcnt * sizeof(float));
-    to_blocked(io->plain, io->blk, io->n, io->c, io->hw, false);
+    to_blocked(io->l, io->plain, io->blk, io->n, io->c, io->hw, false);
     reupload(io->bb, io->blk, bcnt);
 }
 
@@ -2047,19 +2052,20 @@ static void blk_free(blk_io *io)
     be->buf_free(ctx, io->bb);
 }
 
-/* Every op with a layout field, plain against blocked, for C input and K
- * output channels (not multiples of 16: padded blocks). */
-static void run_blocked_layouts(int C, int K, uint64_t seed)
+/* Every op with a layout field, plain against L (blocked or channels-last),
+ * for C input and K output channels (not multiples of 16: padded blocks). */
+static void run_blocked_layouts(be_layout L, int C, int K, uint64_t seed)
 {
     char err[256] = "";
     rng r;
     const int N = 2, H = 7, W = 5;
     const size_t HW = (size_t)H * W;
     assert_true(C <= 32 && K <= 32);
-    print_message("blocked layouts: %d channels in, %d out\n", C, K);
+    print_message("%s layouts: %d channels in, %d out\n", L == BE_NHWC ? "nhwc" : "blocked", C,
+                  K);
     rng_seed(&r, seed);
-    blk_io x = blk_in(&r, N, C, HW), y = blk_in(&r, N, K, HW), dy = blk_in(&r, N, K, HW),
-           dx = blk_in(&r, N, C, HW);
+    blk_io x = blk_in(&r, L, N, C, HW), y = blk_in(&r, L, N, K, HW), dy = blk_in(&r, L, N, K, HW),
+           dx = blk_in(&r, L, N, C, HW);
     float *wh = rand_floats(&r, (size_t)K * C * 9, -1, 1), *bh = rand_floats(&r, K, -1, 1);
     be_buf *wb = upload(wh, (size_t)K * C * 9), *bb = upload(bh, K),
            *dw = upload(NULL, (size_t)K * C * 9), *db = upload(NULL, K);
@@ -2071,8 +2077,8 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
         be_conv_desc d = { .n = N, .c = C, .h = H, .w = W, .k = K, .oh = H, .ow = W, .kh = 3,
                            .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
                            .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
-                           .bias = true, .src_layout = k ? BE_BLOCKED16 : BE_PLAIN,
-                           .dst_layout = k ? BE_BLOCKED16 : BE_PLAIN };
+                           .bias = true, .src_layout = k ? L : BE_PLAIN,
+                           .dst_layout = k ? L : BE_PLAIN };
         assert_int_equal(be->conv_plan(ctx, &d, BE_FWD | BE_BWD_DATA | BE_BWD_WEIGHTS, &p, err,
                                        sizeof err), 0);
         assert_int_equal(be->conv_fwd(ctx, p, k ? x.bb : x.pb, wb, bb, k ? y.bb : y.pb, err,
@@ -2085,10 +2091,11 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
         be->plan_free(ctx, p);
     }
     /* A blocked input whose channels the blocks pad runs on channels-last
-     * kernels (engine/cpu/conv.c, conv_channels_last): the same sums in
-     * another order, each within gamma_(K+1) (K+1) of the exact one (K terms
-     * and the bias, all of |.| <= 1), so the two within twice that. */
-    const bool nhwc = C % 16 != 0;
+     * kernels (engine/cpu/conv.c, conv_channels_last), as does a channels-last
+     * one: the same sums in another order, each within gamma_(K+1) (K+1) of
+     * the exact one (K terms and the bias, all of |.| <= 1), so the two within
+     * twice that. */
+    const bool nhwc = L == BE_NHWC || C % 16 != 0;
     const double ty = nhwc ? 2 * gamma_k(C * 9 + 1) * (C * 9 + 1) : 0,
                  tx = nhwc ? 2 * gamma_k(K * 9 + 1) * (K * 9 + 1) : 0,
                  tw = nhwc ? 2 * gamma_k(N * HW + 1) * (N * HW + 1) : 0;
@@ -2104,13 +2111,14 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
 
     /* pooling: blocked in, blocked or plain out (a global pool feeding dense) */
     for (int out_blk = 0; out_blk < 2; out_blk++) {
-        blk_io py = blk_in(&r, N, C, 1), pdy = blk_in(&r, N, C, 1), pdx = blk_in(&r, N, C, HW);
+        blk_io py = blk_in(&r, L, N, C, 1), pdy = blk_in(&r, L, N, C, 1),
+               pdx = blk_in(&r, L, N, C, HW);
         for (int k = 0; k < 2; k++) {
             be_plan *p = NULL;
             be_pool_desc d = { .alg = BE_POOL_AVG_EXCLUDE_PAD, .n = N, .c = C, .h = H, .w = W,
                                .oh = 1, .ow = 1, .kh = H, .kw = W, .stride_h = 1, .stride_w = 1,
-                               .src_layout = k ? BE_BLOCKED16 : BE_PLAIN,
-                               .dst_layout = k && out_blk ? BE_BLOCKED16 : BE_PLAIN };
+                               .src_layout = k ? L : BE_PLAIN,
+                               .dst_layout = k && out_blk ? L : BE_PLAIN };
             assert_int_equal(be->pool_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &p, err, sizeof err),
                              0);
             /* a plain output of the blocked run goes where the plain run's went */
@@ -2135,10 +2143,11 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
     }
     /* max pooling 2x2 (odd size: the last row and column dropped) */
     {
-        blk_io py = blk_in(&r, N, C, 6), pdy = blk_in(&r, N, C, 6), pdx = blk_in(&r, N, C, HW);
+        blk_io py = blk_in(&r, L, N, C, 6), pdy = blk_in(&r, L, N, C, 6),
+               pdx = blk_in(&r, L, N, C, HW);
         for (int k = 0; k < 2; k++) {
             be_plan *p = NULL;
-            be_layout l = k ? BE_BLOCKED16 : BE_PLAIN;
+            be_layout l = k ? L : BE_PLAIN;
             be_pool_desc d = { .alg = BE_POOL_MAX, .n = N, .c = C, .h = H, .w = W, .oh = 3,
                                .ow = 2, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2,
                                .src_layout = l, .dst_layout = l };
@@ -2157,15 +2166,16 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
         blk_free(&pdx);
     }
     /* activations, batch norm and add on x's shape */
-    blk_io ay = blk_in(&r, N, C, HW), ady = blk_in(&r, N, C, HW), adx = blk_in(&r, N, C, HW);
+    blk_io ay = blk_in(&r, L, N, C, HW), ady = blk_in(&r, L, N, C, HW),
+           adx = blk_in(&r, L, N, C, HW);
     const be_act_alg algs[] = { BE_ACT_RELU, BE_ACT_SIGMOID, BE_ACT_TANH, BE_ACT_RELU };
     for (int a = 0; a < 4; a++) {
-        if (algs[a] == BE_ACT_SIGMOID && C % 16)
+        if (algs[a] == BE_ACT_SIGMOID && C % 16 && L == BE_BLOCKED16)
             continue;       /* oneDNN's reference kernel on padded blocks; the net avoids it */
         for (int k = 0; k < 2; k++) {
             be_plan *p = NULL;
             be_act_desc d = { .alg = algs[a], .n = N, .size = C * HW, .alpha = a == 3 ? 0.1f : 0,
-                              .layout = k ? BE_BLOCKED16 : BE_PLAIN, .c = C };
+                              .layout = k ? L : BE_PLAIN, .c = C };
             assert_int_equal(be->act_plan(ctx, &d, BE_FWD | BE_BWD_DATA, &p, err, sizeof err),
                              0);
             assert_int_equal(be->act_fwd(ctx, p, k ? x.bb : x.pb, k ? ay.bb : ay.pb, err,
@@ -2188,7 +2198,7 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
         for (int k = 0; k < 2; k++) {
             be_plan *p = NULL;
             be_bn_desc d = { .n = N, .c = C, .h = H, .w = W, .eps = 1e-5f,
-                             .layout = k ? BE_BLOCKED16 : BE_PLAIN };
+                             .layout = k ? L : BE_PLAIN };
             assert_int_equal(be->bn_plan(ctx, &d, BE_FWD | BE_BWD_DATA | BE_BWD_WEIGHTS, &p,
                                          err, sizeof err), 0);
             assert_int_equal(be->bn_fwd(ctx, p, true, k ? x.bb : x.pb, gb, hb, mb, vb,
@@ -2209,7 +2219,7 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
     }
     for (int k = 0; k < 2; k++) {
         be_plan *p = NULL;
-        be_add_desc d = { .n = N, .k = 2, .size = C * HW, .layout = k ? BE_BLOCKED16 : BE_PLAIN,
+        be_add_desc d = { .n = N, .k = 2, .size = C * HW, .layout = k ? L : BE_PLAIN,
                           .c = C };
         const be_buf *xs[2] = { k ? x.bb : x.pb, k ? dx.bb : dx.pb };
         assert_int_equal(be->add_plan(ctx, &d, &p, err, sizeof err), 0);
@@ -2219,8 +2229,8 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
     blk_same("add y", &ay);
     /* dropout draws by the plain index: the same elements drop in both layouts */
     for (int k = 0; k < 2; k++) {
-        be_dropout_desc d = { .count = (size_t)N * be_act_elems(C, HW, k ? BE_BLOCKED16 : BE_PLAIN),
-                              .rate = 0.4f, .layout = k ? BE_BLOCKED16 : BE_PLAIN, .c = C,
+        be_dropout_desc d = { .count = (size_t)N * be_act_elems(C, HW, k ? L : BE_PLAIN),
+                              .rate = 0.4f, .layout = k ? L : BE_PLAIN, .c = C,
                               .hw = HW };
         assert_int_equal(be->dropout_fwd(ctx, &d, true, k ? x.bb : x.pb, k ? adx.bb : adx.pb,
                                          k ? ay.bb : ay.pb, 77, err, sizeof err), 0);
@@ -2229,7 +2239,7 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
     blk_same("dropout mask", &adx);
     /* the gradient of an add's inputs: accumulation over the whole padded buffer */
     for (int k = 0; k < 2; k++) {
-        size_t cnt = (size_t)N * be_act_elems(C, HW, k ? BE_BLOCKED16 : BE_PLAIN);
+        size_t cnt = (size_t)N * be_act_elems(C, HW, k ? L : BE_PLAIN);
         assert_int_equal(be->acc(ctx, k ? adx.bb : adx.pb, k ? x.bb : x.pb, cnt, BE_F32, 0.5f, err,
                                  sizeof err), 0);
     }
@@ -2253,9 +2263,11 @@ static void run_blocked_layouts(int C, int K, uint64_t seed)
 
 static void test_blocked_layouts(void **state)
 {
-    run_blocked_layouts(32, 16, 121);       /* whole blocks */
-    run_blocked_layouts(20, 12, 122);       /* padded blocks, as lenet's 20 and 50 */
-    run_blocked_layouts(9, 30, 123);
+    run_blocked_layouts(BE_BLOCKED16, 32, 16, 121);     /* whole blocks */
+    run_blocked_layouts(BE_BLOCKED16, 20, 12, 122);     /* padded blocks, as lenet's 20 and 50 */
+    run_blocked_layouts(BE_BLOCKED16, 9, 30, 123);
+    run_blocked_layouts(BE_NHWC, 20, 12, 124);          /* channels-last (bfloat16 nets') */
+    run_blocked_layouts(BE_NHWC, 32, 9, 125);
 }
 
 /* ---- softmax cross-entropy ------------------------------------------------------------ */
