@@ -137,6 +137,34 @@ static inline float drop_mask(uint64_t seed, size_t li, float rate, float keep)
     return ew_dropout_keep(seed, li, rate) ? keep : 0.0f;
 }
 
+/* The FP32 and bfloat16 runs of drop_run, compiled for AVX-512 beside the
+ * generic x86-64 (picked at load, as add_bf16): the splitmix64 draw
+ * vectorises there (64-bit multiplies, AVX-512DQ), about 1.3 ns an element
+ * as a scalar loop, 2.7% of cifar10-cnn's amp-bf16 step. The same integer
+ * operations and one multiplication per element, so both give the same
+ * bits. */
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+static void drop_f32(const float *x, float *y, float *mask, size_t n, size_t li0, size_t step,
+                     uint64_t seed, float rate, float keep)
+{
+    for (size_t k = 0; k < n; k++) {
+        float m = (float)ew_dropout_keep(seed, li0 + k * step, rate) * keep;   /* keep or 0 */
+        mask[k] = m;
+        y[k] = x[k] * m;
+    }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+static void drop_bf16(const unsigned short *x, unsigned short *y, float *mask, size_t n,
+                      size_t li0, size_t step, uint64_t seed, float rate, float keep)
+{
+    for (size_t k = 0; k < n; k++) {
+        float m = drop_mask(seed, li0 + k * step, rate, keep);
+        mask[k] = m;
+        y[k] = ew_f32_to_bf16(ew_bf16_to_f32(x[k]) * m);
+    }
+}
+
 /* y = x m over one run of n elements whose plain indices are li0 + k * step,
  * in type dt; mask m written. */
 static inline void drop_run(const void *x, void *y, float *mask, size_t at, size_t n,
@@ -144,23 +172,11 @@ static inline void drop_run(const void *x, void *y, float *mask, size_t at, size
                             float keep)
 {
     if (dt == BE_F32) {
-        const float *xp = (const float *)x + at;
-        float *yp = (float *)y + at;
-        float *mp = mask + at;
-        for (size_t k = 0; k < n; k++) {
-            float m = drop_mask(seed, li0 + k * step, rate, keep);
-            mp[k] = m;
-            yp[k] = xp[k] * m;
-        }
+        drop_f32((const float *)x + at, (float *)y + at, mask + at, n, li0, step, seed, rate,
+                 keep);
     } else if (dt == BE_BF16) {
-        const unsigned short *xp = (const unsigned short *)x + at;
-        unsigned short *yp = (unsigned short *)y + at;
-        float *mp = mask + at;
-        for (size_t k = 0; k < n; k++) {
-            float m = drop_mask(seed, li0 + k * step, rate, keep);
-            mp[k] = m;
-            yp[k] = ew_f32_to_bf16(ew_bf16_to_f32(xp[k]) * m);
-        }
+        drop_bf16((const unsigned short *)x + at, (unsigned short *)y + at, mask + at, n, li0,
+                  step, seed, rate, keep);
     } else {
         for (size_t k = 0; k < n; k++) {
             float m = drop_mask(seed, li0 + k * step, rate, keep);
