@@ -28,6 +28,7 @@
 #include "engine/cpu/cpu.h"
 
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 /* G of the header comment: the weights' transform, and its transpose's in
@@ -158,6 +159,173 @@ void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y,
         const int img = (int)(job / th);
         run_row(x + (size_t)img * plane, u, bias, y + (size_t)img * plane, h, w,
                 (int)(job % th));
+    }
+}
+
+/* ---- bfloat16 (amp-bf16): the forward pass and the input gradient ------------------- */
+
+/* The same algorithm on bfloat16 tensors, with AVX-512 BF16 dot products:
+ * the inputs widened to FP32 (exactly), both transforms in FP32 and then
+ * rounded to bfloat16 (round to nearest even, as oneDNN's casts), each
+ * product of a channel pair summed into FP32 by vdpbf16ps, the output
+ * transform and the bias in FP32 and the result rounded to bfloat16. Half
+ * the multiply instructions of the FP32 kernel, on half the bytes. The
+ * roundings of V and U add at most (2u + u^2) |A^T| (sum_c |U||V|) |A| to
+ * the error of the direct algorithm (u = 2^-8; tests/unit/
+ * test_engine_amp_ops.c computes that bound per output). The weight
+ * gradient stays with oneDNN's bfloat16 kernel. */
+
+bool cpu_wino16_bf16_supported(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+}
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+static float bf16_in(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* One float to bfloat16, round to nearest even (NaN kept a quiet NaN), as
+ * vcvtneps2bf16 does. */
+static uint16_t bf16_out(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void cpu_wino16_weights_bf16(const uint16_t *w, bool flip, uint16_t *u)
+{
+    for (int k = 0; k < 16; k++)
+        for (int c = 0; c < 16; c++) {
+            const uint16_t *g = w + (k * 16 + c) * 9;
+            float gk[9], t[4][3];
+            for (int i = 0; i < 9; i++)
+                gk[i] = bf16_in(flip ? g[8 - i] : g[i]);
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 3; j++)
+                    t[i][j] = G[i][0] * gk[j] + G[i][1] * gk[3 + j] + G[i][2] * gk[6 + j];
+            /* u[p][in / 2][out][in % 2]: per position, 8 vectors of (channel
+             * pair, 16 outputs), vdpbf16ps's operand */
+            int in = flip ? k : c, out = flip ? c : k;
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    u[(((i * 4 + j) * 8 + in / 2) * 16 + out) * 2 + in % 2] =
+                        bf16_out(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+        }
+}
+
+BF16_TARGET static inline __m512 bf16_load(const uint16_t *p)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+BF16_TARGET static inline void bf16_store(uint16_t *p, __m512 v)
+{
+    _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+/* in_tile on bfloat16: B^T d B rounded to bfloat16, v[p * bt * 16]. */
+BF16_TARGET static void in_tile_bf16(const uint16_t *x, int h, int w, int h0, int w0,
+                                     uint16_t *v, int bt)
+{
+    __m512 d[4][4], r[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int hh = h0 + i, ww = w0 + j;
+            d[i][j] = hh >= 0 && hh < h && ww >= 0 && ww < w ?
+                      bf16_load(x + ((size_t)hh * w + ww) * 16) : _mm512_setzero_ps();
+        }
+    for (int j = 0; j < 4; j++) {
+        r[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+        r[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+        r[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+        r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+    }
+    for (int i = 0; i < 4; i++) {
+        bf16_store(v + (i * 4 + 0) * bt * 16, _mm512_sub_ps(r[i][0], r[i][2]));
+        bf16_store(v + (i * 4 + 1) * bt * 16, _mm512_add_ps(r[i][1], r[i][2]));
+        bf16_store(v + (i * 4 + 2) * bt * 16, _mm512_sub_ps(r[i][2], r[i][1]));
+        bf16_store(v + (i * 4 + 3) * bt * 16, _mm512_sub_ps(r[i][1], r[i][3]));
+    }
+}
+
+/* out_tile writing bfloat16. */
+BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, uint16_t *y, int h, int w,
+                                      int h0, int w0)
+{
+    __m512 q[2][4];
+    for (int j = 0; j < 4; j++) {
+        __m512 m0 = _mm512_load_ps(m + (0 * 4 + j) * WT * 16),
+               m1 = _mm512_load_ps(m + (1 * 4 + j) * WT * 16),
+               m2 = _mm512_load_ps(m + (2 * 4 + j) * WT * 16),
+               m3 = _mm512_load_ps(m + (3 * 4 + j) * WT * 16);
+        q[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+        q[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+    }
+    for (int i = 0; i < 2 && h0 + i < h; i++) {
+        __m512 o0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
+        __m512 o1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
+        bf16_store(y + ((size_t)(h0 + i) * w + w0) * 16, o0);
+        if (w0 + 1 < w)
+            bf16_store(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o1);
+    }
+}
+
+BF16_TARGET static void run_row_bf16(const uint16_t *x, const uint16_t *u, const float *bias,
+                                     uint16_t *y, int h, int w, int r)
+{
+    _Alignas(64) uint16_t v[16 * WT * 16];
+    _Alignas(64) float m[16 * WT * 16];
+    const int tw = (w + 1) / 2;
+    const __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    for (int t0 = 0; t0 < tw; t0 += WT) {
+        const int nt = tw - t0 < WT ? tw - t0 : WT;
+        for (int t = 0; t < nt; t++)
+            in_tile_bf16(x, h, w, 2 * r - 1, 2 * (t0 + t) - 1, v + t * 16, WT);
+        for (int t = nt; t < WT; t++)           /* a short last block: products of zeros */
+            for (int p = 0; p < 16; p++)
+                memset(v + (p * WT + t) * 16, 0, 16 * sizeof *v);
+        for (int p = 0; p < 16; p++) {
+            const uint16_t *up = u + p * 256, *vp = v + p * WT * 16;
+            __m512 acc[WT];
+            for (int t = 0; t < WT; t++)
+                acc[t] = _mm512_setzero_ps();
+            for (int c2 = 0; c2 < 8; c2++) {
+                __m512bh uc = (__m512bh)_mm512_load_si512(up + c2 * 32);
+                for (int t = 0; t < WT; t++) {
+                    int32_t pair;               /* channels 2 c2 and 2 c2 + 1 of tile t */
+                    memcpy(&pair, vp + t * 16 + 2 * c2, sizeof pair);
+                    acc[t] = _mm512_dpbf16_ps(acc[t], (__m512bh)_mm512_set1_epi32(pair), uc);
+                }
+            }
+            for (int t = 0; t < WT; t++)
+                _mm512_store_ps(m + (p * WT + t) * 16, acc[t]);
+        }
+        for (int t = 0; t < nt; t++)
+            out_tile_bf16(m + t * 16, b, y, h, w, 2 * r, 2 * (t0 + t));
+    }
+}
+
+void cpu_wino16_run_bf16(const uint16_t *x, const uint16_t *u, const float *bias, uint16_t *y,
+                         int n, int h, int w)
+{
+    const int th = (h + 1) / 2;
+    const size_t plane = (size_t)h * w * 16;
+#pragma omp parallel for schedule(static) if ((size_t)n * plane > 65536)
+    for (long long job = 0; job < (long long)n * th; job++) {
+        const int img = (int)(job / th);
+        run_row_bf16(x + (size_t)img * plane, u, bias, y + (size_t)img * plane, h, w,
+                     (int)(job % th));
     }
 }
 

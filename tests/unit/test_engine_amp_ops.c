@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu.h"   /* cpu_conv_wino16, cpu_conv_impl */
 #include "engine/elementwise.h"
 #include "engine/rng.h"
 
@@ -114,13 +115,16 @@ static float *down(be_dtype dt, const be_buf *b, size_t n)
 }
 
 /* got (type dt, or FP32 when out32) against the FP32 ref: |got - ref| <=
- * u |ref| (16-bit outputs only) + ACC k scale + ELT elt. FP16 outputs on the
- * CPU are FP16 values exactly. */
-static void compare(const char *what, const struct dtype_tol *t, bool out32, const float *got,
-                    const float *ref, size_t n, double k, double scale, bool elt)
+ * u |ref| (16-bit outputs only) + ACC k scale + ELT elt (+ extra[i], an
+ * algorithm's own, where not NULL). FP16 outputs on the CPU are FP16 values
+ * exactly. */
+static void compare_x(const char *what, const struct dtype_tol *t, bool out32, const float *got,
+                      const float *ref, size_t n, double k, double scale, bool elt,
+                      const double *extra)
 {
     for (size_t i = 0; i < n; i++) {
-        double tol = (out32 ? 0.0 : t->u * fabs(ref[i])) + t->acc * k * scale + (elt ? t->elt : 0);
+        double tol = (out32 ? 0.0 : t->u * fabs(ref[i])) + t->acc * k * scale + (elt ? t->elt : 0) +
+                     (extra ? extra[i] : 0);
         if (!(fabs((double)got[i] - ref[i]) <= tol)) {
             print_error("%s, %s: element %zu is %.9g, FP32 gives %.9g (tolerance %.3g)\n", what,
                         t->name, i, (double)got[i], (double)ref[i], tol);
@@ -132,6 +136,12 @@ static void compare(const char *what, const struct dtype_tol *t, bool out32, con
             fail();
         }
     }
+}
+
+static void compare(const char *what, const struct dtype_tol *t, bool out32, const float *got,
+                    const float *ref, size_t n, double k, double scale, bool elt)
+{
+    compare_x(what, t, out32, got, ref, n, k, scale, elt, NULL);
 }
 
 /* ---- convolution ---------------------------------------------------------------- */
@@ -147,6 +157,19 @@ static int conv_out(int in, int k, int s, int p, int d)
     return (in + 2 * p - (d * (k - 1) + 1)) / s + 1;
 }
 
+static be_conv_desc conv_desc(const conv_case *cc, be_dtype dt)
+{
+    int oh = conv_out(cc->h, cc->kh, cc->stride, cc->pad, cc->dil);
+    int ow = conv_out(cc->w, cc->kw, cc->stride, cc->pad, cc->dil);
+    return (be_conv_desc){ .n = cc->n, .c = cc->c, .h = cc->h, .w = cc->w, .k = cc->k, .oh = oh,
+                           .ow = ow, .kh = cc->kh, .kw = cc->kw, .stride_h = cc->stride,
+                           .stride_w = cc->stride, .pad_t = cc->pad, .pad_l = cc->pad,
+                           .pad_b = cc->pad, .pad_r = cc->pad, .dil_h = cc->dil,
+                           .dil_w = cc->dil, .groups = cc->groups, .bias = cc->bias,
+                           .src_layout = cc->src, .dst_layout = cc->dst, .src_dtype = dt,
+                           .dst_dtype = dt, .wdtype = dt };
+}
+
 /* One pass set of a convolution in type dt (BE_F32: the reference); outputs
  * y, dx (in dt), dw, db (FP32) into new arrays. */
 static void conv_run(const conv_case *cc, be_dtype dt, const float *x, const float *w,
@@ -156,12 +179,7 @@ static void conv_run(const conv_case *cc, be_dtype dt, const float *x, const flo
     int oh = conv_out(cc->h, cc->kh, cc->stride, cc->pad, cc->dil);
     int ow = conv_out(cc->w, cc->kw, cc->stride, cc->pad, cc->dil);
     be_layout l = cc->dst;
-    be_conv_desc d = { .n = cc->n, .c = cc->c, .h = cc->h, .w = cc->w, .k = cc->k, .oh = oh,
-                       .ow = ow, .kh = cc->kh, .kw = cc->kw, .stride_h = cc->stride,
-                       .stride_w = cc->stride, .pad_t = cc->pad, .pad_l = cc->pad,
-                       .pad_b = cc->pad, .pad_r = cc->pad, .dil_h = cc->dil, .dil_w = cc->dil,
-                       .groups = cc->groups, .bias = cc->bias, .src_layout = cc->src,
-                       .dst_layout = l, .src_dtype = dt, .dst_dtype = dt, .wdtype = dt };
+    be_conv_desc d = conv_desc(cc, dt);
     size_t nx = (size_t)cc->n * cc->c * cc->h * cc->w, nw = (size_t)cc->k * (cc->c / cc->groups) *
                 cc->kh * cc->kw, ny = (size_t)cc->n * be_act_elems(cc->k, (size_t)oh * ow, l);
     be_plan *p = NULL;
@@ -169,6 +187,10 @@ static void conv_run(const conv_case *cc, be_dtype dt, const float *x, const flo
         print_error("conv_plan: %s\n", err);
         fail();
     }
+    /* the kernels the rule names run (and the bounds below are theirs) */
+    for (unsigned pass = BE_FWD; pass <= BE_BWD_WEIGHTS; pass <<= 1)
+        if (dt == BE_BF16 && cpu_conv_wino16(&d, pass))
+            assert_string_equal(cpu_conv_impl(p, pass), "kiln_wino_2x3:bf16");
     be_buf *bx = up(dt, x, nx), *bw = up(dt, w, nw), *bb = cc->bias ? up(BE_F32, b, cc->k) : NULL,
            *bdy = up(dt, dy, ny), *by = up(dt, NULL, ny), *bdx = up(dt, NULL, nx),
            *bdw = up(BE_F32, NULL, nw), *bdb = cc->bias ? up(BE_F32, NULL, cc->k) : NULL;
@@ -183,6 +205,88 @@ static void conv_run(const conv_case *cc, be_dtype dt, const float *x, const flo
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         be->buf_free(ctx, all[i]);
     be->plan_free(ctx, p);
+}
+
+/* Element (n, c, h, w) of a tensor of C channels of H x W in layout l. */
+static size_t at(be_layout l, int C, int H, int W, int n, int c, int h, int w)
+{
+    if (l == BE_NHWC)
+        return (((size_t)n * H + h) * W + w) * C + c;
+    if (l == BE_BLOCKED16)
+        return ((((size_t)n * ((C + 15) / 16) + c / 16) * H + h) * W + w) * 16 + c % 16;
+    return (((size_t)n * C + c) * H + h) * W + w;
+}
+
+/* kiln's bfloat16 Winograd F(2x2, 3x3) (engine/cpu/wino16.c) rounds its
+ * transformed inputs V = B^T d B and weights U = G g G^T to bfloat16 before
+ * the products (exact in FP32): on top of the direct algorithm's error, an
+ * output gains at most (2u + u^2) |A^T| (sum_c |U_c| . |V_c|) |A|, with
+ * |U_c| <= |G| |g_c| |G^T| and |V_c| <= |B^T| |d_c| |B| elementwise (d_c the
+ * 4x4 patch of the output's 2x2 tile, zeros outside the image). Evaluated
+ * here in double per output, times `factor`, into a new array of nout
+ * elements in layout ol (0 elsewhere). The input gradient is the same with
+ * dy for d and each kernel turned 180 degrees with its channels swapped
+ * (flip). in: cin channels in layout il; w: OIHW with cw input channels. */
+static double *wino_extra(const float *in, be_layout il, int n, int cin, int cout, int H, int W,
+                          const float *w, int cw, bool flip, be_layout ol, size_t nout,
+                          double factor)
+{
+    static const double A[4][2] = { { 1, 0 }, { 1, 1 }, { 1, 1 }, { 0, 1 } };   /* |A| */
+    static const double BT[4][4] = { { 1, 0, 1, 0 }, { 0, 1, 1, 0 }, { 0, 1, 1, 0 },
+                                     { 0, 1, 0, 1 } };                         /* |B^T| */
+    static const double G[4][3] = { { 1, 0, 0 }, { 0.5, 0.5, 0.5 }, { 0.5, 0.5, 0.5 },
+                                    { 0, 0, 1 } };                             /* |G| */
+    double *e = calloc(nout, sizeof *e);
+    assert_non_null(e);
+    for (int img = 0; img < n; img++)
+        for (int o = 0; o < cout; o++)
+            for (int ti = 0; ti < (H + 1) / 2; ti++)
+                for (int tj = 0; tj < (W + 1) / 2; tj++) {
+                    double m[4][4] = { { 0 } };
+                    for (int c = 0; c < cin; c++) {
+                        double d[4][4], t[4][4], g[3][3], tg[4][3];
+                        for (int r = 0; r < 4; r++)
+                            for (int q = 0; q < 4; q++) {
+                                int hh = 2 * ti - 1 + r, ww = 2 * tj - 1 + q;
+                                d[r][q] = hh >= 0 && hh < H && ww >= 0 && ww < W ?
+                                          fabs(in[at(il, cin, H, W, img, c, hh, ww)]) : 0;
+                            }
+                        for (int r = 0; r < 4; r++)             /* |B^T| |d| */
+                            for (int q = 0; q < 4; q++) {
+                                t[r][q] = 0;
+                                for (int k = 0; k < 4; k++)
+                                    t[r][q] += BT[r][k] * d[k][q];
+                            }
+                        for (int q = 0; q < 9; q++)
+                            g[q / 3][q % 3] = fabs(flip ? w[((size_t)c * cw + o) * 9 + 8 - q] :
+                                                          w[((size_t)o * cw + c) * 9 + q]);
+                        for (int r = 0; r < 4; r++)             /* |G| |g| */
+                            for (int q = 0; q < 3; q++)
+                                tg[r][q] = G[r][0] * g[0][q] + G[r][1] * g[1][q] +
+                                           G[r][2] * g[2][q];
+                        for (int r = 0; r < 4; r++)
+                            for (int q = 0; q < 4; q++) {
+                                double v = 0, u = 0;            /* (... |B|)[r][q], (... |G^T|) */
+                                for (int k = 0; k < 4; k++)
+                                    v += t[r][k] * BT[q][k];
+                                for (int k = 0; k < 3; k++)
+                                    u += tg[r][k] * G[q][k];
+                                m[r][q] += u * v;
+                            }
+                    }
+                    for (int a = 0; a < 2; a++)
+                        for (int b = 0; b < 2; b++) {
+                            int i = 2 * ti + a, j = 2 * tj + b;
+                            if (i >= H || j >= W)
+                                continue;
+                            double y = 0;
+                            for (int r = 0; r < 4; r++)
+                                for (int q = 0; q < 4; q++)
+                                    y += A[r][a] * m[r][q] * A[q][b];
+                            e[at(ol, cout, H, W, img, o, i, j)] = factor * y;
+                        }
+                }
+    return e;
 }
 
 static void conv_check(const conv_case *cc, uint64_t seed)
@@ -207,8 +311,31 @@ static void conv_check(const conv_case *cc, uint64_t seed)
     for (size_t t = 0; t < NTOL; t++) {
         float *y, *dx, *dw, *db;
         conv_run(cc, TOL[t].dt, x, w, b, dy, &y, &dx, &dw, &db);
-        compare("conv y", &TOL[t], false, y, y0, ny, kf + 1, 1.0, false);
-        compare("conv dx", &TOL[t], false, dx, dx0, nx, kd, 1.0, false);
+        /* kiln's bfloat16 Winograd: its transforms' roundings (2u + u^2), and
+         * 2^-18 of the same sums for the FP32 operations of it and of the
+         * reference's FP32 Winograd (under 50 roundings each: 50 2^-24) */
+        const be_conv_desc d = conv_desc(cc, TOL[t].dt);
+        const double wf = 2 * TOL[t].u + TOL[t].u * TOL[t].u + 0x1p-18;
+        double *ey = NULL, *edx = NULL;
+        if (TOL[t].dt == BE_BF16 && cpu_conv_wino16(&d, BE_FWD))
+            ey = wino_extra(x, cc->src, cc->n, cc->c, cc->k, cc->h, cc->w, w, cc->c, false,
+                            cc->dst, ny, wf);
+        if (TOL[t].dt == BE_BF16 && cpu_conv_wino16(&d, BE_BWD_DATA))
+            edx = wino_extra(dy, cc->dst, cc->n, cc->k, cc->c, cc->h, cc->w, w, cc->c, true,
+                             cc->src, nx, wf);
+        compare_x("conv y", &TOL[t], false, y, y0, ny, kf + 1, 1.0, false, ey);
+        compare_x("conv dx", &TOL[t], false, dx, dx0, nx, kd, 1.0, false, edx);
+        if (ey && edx) {
+            double used = 0;
+            for (size_t i = 0; i < ny; i++)
+                if (ey[i] > 0)
+                    used = fmax(used, fabs((double)y[i] - y0[i]) /
+                                      (TOL[t].u * fabs(y0[i]) + TOL[t].acc * (kf + 1) + ey[i]));
+            print_message("kiln bf16 F(2x2,3x3) %dx%d: largest error %.2g of its bound (y)\n",
+                          cc->h, cc->w, used);
+        }
+        free(ey);
+        free(edx);
         compare("conv dw", &TOL[t], true, dw, dw0, nw, kw, 1.0, false);
         if (cc->bias)
             compare("conv db", &TOL[t], true, db, db0, cc->k, kw, 1.0, false);
@@ -240,6 +367,11 @@ static void test_conv(void **state)
         { 2, 3, 10, 9, 20, 3, 3, 1, 1, 1, 1, true, BE_PLAIN, BE_NHWC },
         { 2, 20, 9, 7, 50, 3, 3, 1, 1, 1, 1, true, BE_NHWC, BE_NHWC },
         { 2, 50, 8, 6, 20, 3, 3, 2, 1, 1, 1, false, BE_NHWC, BE_PLAIN },  /* stride 2, into plain */
+        /* 16 -> 16, 3x3, stride 1, padding 1: kiln's bfloat16 Winograd for
+         * the forward pass and the input gradient (cpu_conv_wino16; odd
+         * sizes: partial tiles and a short block), on plain and blocked data */
+        { 2, 16, 9, 7, 16, 3, 3, 1, 1, 1, 1, true, BE_PLAIN, BE_BLOCKED16 },
+        { 3, 16, 12, 20, 16, 3, 3, 1, 1, 1, 1, false, BE_BLOCKED16, BE_BLOCKED16 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         conv_check(&cases[i], 100 + i);
