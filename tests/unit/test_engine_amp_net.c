@@ -29,9 +29,14 @@
 #define SYN 64
 #define SYN_CLASSES 4
 
+/* (conv16b: 16 -> 16, 3x3, padding 1, kiln's own bfloat16 Winograd under
+ * amp-bf16, so determinism and exact resume cover it) */
 static const char *SMALL =
     "{\"name\": \"small\", \"layers\": ["
     " {\"type\": \"conv2d\", \"name\": \"conv\", \"filters\": 8, \"kernel\": 3, \"padding\": \"same\"},"
+    " {\"type\": \"relu\"},"
+    " {\"type\": \"conv2d\", \"name\": \"conv16a\", \"filters\": 16, \"kernel\": 3, \"padding\": \"same\"},"
+    " {\"type\": \"conv2d\", \"name\": \"conv16b\", \"filters\": 16, \"kernel\": 3, \"padding\": \"same\"},"
     " {\"type\": \"relu\"},"
     " {\"type\": \"maxpool\", \"kernel\": 2},"
     " {\"type\": \"flatten\"},"
