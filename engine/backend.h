@@ -110,6 +110,11 @@ typedef struct be_conv_desc {
     bool post_add;
     bool post_relu;
     float post_alpha;
+    /* Training plans (backend.conv_relu): a ReLU after it in its forward pass,
+     * y = max(conv(x, w) + b, 0). The backward passes take the gradient of
+     * that convolution's own output: the net runs the ReLU's backward pass,
+     * from y, before them. */
+    bool relu;
 } be_conv_desc;
 
 typedef enum be_pool_alg {
@@ -265,6 +270,7 @@ typedef struct backend {
     void (*plan_free)(be_ctx *ctx, be_plan *p);        /* NULL is a no-op */
 
     /* ---- convolution ---- */
+    bool conv_relu;                 /* conv_plan takes be_conv_desc.relu */
     int (*conv_plan)(be_ctx *ctx, const be_conv_desc *d, unsigned passes,
                      be_plan **out, char *err, size_t errlen);
     /* y = conv(x, w) + b; b is NULL exactly when the desc has no bias. */

@@ -125,9 +125,9 @@ size_t net_param_count(const net *n);
 /* The devices n trains on: 1, or its replicas under data parallelism (with
  * the other processes' of a multi-process net). */
 int net_device_count(const net *n);
-/* The ReLUs that run in the pass of the batch norm or add before them,
- * training and inference alike (engine/net_build.c, plan_relu_pairs; the
- * same results as apart). */
+/* The ReLUs that run in the pass of the batch norm, add or convolution
+ * before them, training and inference alike (engine/net_build.c,
+ * plan_relu_pairs; the same results as apart). */
 int net_fused_relus(const net *n);
 /* The activations n keeps channels-last (BE_NHWC: the backend's layout for
  * their channel count and type, engine/net_build.c plan_layouts). */

@@ -67,11 +67,12 @@ typedef struct layer {
     bool dx[SPEC_MAX_INPUTS];       /* ... of input k */
     bool first[SPEC_MAX_INPUTS];    /* input k's gradient is overwritten, not added to */
     bool grad_alias;                /* flatten: grad[out] is grad[in] */
-    int relu_pair;                  /* a batch norm or an add of two and the ReLU that alone
-                                     * reads it, run as one backend pass (be_bn_desc.relu,
-                                     * be_add_desc.relu): on the batch norm or add, that
-                                     * ReLU's index; on the ReLU, theirs; -1 elsewhere
-                                     * (net_build.c, plan_relu_pairs) */
+    int relu_pair;                  /* a batch norm, an add of two or a convolution and the
+                                     * ReLU that alone reads it, run as one backend pass
+                                     * (be_bn_desc.relu, be_add_desc.relu; the convolution's
+                                     * forward pass only, be_conv_desc.relu): on the host,
+                                     * that ReLU's index; on the ReLU, the host's; -1
+                                     * elsewhere (net_build.c, plan_relu_pairs) */
     uint64_t seed;                  /* dropout: the layer's stream */
     be_buf *mask;                   /* dropout: the latest training mask */
     be_buf *mean, *var;             /* batchnorm: the latest batch statistics */

@@ -57,6 +57,7 @@ static int plan_set_build(net *n, plan_set *ps, int bn, char *err, size_t errlen
         switch (s->kind) {
         case LAYER_CONV2D: {
             be_conv_desc d = net_conv_desc(n, i, bn);
+            d.relu = l->relu_pair >= 0;     /* (the ReLU after it skips its forward pass) */
             rc = be->conv_plan(n->ctx, &d, passes, &ps->plans[i], err, errlen);
             break;
         }

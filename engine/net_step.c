@@ -191,7 +191,8 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     case LAYER_LEAKY_RELU:
     case LAYER_SIGMOID:
     case LAYER_TANH:
-        if (s->kind == LAYER_RELU && l->relu_pair >= 0)
+        if (s->kind == LAYER_RELU && l->relu_pair >= 0 &&
+            n->layers[l->relu_pair].s->kind != LAYER_CONV2D)
             return 0;                   /* in the batch norm's or add's backward pass */
         if (l->dx[0])
             rc = be->act_bwd(n->ctx, p, y, dy, dx_target(n, l, 0), err, errlen);

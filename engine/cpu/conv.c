@@ -332,6 +332,7 @@ static int own_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, unsig
                        "convolution");
     if (!(p->wino_u = aligned_alloc(64, 16 * 16 * 16 * sizeof(float))))
         return set_err(err, errlen, "out of memory");
+    p->own_relu = d->relu;
     p->own_n = d->n;
     p->own_h = d->h;
     p->own_w = d->w;
@@ -367,7 +368,8 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
      * input gradient and the weight gradient in the tensors' own types */
     dnnl_memory_desc_t asrc, awei, adst, ydst, dxsrc, dwwei;
     dnnl_convolution_desc_t cd;
-    dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
+    dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL, relu_pd = NULL;
+    dnnl_primitive_attr_t relu_attr = NULL;
     be_plan *p = NULL;
     const dnnl_data_type_t ct = cpu_dt(d->wdtype);
 
@@ -392,7 +394,7 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
     p->round_y = cpu_round_count(&m.dst, d->dst_dtype);
     p->round_dx = cpu_round_count(&m.src, d->src_dtype);
     if (d->infer || d->post_add || d->post_relu) {
-        if (!d->infer || passes != BE_FWD) {
+        if (!d->infer || passes != BE_FWD || d->relu) {
             set_err(err, errlen, "cpu backend: post-ops need an inference plan (forward only)");
             goto out;
         }
@@ -415,12 +417,22 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         goto out;
     if ((passes & BE_FWD) && !p->own_fwd) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
-        if (cpu_prim_make(ctx, fwd_pd, d->bias ? 4 : 3, args, &p->fwd, err, errlen) < 0 ||
-            cpu_reorder_make(ctx, &m.src, pd_md(fwd_pd, DNNL_ARG_SRC), CPU_TMP_SRC,
+        /* d->relu: the same kernel with oneDNN's ReLU post-op (cd is still
+         * the forward descriptor); fwd_pd stays the backward passes' hint */
+        const_dnnl_primitive_desc_t run = fwd_pd;
+        if (d->relu &&
+            (cpu_post_attr(ctx, NULL, true, 0.0f, &relu_attr, err, errlen) < 0 ||
+             conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, relu_attr, &relu_pd, err,
+                     errlen) < 0))
+            goto out;
+        if (relu_pd)
+            run = relu_pd;
+        if (cpu_prim_make(ctx, run, d->bias ? 4 : 3, args, &p->fwd, err, errlen) < 0 ||
+            cpu_reorder_make(ctx, &m.src, pd_md(run, DNNL_ARG_SRC), CPU_TMP_SRC,
                              &p->re[RE_FX], err, errlen) < 0 ||
-            cpu_reorder_make(ctx, &m.wei, pd_md(fwd_pd, DNNL_ARG_WEIGHTS), CPU_TMP_WEI,
+            cpu_reorder_make(ctx, &m.wei, pd_md(run, DNNL_ARG_WEIGHTS), CPU_TMP_WEI,
                              &p->re[RE_FW], err, errlen) < 0 ||
-            cpu_reorder_make(ctx, pd_md(fwd_pd, DNNL_ARG_DST), &m.dst, CPU_TMP_DST,
+            cpu_reorder_make(ctx, pd_md(run, DNNL_ARG_DST), &m.dst, CPU_TMP_DST,
                              &p->re[RE_FY], err, errlen) < 0)
             goto out;
     }
@@ -479,6 +491,10 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
 out:
     if (pd)
         dnnl_primitive_desc_destroy(pd);
+    if (relu_pd)
+        dnnl_primitive_desc_destroy(relu_pd);
+    if (relu_attr)
+        dnnl_primitive_attr_destroy(relu_attr);
     if (fwd_pd)
         dnnl_primitive_desc_destroy(fwd_pd);
     cpu_backend.plan_free(ctx, p);
@@ -499,11 +515,12 @@ int cpu_conv_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w, cons
         if (p->own_bf16) {
             uint16_t *u = (uint16_t *)(void *)p->wino_u;
             cpu_wino16_weights_bf16(cpu_ptr(w), false, u);
-            cpu_wino16_run_bf16(xs, u, b ? cpu_ptr(b) : NULL, ys, p->own_n, p->own_h, p->own_w);
+            cpu_wino16_run_bf16(xs, u, b ? cpu_ptr(b) : NULL, p->own_relu, ys, p->own_n,
+                                p->own_h, p->own_w);
         } else {
             cpu_wino16_weights(cpu_ptr(w), false, p->wino_u);
-            cpu_wino16_run(xs, p->wino_u, b ? cpu_ptr(b) : NULL, ys, p->own_n, p->own_h,
-                           p->own_w);
+            cpu_wino16_run(xs, p->wino_u, b ? cpu_ptr(b) : NULL, p->own_relu, ys, p->own_n,
+                           p->own_h, p->own_w);
         }
         return cpu_stage_done(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y), err, errlen);
     }
@@ -532,10 +549,10 @@ int cpu_conv_bwd_data(be_ctx *ctx, be_plan *p, const be_buf *dy, const be_buf *w
         if (p->own_bf16) {
             uint16_t *u = (uint16_t *)(void *)p->wino_u;
             cpu_wino16_weights_bf16(cpu_ptr(w), true, u);
-            cpu_wino16_run_bf16(dys, u, NULL, dxs, p->own_n, p->own_h, p->own_w);
+            cpu_wino16_run_bf16(dys, u, NULL, false, dxs, p->own_n, p->own_h, p->own_w);
         } else {
             cpu_wino16_weights(cpu_ptr(w), true, p->wino_u);
-            cpu_wino16_run(dys, p->wino_u, NULL, dxs, p->own_n, p->own_h, p->own_w);
+            cpu_wino16_run(dys, p->wino_u, NULL, false, dxs, p->own_n, p->own_h, p->own_w);
         }
         return cpu_stage_done(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx), err, errlen);
     }

@@ -428,6 +428,7 @@ const backend cpu_backend = {
     .act_fwd = cpu_act_fwd,
     .act_bwd = cpu_act_bwd,
     .bn_relu = true,
+    .conv_relu = true,
     .bn_plan = cpu_bn_plan,
     .bn_fwd = cpu_bn_fwd,
     .bn_bwd = cpu_bn_bwd,

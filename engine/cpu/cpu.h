@@ -67,6 +67,7 @@ struct be_plan {
                                      * outputs were positive, from fwd for bwd_data */
     bool own_fwd, own_bwd_data, own_bwd_weights; /* convolution: the pass runs wino16.c */
     bool own_bf16;                  /* ... its bfloat16 kernel (wino_u holds bfloat16) */
+    bool own_relu;                  /* ... with the ReLU after it in the forward pass */
     float *wino_u;                  /* ... the weights' transform it reads, and the */
     int own_n, own_h, own_w;        /* images and their size (input = output) */
     float *wino_dw;                 /* ... the weight gradient's partial sums */
@@ -180,19 +181,20 @@ bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass);
 /* wino16.c: the kernel. u (16 x 16 x 16 floats, 64-byte aligned) from the
  * OIHW 16x16x3x3 weights w: G g G^T for the forward pass, or for the input
  * gradient with each kernel turned 180 degrees and the channels swapped
- * (flip). Then y = conv(x, w) (+ bias, 16 floats, or NULL) over n images of
- * h x w in nChw16c (x the input, or dy with flip's u; y the output or dx). */
+ * (flip). Then y = conv(x, w) (+ bias, 16 floats, or NULL; then max(0, .)
+ * where relu) over n images of h x w in nChw16c (x the input, or dy with
+ * flip's u; y the output or dx). */
 bool cpu_wino16_supported(void);
 void cpu_wino16_weights(const float *w, bool flip, float *u);
-void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y, int n, int h,
-                    int w);
+void cpu_wino16_run(const float *x, const float *u, const float *bias, bool relu, float *y, int n,
+                    int h, int w);
 /* The same for bfloat16 tensors (amp-bf16; forward and input gradient): u
  * (16 x 16 x 16 bfloat16 values, 64-byte aligned) from bfloat16 weights;
  * x, y bfloat16 nChw16c, bias FP32. Needs AVX-512 BF16. */
 bool cpu_wino16_bf16_supported(void);
 void cpu_wino16_weights_bf16(const uint16_t *w, bool flip, uint16_t *u);
-void cpu_wino16_run_bf16(const uint16_t *x, const uint16_t *u, const float *bias, uint16_t *y,
-                         int n, int h, int w);
+void cpu_wino16_run_bf16(const uint16_t *x, const uint16_t *u, const float *bias, bool relu,
+                         uint16_t *y, int n, int h, int w);
 /* The weight gradient dw (OIHW 16x16x3x3) and, when db is not NULL, the
  * bias gradient (16 floats) of the same convolution from x and dy (nChw16c),
  * through scratch (cpu_wino16_bwd_w_scratch() bytes, 64-byte aligned), in

@@ -94,7 +94,8 @@ static void in_tile(const float *x, int h, int w, int h0, int w0, float *v, int 
 /* A^T m A of one tile (m[p * WT], p = 0..15) plus the bias, written to the
  * 2x2 outputs at (h0, w0) that lie inside the image. */
 __attribute__((target("avx512f")))
-static void out_tile(const float *m, __m512 bias, float *y, int h, int w, int h0, int w0)
+static void out_tile(const float *m, __m512 bias, bool relu, float *y, int h, int w, int h0,
+                     int w0)
 {
     __m512 q[2][4];
     for (int j = 0; j < 4; j++) {
@@ -108,6 +109,10 @@ static void out_tile(const float *m, __m512 bias, float *y, int h, int w, int h0
     for (int i = 0; i < 2 && h0 + i < h; i++) {
         __m512 o0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
         __m512 o1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
+        if (relu) {                 /* max(0, o): a NaN stays NaN, as in a ReLU of its own */
+            o0 = _mm512_max_ps(_mm512_setzero_ps(), o0);
+            o1 = _mm512_max_ps(_mm512_setzero_ps(), o1);
+        }
         _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0) * 16, o0);
         if (w0 + 1 < w)
             _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o1);
@@ -116,8 +121,8 @@ static void out_tile(const float *m, __m512 bias, float *y, int h, int w, int h0
 
 /* One job of cpu_wino16_run: tile row r of image img (2 output rows). */
 __attribute__((target("avx512f")))
-static void run_row(const float *x, const float *u, const float *bias, float *y, int h, int w,
-                    int r)
+static void run_row(const float *x, const float *u, const float *bias, bool relu, float *y, int h,
+                    int w, int r)
 {
     _Alignas(64) float v[16 * WT * 16], m[16 * WT * 16];
     const int tw = (w + 1) / 2;
@@ -143,21 +148,21 @@ static void run_row(const float *x, const float *u, const float *bias, float *y,
                 _mm512_store_ps(m + (p * WT + t) * 16, acc[t]);
         }
         for (int t = 0; t < nt; t++)
-            out_tile(m + t * 16, b, y, h, w, 2 * r, 2 * (t0 + t));
+            out_tile(m + t * 16, b, relu, y, h, w, 2 * r, 2 * (t0 + t));
     }
 }
 
 /* (No vector types out here: an OpenMP region's outlined function does not
  * take the target attribute, and clang refuses AVX-512 values in it.) */
-void cpu_wino16_run(const float *x, const float *u, const float *bias, float *y, int n, int h,
-                    int w)
+void cpu_wino16_run(const float *x, const float *u, const float *bias, bool relu, float *y, int n,
+                    int h, int w)
 {
     const int th = (h + 1) / 2;
     const size_t plane = (size_t)h * w * 16;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane > 65536)
     for (long long job = 0; job < (long long)n * th; job++) {
         const int img = (int)(job / th);
-        run_row(x + (size_t)img * plane, u, bias, y + (size_t)img * plane, h, w,
+        run_row(x + (size_t)img * plane, u, bias, relu, y + (size_t)img * plane, h, w,
                 (int)(job % th));
     }
 }
@@ -260,8 +265,8 @@ BF16_TARGET static void in_tile_bf16(const uint16_t *x, int h, int w, int h0, in
 }
 
 /* out_tile writing bfloat16. */
-BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, uint16_t *y, int h, int w,
-                                      int h0, int w0)
+BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, bool relu, uint16_t *y, int h,
+                                      int w, int h0, int w0)
 {
     __m512 q[2][4];
     for (int j = 0; j < 4; j++) {
@@ -275,6 +280,10 @@ BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, uint16_t *y, 
     for (int i = 0; i < 2 && h0 + i < h; i++) {
         __m512 o0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
         __m512 o1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
+        if (relu) {
+            o0 = _mm512_max_ps(_mm512_setzero_ps(), o0);
+            o1 = _mm512_max_ps(_mm512_setzero_ps(), o1);
+        }
         bf16_store(y + ((size_t)(h0 + i) * w + w0) * 16, o0);
         if (w0 + 1 < w)
             bf16_store(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o1);
@@ -282,7 +291,7 @@ BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, uint16_t *y, 
 }
 
 BF16_TARGET static void run_row_bf16(const uint16_t *x, const uint16_t *u, const float *bias,
-                                     uint16_t *y, int h, int w, int r)
+                                     bool relu, uint16_t *y, int h, int w, int r)
 {
     _Alignas(64) uint16_t v[16 * WT * 16];
     _Alignas(64) float m[16 * WT * 16];
@@ -312,19 +321,19 @@ BF16_TARGET static void run_row_bf16(const uint16_t *x, const uint16_t *u, const
                 _mm512_store_ps(m + (p * WT + t) * 16, acc[t]);
         }
         for (int t = 0; t < nt; t++)
-            out_tile_bf16(m + t * 16, b, y, h, w, 2 * r, 2 * (t0 + t));
+            out_tile_bf16(m + t * 16, b, relu, y, h, w, 2 * r, 2 * (t0 + t));
     }
 }
 
-void cpu_wino16_run_bf16(const uint16_t *x, const uint16_t *u, const float *bias, uint16_t *y,
-                         int n, int h, int w)
+void cpu_wino16_run_bf16(const uint16_t *x, const uint16_t *u, const float *bias, bool relu,
+                         uint16_t *y, int n, int h, int w)
 {
     const int th = (h + 1) / 2;
     const size_t plane = (size_t)h * w * 16;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane > 65536)
     for (long long job = 0; job < (long long)n * th; job++) {
         const int img = (int)(job / th);
-        run_row_bf16(x + (size_t)img * plane, u, bias, y + (size_t)img * plane, h, w,
+        run_row_bf16(x + (size_t)img * plane, u, bias, relu, y + (size_t)img * plane, h, w,
                      (int)(job % th));
     }
 }

@@ -165,6 +165,9 @@ int cu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan **
     *out = NULL;
     if (plain_only(d->src_layout, d->dst_layout, err, errlen) < 0)
         return -1;
+    if (d->relu)                        /* backend.conv_relu is false: the net runs it apart */
+        return set_err(err, errlen, "cuda backend: a convolution with its ReLU in the same "
+                       "pass is not supported");
     if (d->pad_t != d->pad_b || d->pad_l != d->pad_r)
         return set_err(err, errlen, "cuda backend: asymmetric convolution padding (%d/%d, %d/%d) "
                        "is not supported yet", d->pad_t, d->pad_b, d->pad_l, d->pad_r);
