@@ -64,19 +64,11 @@ void cpu_wino16_weights(const float *w, bool flip, float *u)
         }
 }
 
-/* B^T d B of one tile's 4x4 patch, whose top left pixel is (h0, w0) (-1 at
- * the edges: the padding), into v[p * bt * 16] for p = 0..15 (bt: the tiles
- * of the block the buffer holds). */
+/* B^T d B of a 4x4 patch d of channel vectors: v[i * 4 + j]. */
 __attribute__((target("avx512f")))
-static void in_tile(const float *x, int h, int w, int h0, int w0, float *v, int bt)
+static inline void in_transform(__m512 d[4][4], __m512 v[16])
 {
-    __m512 d[4][4], r[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
-            int hh = h0 + i, ww = w0 + j;
-            d[i][j] = hh >= 0 && hh < h && ww >= 0 && ww < w ?
-                      _mm512_loadu_ps(x + ((size_t)hh * w + ww) * 16) : _mm512_setzero_ps();
-        }
+    __m512 r[4][4];
     for (int j = 0; j < 4; j++) {
         r[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
         r[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
@@ -84,18 +76,17 @@ static void in_tile(const float *x, int h, int w, int h0, int w0, float *v, int 
         r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
     }
     for (int i = 0; i < 4; i++) {
-        _mm512_store_ps(v + (i * 4 + 0) * bt * 16, _mm512_sub_ps(r[i][0], r[i][2]));
-        _mm512_store_ps(v + (i * 4 + 1) * bt * 16, _mm512_add_ps(r[i][1], r[i][2]));
-        _mm512_store_ps(v + (i * 4 + 2) * bt * 16, _mm512_sub_ps(r[i][2], r[i][1]));
-        _mm512_store_ps(v + (i * 4 + 3) * bt * 16, _mm512_sub_ps(r[i][1], r[i][3]));
+        v[i * 4 + 0] = _mm512_sub_ps(r[i][0], r[i][2]);
+        v[i * 4 + 1] = _mm512_add_ps(r[i][1], r[i][2]);
+        v[i * 4 + 2] = _mm512_sub_ps(r[i][2], r[i][1]);
+        v[i * 4 + 3] = _mm512_sub_ps(r[i][1], r[i][3]);
     }
 }
 
-/* A^T m A of one tile (m[p * WT], p = 0..15) plus the bias, written to the
- * 2x2 outputs at (h0, w0) that lie inside the image. */
+/* A^T m A of one tile (m[p * WT * 16], p = 0..15, FP32 in both kernels)
+ * plus the bias, then max(0, .) where relu: the 2x2 outputs o[i][j]. */
 __attribute__((target("avx512f")))
-static void out_tile(const float *m, __m512 bias, bool relu, float *y, int h, int w, int h0,
-                     int w0)
+static inline void out_transform(const float *m, __m512 bias, bool relu, __m512 o[2][2])
 {
     __m512 q[2][4];
     for (int j = 0; j < 4; j++) {
@@ -106,16 +97,46 @@ static void out_tile(const float *m, __m512 bias, bool relu, float *y, int h, in
         q[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
         q[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
     }
-    for (int i = 0; i < 2 && h0 + i < h; i++) {
-        __m512 o0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
-        __m512 o1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
+    for (int i = 0; i < 2; i++) {
+        o[i][0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
+        o[i][1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
         if (relu) {                 /* max(0, o): a NaN stays NaN, as in a ReLU of its own */
-            o0 = _mm512_max_ps(_mm512_setzero_ps(), o0);
-            o1 = _mm512_max_ps(_mm512_setzero_ps(), o1);
+            o[i][0] = _mm512_max_ps(_mm512_setzero_ps(), o[i][0]);
+            o[i][1] = _mm512_max_ps(_mm512_setzero_ps(), o[i][1]);
         }
-        _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0) * 16, o0);
+    }
+}
+
+/* B^T d B of one tile's 4x4 patch, whose top left pixel is (h0, w0) (-1 at
+ * the edges: the padding), into v[p * bt * 16] for p = 0..15 (bt: the tiles
+ * of the block the buffer holds). */
+__attribute__((target("avx512f")))
+static void in_tile(const float *x, int h, int w, int h0, int w0, float *v, int bt)
+{
+    __m512 d[4][4], t[16];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int hh = h0 + i, ww = w0 + j;
+            d[i][j] = hh >= 0 && hh < h && ww >= 0 && ww < w ?
+                      _mm512_loadu_ps(x + ((size_t)hh * w + ww) * 16) : _mm512_setzero_ps();
+        }
+    in_transform(d, t);
+    for (int p = 0; p < 16; p++)
+        _mm512_store_ps(v + p * bt * 16, t[p]);
+}
+
+/* out_transform written to the 2x2 outputs at (h0, w0) that lie inside the
+ * image. */
+__attribute__((target("avx512f")))
+static void out_tile(const float *m, __m512 bias, bool relu, float *y, int h, int w, int h0,
+                     int w0)
+{
+    __m512 o[2][2];
+    out_transform(m, bias, relu, o);
+    for (int i = 0; i < 2 && h0 + i < h; i++) {
+        _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0) * 16, o[i][0]);
         if (w0 + 1 < w)
-            _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o1);
+            _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o[i][1]);
     }
 }
 
@@ -243,50 +264,28 @@ BF16_TARGET static inline void bf16_store(uint16_t *p, __m512 v)
 BF16_TARGET static void in_tile_bf16(const uint16_t *x, int h, int w, int h0, int w0,
                                      uint16_t *v, int bt)
 {
-    __m512 d[4][4], r[4][4];
+    __m512 d[4][4], t[16];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int hh = h0 + i, ww = w0 + j;
             d[i][j] = hh >= 0 && hh < h && ww >= 0 && ww < w ?
                       bf16_load(x + ((size_t)hh * w + ww) * 16) : _mm512_setzero_ps();
         }
-    for (int j = 0; j < 4; j++) {
-        r[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        r[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        r[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-    }
-    for (int i = 0; i < 4; i++) {
-        bf16_store(v + (i * 4 + 0) * bt * 16, _mm512_sub_ps(r[i][0], r[i][2]));
-        bf16_store(v + (i * 4 + 1) * bt * 16, _mm512_add_ps(r[i][1], r[i][2]));
-        bf16_store(v + (i * 4 + 2) * bt * 16, _mm512_sub_ps(r[i][2], r[i][1]));
-        bf16_store(v + (i * 4 + 3) * bt * 16, _mm512_sub_ps(r[i][1], r[i][3]));
-    }
+    in_transform(d, t);
+    for (int p = 0; p < 16; p++)
+        bf16_store(v + p * bt * 16, t[p]);
 }
 
 /* out_tile writing bfloat16. */
 BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, bool relu, uint16_t *y, int h,
                                       int w, int h0, int w0)
 {
-    __m512 q[2][4];
-    for (int j = 0; j < 4; j++) {
-        __m512 m0 = _mm512_load_ps(m + (0 * 4 + j) * WT * 16),
-               m1 = _mm512_load_ps(m + (1 * 4 + j) * WT * 16),
-               m2 = _mm512_load_ps(m + (2 * 4 + j) * WT * 16),
-               m3 = _mm512_load_ps(m + (3 * 4 + j) * WT * 16);
-        q[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-        q[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-    }
+    __m512 o[2][2];
+    out_transform(m, bias, relu, o);
     for (int i = 0; i < 2 && h0 + i < h; i++) {
-        __m512 o0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
-        __m512 o1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
-        if (relu) {
-            o0 = _mm512_max_ps(_mm512_setzero_ps(), o0);
-            o1 = _mm512_max_ps(_mm512_setzero_ps(), o1);
-        }
-        bf16_store(y + ((size_t)(h0 + i) * w + w0) * 16, o0);
+        bf16_store(y + ((size_t)(h0 + i) * w + w0) * 16, o[i][0]);
         if (w0 + 1 < w)
-            bf16_store(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o1);
+            bf16_store(y + ((size_t)(h0 + i) * w + w0 + 1) * 16, o[i][1]);
     }
 }
 
