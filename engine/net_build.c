@@ -477,7 +477,7 @@ static int make_buffers(net *n, char *err, size_t errlen)
         layer *l = &n->layers[a - 1];
         if (!n->need_grad[a])
             continue;
-        if (l->s->kind != LAYER_RELU && l->s->kind != LAYER_CONV2D && l->relu_pair >= 0)
+        if (l->s->kind != LAYER_RELU && l->relu_pair >= 0 && net_relu_bwd_hosted(l))
             n->grad[a] = n->grad[l->relu_pair + 1]; /* what its backward pass reads */
         if (!n->grad[a]) {
             if (!(n->grad[a] = alloc_act(n, a, err, errlen)))

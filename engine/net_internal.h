@@ -183,6 +183,15 @@ static inline const param *net_saved_at(const net *n, int i)
     return i < n->nparams ? &n->params[i] : &n->stats[i - n->nparams];
 }
 
+/* Whether host (a layer with relu_pair >= 0 that is not the ReLU) runs its
+ * ReLU's backward pass too, reading the ReLU's gradient as its own: a batch
+ * norm or an add does; a convolution hosts the forward pass only, and the
+ * ReLU's backward pass writes the convolution's gradient. */
+static inline bool net_relu_bwd_hosted(const layer *host)
+{
+    return host->s->kind != LAYER_CONV2D;
+}
+
 /* ---- net_build.c ---------------------------------------------------------- */
 
 /* One net (one replica, rank of nrep) on device `device` of backend be: the

@@ -192,7 +192,7 @@ static int backward_layer(net *n, plan_set *ps, int i, int bn, char *err, size_t
     case LAYER_SIGMOID:
     case LAYER_TANH:
         if (s->kind == LAYER_RELU && l->relu_pair >= 0 &&
-            n->layers[l->relu_pair].s->kind != LAYER_CONV2D)
+            net_relu_bwd_hosted(&n->layers[l->relu_pair]))
             return 0;                   /* in the batch norm's or add's backward pass */
         if (l->dx[0])
             rc = be->act_bwd(n->ctx, p, y, dy, dx_target(n, l, 0), err, errlen);

@@ -393,8 +393,13 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
         goto out;
     p->round_y = cpu_round_count(&m.dst, d->dst_dtype);
     p->round_dx = cpu_round_count(&m.src, d->src_dtype);
+    if (d->relu && d->infer) {
+        set_err(err, errlen, "cpu backend: a convolution's ReLU is post_relu in an inference "
+                "plan, relu in a training plan");
+        goto out;
+    }
     if (d->infer || d->post_add || d->post_relu) {
-        if (!d->infer || passes != BE_FWD || d->relu) {
+        if (!d->infer || passes != BE_FWD) {
             set_err(err, errlen, "cpu backend: post-ops need an inference plan (forward only)");
             goto out;
         }

@@ -27,6 +27,8 @@
  * rounding (the header comment there). */
 #include "engine/cpu/cpu.h"
 
+#include "engine/elementwise.h"   /* ew_bf16_to_f32, ew_f32_to_bf16 */
+
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -39,6 +41,21 @@ static const float G[4][3] = {
 
 #define WT 8                        /* tiles a block: 8 accumulators in the products */
 
+/* G g G^T of one 3x3 kernel g (row-major), turned 180 degrees where flip:
+ * u[i][j], the transform both kernels' weights go through. */
+static void weight_transform(const float g[9], bool flip, float u[4][4])
+{
+    float gk[9], t[4][3];
+    for (int i = 0; i < 9; i++)
+        gk[i] = flip ? g[8 - i] : g[i];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            t[i][j] = G[i][0] * gk[j] + G[i][1] * gk[3 + j] + G[i][2] * gk[6 + j];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            u[i][j] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+}
+
 bool cpu_wino16_supported(void)
 {
     return __builtin_cpu_supports("avx512f");
@@ -48,19 +65,12 @@ void cpu_wino16_weights(const float *w, bool flip, float *u)
 {
     for (int k = 0; k < 16; k++)
         for (int c = 0; c < 16; c++) {
-            const float *g = w + (k * 16 + c) * 9;
-            float gk[9], t[4][3];
-            for (int i = 0; i < 9; i++)
-                gk[i] = flip ? g[8 - i] : g[i];
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 3; j++)
-                    t[i][j] = G[i][0] * gk[j] + G[i][1] * gk[3 + j] + G[i][2] * gk[6 + j];
+            float t[4][4];
+            weight_transform(w + (k * 16 + c) * 9, flip, t);
             /* forward: u[p][c][k]; flipped (input gradient): u[p][k][c] */
             int in = flip ? k : c, out = flip ? c : k;
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    u[((i * 4 + j) * 16 + in) * 16 + out] =
-                        t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+            for (int p = 0; p < 16; p++)
+                u[(p * 16 + in) * 16 + out] = t[p / 4][p % 4];
         }
 }
 
@@ -209,43 +219,20 @@ bool cpu_wino16_bf16_supported(void)
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-static float bf16_in(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* One float to bfloat16, round to nearest even (NaN kept a quiet NaN), as
- * vcvtneps2bf16 does. */
-static uint16_t bf16_out(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 void cpu_wino16_weights_bf16(const uint16_t *w, bool flip, uint16_t *u)
 {
     for (int k = 0; k < 16; k++)
         for (int c = 0; c < 16; c++) {
-            const uint16_t *g = w + (k * 16 + c) * 9;
-            float gk[9], t[4][3];
+            float g[9], t[4][4];
             for (int i = 0; i < 9; i++)
-                gk[i] = bf16_in(flip ? g[8 - i] : g[i]);
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 3; j++)
-                    t[i][j] = G[i][0] * gk[j] + G[i][1] * gk[3 + j] + G[i][2] * gk[6 + j];
+                g[i] = ew_bf16_to_f32(w[(k * 16 + c) * 9 + i]);
+            weight_transform(g, flip, t);
             /* u[p][in / 2][out][in % 2]: per position, 8 vectors of (channel
-             * pair, 16 outputs), vdpbf16ps's operand */
+             * pair, 16 outputs), vdpbf16ps's operand; rounded to nearest even,
+             * as vcvtneps2bf16 and oneDNN's casts */
             int in = flip ? k : c, out = flip ? c : k;
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    u[(((i * 4 + j) * 8 + in / 2) * 16 + out) * 2 + in % 2] =
-                        bf16_out(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+            for (int p = 0; p < 16; p++)
+                u[((p * 8 + in / 2) * 16 + out) * 2 + in % 2] = ew_f32_to_bf16(t[p / 4][p % 4]);
         }
 }
 
