@@ -236,7 +236,13 @@ test('the queue shows a job waiting in Slurm with Slurm\'s reason; cancel throug
   } finally {
     partition('UP');
   }
-  const running = await stepping(server, id);
+  await stepping(server, id);
+  // The job's Slurm state is kiln's latest poll of Slurm, which can trail the
+  // worker's first steps by one poll (a fresh-clone run read PENDING there).
+  const running = await waitFor(async () => {
+    const j = await job(server.url, id);
+    return j.slurm && j.slurm.state !== 'PENDING' ? j : null;
+  }, { timeoutMs: 30_000, intervalMs: 100, what: `job ${id}'s Slurm state after PENDING` });
   const q = (await api(server.url, 'GET', '/api/v1/queue')).body;
   assert.ok(q.running.some((x) => x.id === id && x.slurm && x.slurm.job_id === running.slurm.job_id), 'running in the queue, with its Slurm job');
   assert.equal(running.slurm.state, 'RUNNING');
