@@ -49,6 +49,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -656,6 +657,71 @@ static void test_conv_winograd(void **state)
                            .kw = 3, .stride_h = 1, .stride_w = 1, .pad_t = 1, .pad_l = 1,
                            .pad_b = 1, .pad_r = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
                            .bias = false), 12, ALG_WINO43);
+}
+
+/* kiln's F(2x2, 3x3) kernels split their jobs (tile rows; the weight
+ * gradient's fixed chunks) among the threads, but every output and every
+ * partial sum is computed by one thread in one order, so the bits must not
+ * depend on the thread count (a weight gradient summed per thread fails
+ * this). A size past the kernels' threshold for
+ * threads (n x plane > 65536), odd in both directions (short blocks), with
+ * 1, 2 and 3 threads, FP32 and bfloat16. */
+static void test_wino16_threads(void **state)
+{
+    if (!cpu_wino16_supported()) {
+        print_message("no AVX-512 on this CPU: its convolutions run oneDNN's kernels\n");
+        skip();
+    }
+    enum { N = 12, H = 30, W = 19 };
+    const size_t nx = (size_t)N * H * W * 16;
+    const int threads[] = { 1, 2, 3 }, saved = omp_get_max_threads();
+    rng r;
+    rng_seed(&r, 21);
+    float *x = rand_floats(&r, nx, -1, 1), *dy = rand_floats(&r, nx, -1, 1);
+    float *w = rand_floats(&r, 16 * 16 * 9, -1, 1), *bias = rand_floats(&r, 16, -1, 1);
+    float *u = aligned_alloc(64, 4096 * sizeof *u), *scratch = aligned_alloc(64, cpu_wino16_bwd_w_scratch());
+    float *y[3], *dw[3], db[3][16];
+    uint16_t *xh = malloc(nx * sizeof *xh), *uh = aligned_alloc(64, 4096 * sizeof *uh),
+             *wh = malloc(16 * 16 * 9 * sizeof *wh), *yh[3];
+    const bool bf16 = cpu_wino16_bf16_supported();
+    for (size_t i = 0; i < nx; i++)
+        xh[i] = ew_f32_to_bf16(x[i]);
+    for (int i = 0; i < 16 * 16 * 9; i++)
+        wh[i] = ew_f32_to_bf16(w[i]);
+    cpu_wino16_weights(w, false, u);
+    cpu_wino16_weights_bf16(wh, false, uh);
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(threads[t]);
+        y[t] = malloc(nx * sizeof *y[t]);
+        dw[t] = malloc(16 * 16 * 9 * sizeof *dw[t]);
+        yh[t] = malloc(nx * sizeof *yh[t]);
+        cpu_wino16_run(x, u, bias, true, y[t], N, H, W);
+        cpu_wino16_bwd_w(x, dy, dw[t], db[t], N, H, W, scratch);
+        if (bf16)
+            cpu_wino16_run_bf16(xh, uh, bias, true, yh[t], N, H, W);
+    }
+    omp_set_num_threads(saved);
+    for (int t = 1; t < 3; t++) {
+        assert_memory_equal(y[t], y[0], nx * sizeof *y[0]);
+        assert_memory_equal(dw[t], dw[0], 16 * 16 * 9 * sizeof *dw[0]);
+        assert_memory_equal(db[t], db[0], sizeof db[0]);
+        if (bf16)
+            assert_memory_equal(yh[t], yh[0], nx * sizeof *yh[0]);
+    }
+    for (int t = 0; t < 3; t++) {
+        free(y[t]);
+        free(dw[t]);
+        free(yh[t]);
+    }
+    free(x);
+    free(dy);
+    free(w);
+    free(bias);
+    free(u);
+    free(scratch);
+    free(xh);
+    free(uh);
+    free(wh);
 }
 
 /* 16 channels in and out, 3x3, stride 1, padding 1 (cpu_conv_wino16): kiln's
@@ -2564,6 +2630,7 @@ int main(void)
         cmocka_unit_test(test_conv_1x1_and_wide),
         cmocka_unit_test(test_conv_winograd),
         cmocka_unit_test(test_conv_wino16),
+        cmocka_unit_test(test_wino16_threads),
         cmocka_unit_test(test_plan_without_pass),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_maxpool),
