@@ -171,6 +171,28 @@ bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass)
     return all_bf16(d) && pass != BE_BWD_WEIGHTS && cpu_wino16_bf16_supported();
 }
 
+static bool conv_nhwc_act(const be_conv_desc *d);
+
+/* kiln's bfloat16 Winograd F(2x2, 3x3) on channels-last tensors
+ * (wino_nhwc.c) for the forward pass and the input gradient of a bfloat16
+ * 3x3 stride-1 convolution with padding 1 whose input or output the net
+ * keeps channels-last (a channel count the 16-blocks would pad), of 16 to
+ * CPU_WINO_NHWC_MAX channels in and out (an image's few channels in: no).
+ * oneDNN's direct bfloat16 kernels run these at 57-82% of the bfloat16
+ * peak; the timings are in wino_nhwc.c. The weight gradient stays
+ * oneDNN's. Training plans only, as cpu_conv_wino16; KILN_WINOGRAD=0 turns
+ * it off. */
+bool cpu_conv_wino_nhwc(const be_conv_desc *d, unsigned pass)
+{
+    return !winograd_off() && !d->infer && !d->post_add && !d->post_relu && d->groups == 1 &&
+           all_bf16(d) && pass != BE_BWD_WEIGHTS && conv_nhwc_act(d) && d->c >= 16 &&
+           d->k >= 16 && d->c <= CPU_WINO_NHWC_MAX && d->k <= CPU_WINO_NHWC_MAX &&
+           d->kh == 3 && d->kw == 3 && d->stride_h == 1 && d->stride_w == 1 && d->dil_h == 1 &&
+           d->dil_w == 1 && d->pad_t == 1 && d->pad_b == 1 && d->pad_l == 1 && d->pad_r == 1 &&
+           d->oh == d->h && d->ow == d->w && !cpu_conv_wino16(d, pass) &&
+           cpu_wino_nhwc_supported();
+}
+
 /* Channels-last (nhwc) operands for the training passes of an FP32
  * convolution whose input is in the blocked layout with a channel count the
  * 16-blocking pads (20 to 32: 60% more to read and multiply), where no pass is
@@ -228,7 +250,8 @@ const char *cpu_conv_impl(const be_plan *p, unsigned pass)
 {
     if ((pass == BE_FWD && p->own_fwd) || (pass == BE_BWD_DATA && p->own_bwd_data) ||
         (pass == BE_BWD_WEIGHTS && p->own_bwd_weights))
-        return p->own_bf16 ? "kiln_wino_2x3:bf16" : "kiln_wino_2x3";
+        return p->own_nhwc ? "kiln_wino_2x3:bf16:nhwc" :
+               p->own_bf16 ? "kiln_wino_2x3:bf16" : "kiln_wino_2x3";
     const cpu_prim *c = pass == BE_FWD ? &p->fwd : pass == BE_BWD_DATA ? &p->bwd_data :
                         &p->bwd_weights;
     const_dnnl_primitive_desc_t pd = NULL;
@@ -311,27 +334,34 @@ out:
     return rc;
 }
 
-/* A training plan whose convolution cpu_conv_wino16 takes: each asked pass
- * runs wino16.c's kernels, with reorders between the caller's layouts and
- * nChw16c (none where the caller's are blocked already), the buffer of the
+/* A training plan whose convolution cpu_conv_wino16 or cpu_conv_wino_nhwc
+ * takes: each asked pass the rule names runs wino16.c's or wino_nhwc.c's
+ * kernel, with reorders between the caller's layouts and the kernel's
+ * (nChw16c; nhwc), none where they are the same, the buffer of the
  * transformed weights and the weight gradient's partial sums. */
 static int own_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, unsigned passes,
                     be_plan *p, char *err, size_t errlen)
 {
     dnnl_memory_desc_t bx, by;
     const dnnl_data_type_t dt = all_bf16(d) ? dnnl_bf16 : dnnl_f32;
+    const bool nhwc = !cpu_conv_wino16(d, BE_FWD);
+    const dnnl_format_tag_t tag = nhwc ? dnnl_nhwc : dnnl_nChw16c;
     p->own_bf16 = all_bf16(d);
+    p->own_nhwc = nhwc;
     for (unsigned pass = BE_FWD; pass <= BE_BWD_WEIGHTS; pass <<= 1)
-        if (!cpu_conv_wino16(d, pass))
+        if (!(nhwc ? cpu_conv_wino_nhwc(d, pass) : cpu_conv_wino16(d, pass)))
             passes &= ~pass;                /* (bfloat16: the weight gradient is oneDNN's) */
-    if (dnnl_memory_desc_init_by_tag(&bx, 4, m->src.dims, dt, dnnl_nChw16c) !=
-        dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&by, 4, m->dst.dims, dt, dnnl_nChw16c) !=
-        dnnl_success)
-        return set_err(err, errlen, "cpu backend: no nChw16c layout for a 16-channel "
-                       "convolution");
-    if (!(p->wino_u = aligned_alloc(64, 16 * 16 * 16 * sizeof(float))))
+    if (dnnl_memory_desc_init_by_tag(&bx, 4, m->src.dims, dt, tag) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&by, 4, m->dst.dims, dt, tag) != dnnl_success)
+        return set_err(err, errlen, "cpu backend: no %s layout for a Winograd convolution",
+                       nhwc ? "nhwc" : "nChw16c");
+    const size_t ucount = !nhwc ? 16 * 16 * 16 * 2 :
+                          cpu_wino_nhwc_u_count(d->c, d->k) > cpu_wino_nhwc_u_count(d->k, d->c) ?
+                          cpu_wino_nhwc_u_count(d->c, d->k) : cpu_wino_nhwc_u_count(d->k, d->c);
+    if (!(p->wino_u = aligned_alloc(64, (ucount * sizeof(uint16_t) + 63) / 64 * 64)))
         return set_err(err, errlen, "out of memory");
+    p->own_c = d->c;
+    p->own_k = d->k;
     p->own_relu = d->relu;
     p->own_n = d->n;
     p->own_h = d->h;
@@ -418,7 +448,8 @@ int cpu_conv_plan(be_ctx *ctx, const be_conv_desc *d, unsigned passes, be_plan *
              m.strides, m.dil, m.pad_l, m.pad_r), "convolution_forward_desc_init");
     if (conv_pd(ctx, &cd, cpu_conv_winograd(d, BE_FWD), NULL, ctx->attr, &fwd_pd, err, errlen) < 0)
         goto out;
-    if (cpu_conv_wino16(d, BE_FWD) && own_plan(ctx, d, &m, passes, p, err, errlen) < 0)
+    if ((cpu_conv_wino16(d, BE_FWD) || cpu_conv_wino_nhwc(d, BE_FWD)) &&
+        own_plan(ctx, d, &m, passes, p, err, errlen) < 0)
         goto out;
     if ((passes & BE_FWD) && !p->own_fwd) {
         const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
@@ -517,7 +548,12 @@ int cpu_conv_fwd(be_ctx *ctx, be_plan *p, const be_buf *x, const be_buf *w, cons
         void *ys = cpu_stage_out(ctx, &p->re[RE_FY], CPU_TMP_DST, cpu_ptr(y));
         if (fail)
             return -1;
-        if (p->own_bf16) {
+        if (p->own_nhwc) {
+            uint16_t *u = (uint16_t *)(void *)p->wino_u;
+            cpu_wino_nhwc_weights(cpu_ptr(w), p->own_k, p->own_c, false, u);
+            cpu_wino_nhwc_run(xs, p->own_c, u, b ? cpu_ptr(b) : NULL, p->own_relu, ys, p->own_k,
+                              p->own_n, p->own_h, p->own_w);
+        } else if (p->own_bf16) {
             uint16_t *u = (uint16_t *)(void *)p->wino_u;
             cpu_wino16_weights_bf16(cpu_ptr(w), false, u);
             cpu_wino16_run_bf16(xs, u, b ? cpu_ptr(b) : NULL, p->own_relu, ys, p->own_n,
@@ -551,7 +587,12 @@ int cpu_conv_bwd_data(be_ctx *ctx, be_plan *p, const be_buf *dy, const be_buf *w
         void *dxs = cpu_stage_out(ctx, &p->re[RE_BDX], CPU_TMP_SRC, cpu_ptr(dx));
         if (fail)
             return -1;
-        if (p->own_bf16) {
+        if (p->own_nhwc) {
+            uint16_t *u = (uint16_t *)(void *)p->wino_u;
+            cpu_wino_nhwc_weights(cpu_ptr(w), p->own_k, p->own_c, true, u);
+            cpu_wino_nhwc_run(dys, p->own_k, u, NULL, false, dxs, p->own_c, p->own_n, p->own_h,
+                              p->own_w);
+        } else if (p->own_bf16) {
             uint16_t *u = (uint16_t *)(void *)p->wino_u;
             cpu_wino16_weights_bf16(cpu_ptr(w), true, u);
             cpu_wino16_run_bf16(dys, u, NULL, false, dxs, p->own_n, p->own_h, p->own_w);

@@ -67,6 +67,8 @@ struct be_plan {
                                      * outputs were positive, from fwd for bwd_data */
     bool own_fwd, own_bwd_data, own_bwd_weights; /* convolution: the pass runs wino16.c */
     bool own_bf16;                  /* ... its bfloat16 kernel (wino_u holds bfloat16) */
+    bool own_nhwc;                  /* ... or wino_nhwc.c's (wino_u holds bfloat16), */
+    int own_c, own_k;               /* ... with these channels in and out */
     bool own_relu;                  /* ... with the ReLU after it in the forward pass */
     float *wino_u;                  /* ... the weights' transform it reads, and the */
     int own_n, own_h, own_w;        /* images and their size (input = output) */
@@ -195,6 +197,22 @@ bool cpu_wino16_bf16_supported(void);
 void cpu_wino16_weights_bf16(const uint16_t *w, bool flip, uint16_t *u);
 void cpu_wino16_run_bf16(const uint16_t *x, const uint16_t *u, const float *bias, bool relu,
                          uint16_t *y, int n, int h, int w);
+/* wino_nhwc.c: the bfloat16 kernel for channels-last tensors of other
+ * channel counts (forward and input gradient; cpu_conv_wino_nhwc names the
+ * convolutions, cpu_conv_impl "kiln_wino_2x3:bf16:nhwc"). u
+ * (cpu_wino_nhwc_u_count(ci, ko) bfloat16 values, 64-byte aligned) from the
+ * OIHW k x c x 3 x 3 bfloat16 weights w: ci = c in, ko = k out, or with
+ * flip (the input gradient) ci = k, ko = c. Then y (n x h x w x ko) =
+ * conv(x (n x h x w x ci)) (+ bias, ko floats, or NULL; then max(0, .)
+ * where relu), for ci and ko of 1 to CPU_WINO_NHWC_MAX. Needs AVX-512 BF16
+ * and VL. */
+#define CPU_WINO_NHWC_MAX 128
+bool cpu_conv_wino_nhwc(const be_conv_desc *d, unsigned pass);
+bool cpu_wino_nhwc_supported(void);
+size_t cpu_wino_nhwc_u_count(int ci, int ko);
+void cpu_wino_nhwc_weights(const uint16_t *w, int k, int c, bool flip, uint16_t *u);
+void cpu_wino_nhwc_run(const uint16_t *x, int ci, const uint16_t *u, const float *bias, bool relu,
+                       uint16_t *y, int ko, int n, int h, int w);
 /* The weight gradient dw (OIHW 16x16x3x3) and, when db is not NULL, the
  * bias gradient (16 floats) of the same convolution from x and dy (nChw16c),
  * through scratch (cpu_wino16_bwd_w_scratch() bytes, 64-byte aligned), in

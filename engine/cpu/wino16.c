@@ -11,10 +11,8 @@
  * Per 2x2 output tile t of image n, with the 4x4 input patch d (padding
  * zeros) and each (input c, output k) kernel g:
  *   y = A^T [ sum_c (G g G^T) . (B^T d B) ] A (+ bias)
- * with Lavin and Gray's matrices
- *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
- *   G   = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]
- *   A^T = [1 1 1 0; 0 1 -1 -1]
+ * with Lavin and Gray's matrices (wino_tf.h, which holds the transforms
+ * this file shares with wino_nhwc.c).
  * The data are nChw16c, which for 16 channels is one 64-byte vector of
  * channels per pixel, so a transform works on whole vectors and the
  * channel sum is 16 multiply-adds of a broadcast input value into a
@@ -26,6 +24,7 @@
  * do not depend on the thread count. tests/unit/test_engine_ops.c bounds the
  * rounding (the header comment there). */
 #include "engine/cpu/cpu.h"
+#include "engine/cpu/wino_tf.h"
 
 #include "engine/elementwise.h"   /* ew_bf16_to_f32, ew_f32_to_bf16 */
 
@@ -33,28 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* G of the header comment: the weights' transform, and its transpose's in
- * the weight gradient. */
-static const float G[4][3] = {
-    { 1, 0, 0 }, { 0.5f, 0.5f, 0.5f }, { 0.5f, -0.5f, 0.5f }, { 0, 0, 1 },
-};
-
 #define WT 8                        /* tiles a block: 8 accumulators in the products */
-
-/* G g G^T of one 3x3 kernel g (row-major), turned 180 degrees where flip:
- * u[i][j], the transform both kernels' weights go through. */
-static void weight_transform(const float g[9], bool flip, float u[4][4])
-{
-    float gk[9], t[4][3];
-    for (int i = 0; i < 9; i++)
-        gk[i] = flip ? g[8 - i] : g[i];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 3; j++)
-            t[i][j] = G[i][0] * gk[j] + G[i][1] * gk[3 + j] + G[i][2] * gk[6 + j];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-            u[i][j] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
-}
 
 bool cpu_wino16_supported(void)
 {
@@ -72,49 +50,6 @@ void cpu_wino16_weights(const float *w, bool flip, float *u)
             for (int p = 0; p < 16; p++)
                 u[(p * 16 + in) * 16 + out] = t[p / 4][p % 4];
         }
-}
-
-/* B^T d B of a 4x4 patch d of channel vectors: v[i * 4 + j]. */
-__attribute__((target("avx512f")))
-static inline void in_transform(__m512 d[4][4], __m512 v[16])
-{
-    __m512 r[4][4];
-    for (int j = 0; j < 4; j++) {
-        r[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        r[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        r[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-    }
-    for (int i = 0; i < 4; i++) {
-        v[i * 4 + 0] = _mm512_sub_ps(r[i][0], r[i][2]);
-        v[i * 4 + 1] = _mm512_add_ps(r[i][1], r[i][2]);
-        v[i * 4 + 2] = _mm512_sub_ps(r[i][2], r[i][1]);
-        v[i * 4 + 3] = _mm512_sub_ps(r[i][1], r[i][3]);
-    }
-}
-
-/* A^T m A of one tile (m[p * WT * 16], p = 0..15, FP32 in both kernels)
- * plus the bias, then max(0, .) where relu: the 2x2 outputs o[i][j]. */
-__attribute__((target("avx512f")))
-static inline void out_transform(const float *m, __m512 bias, bool relu, __m512 o[2][2])
-{
-    __m512 q[2][4];
-    for (int j = 0; j < 4; j++) {
-        __m512 m0 = _mm512_load_ps(m + (0 * 4 + j) * WT * 16),
-               m1 = _mm512_load_ps(m + (1 * 4 + j) * WT * 16),
-               m2 = _mm512_load_ps(m + (2 * 4 + j) * WT * 16),
-               m3 = _mm512_load_ps(m + (3 * 4 + j) * WT * 16);
-        q[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-        q[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-    }
-    for (int i = 0; i < 2; i++) {
-        o[i][0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[i][0], q[i][1]), q[i][2]), bias);
-        o[i][1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[i][1], q[i][2]), q[i][3]), bias);
-        if (relu) {                 /* max(0, o): a NaN stays NaN, as in a ReLU of its own */
-            o[i][0] = _mm512_max_ps(_mm512_setzero_ps(), o[i][0]);
-            o[i][1] = _mm512_max_ps(_mm512_setzero_ps(), o[i][1]);
-        }
-    }
 }
 
 /* B^T d B of one tile's 4x4 patch, whose top left pixel is (h0, w0) (-1 at
@@ -142,7 +77,7 @@ static void out_tile(const float *m, __m512 bias, bool relu, float *y, int h, in
                      int w0)
 {
     __m512 o[2][2];
-    out_transform(m, bias, relu, o);
+    out_transform(m, WT * 16, bias, relu, o);
     for (int i = 0; i < 2 && h0 + i < h; i++) {
         _mm512_storeu_ps(y + ((size_t)(h0 + i) * w + w0) * 16, o[i][0]);
         if (w0 + 1 < w)
@@ -268,7 +203,7 @@ BF16_TARGET static void out_tile_bf16(const float *m, __m512 bias, bool relu, ui
                                       int w, int h0, int w0)
 {
     __m512 o[2][2];
-    out_transform(m, bias, relu, o);
+    out_transform(m, WT * 16, bias, relu, o);
     for (int i = 0; i < 2 && h0 + i < h; i++) {
         bf16_store(y + ((size_t)(h0 + i) * w + w0) * 16, o[i][0]);
         if (w0 + 1 < w)

@@ -191,6 +191,8 @@ static void conv_run(const conv_case *cc, be_dtype dt, const float *x, const flo
     for (unsigned pass = BE_FWD; pass <= BE_BWD_WEIGHTS; pass <<= 1)
         if (dt == BE_BF16 && cpu_conv_wino16(&d, pass))
             assert_string_equal(cpu_conv_impl(p, pass), "kiln_wino_2x3:bf16");
+        else if (dt == BE_BF16 && cpu_conv_wino_nhwc(&d, pass))
+            assert_string_equal(cpu_conv_impl(p, pass), "kiln_wino_2x3:bf16:nhwc");
     be_buf *bx = up(dt, x, nx), *bw = up(dt, w, nw), *bb = cc->bias ? up(BE_F32, b, cc->k) : NULL,
            *bdy = up(dt, dy, ny), *by = up(dt, NULL, ny), *bdx = up(dt, NULL, nx),
            *bdw = up(BE_F32, NULL, nw), *bdb = cc->bias ? up(BE_F32, NULL, cc->k) : NULL;
@@ -289,6 +291,13 @@ static double *wino_extra(const float *in, be_layout il, int n, int cin, int cou
     return e;
 }
 
+/* Whether a pass runs one of kiln's bfloat16 Winograd kernels (wino16.c,
+ * wino_nhwc.c: the same method, so the same bound). */
+static bool own_wino(const be_conv_desc *d, unsigned pass)
+{
+    return cpu_conv_wino16(d, pass) || cpu_conv_wino_nhwc(d, pass);
+}
+
 static void conv_check(const conv_case *cc, uint64_t seed)
 {
     rng r;
@@ -317,10 +326,10 @@ static void conv_check(const conv_case *cc, uint64_t seed)
         const be_conv_desc d = conv_desc(cc, TOL[t].dt);
         const double wf = 2 * TOL[t].u + TOL[t].u * TOL[t].u + 0x1p-18;
         double *ey = NULL, *edx = NULL;
-        if (TOL[t].dt == BE_BF16 && cpu_conv_wino16(&d, BE_FWD))
+        if (TOL[t].dt == BE_BF16 && own_wino(&d, BE_FWD))
             ey = wino_extra(x, cc->src, cc->n, cc->c, cc->k, cc->h, cc->w, w, cc->c, false,
                             cc->dst, ny, wf);
-        if (TOL[t].dt == BE_BF16 && cpu_conv_wino16(&d, BE_BWD_DATA))
+        if (TOL[t].dt == BE_BF16 && own_wino(&d, BE_BWD_DATA))
             edx = wino_extra(dy, cc->dst, cc->n, cc->k, cc->c, cc->h, cc->w, w, cc->c, true,
                              cc->src, nx, wf);
         compare_x("conv y", &TOL[t], false, y, y0, ny, kf + 1, 1.0, false, ey);
@@ -331,8 +340,9 @@ static void conv_check(const conv_case *cc, uint64_t seed)
                 if (ey[i] > 0)
                     used = fmax(used, fabs((double)y[i] - y0[i]) /
                                       (TOL[t].u * fabs(y0[i]) + TOL[t].acc * (kf + 1) + ey[i]));
-            print_message("kiln bf16 F(2x2,3x3) %dx%d: largest error %.2g of its bound (y)\n",
-                          cc->h, cc->w, used);
+            print_message("kiln bf16 F(2x2,3x3)%s %d->%d %dx%d: largest error %.2g of its "
+                          "bound (y)\n", cpu_conv_wino_nhwc(&d, BE_FWD) ? " nhwc" : "",
+                          cc->c, cc->k, cc->h, cc->w, used);
         }
         free(ey);
         free(edx);
@@ -372,6 +382,16 @@ static void test_conv(void **state)
          * sizes: partial tiles and a short block), on plain and blocked data */
         { 2, 16, 9, 7, 16, 3, 3, 1, 1, 1, 1, true, BE_PLAIN, BE_BLOCKED16 },
         { 3, 16, 12, 20, 16, 3, 3, 1, 1, 1, 1, false, BE_BLOCKED16, BE_BLOCKED16 },
+        /* channels-last, 3x3, stride 1, padding 1, 16 to 128 channels: kiln's
+         * bfloat16 Winograd for channels-last tensors (cpu_conv_wino_nhwc; the
+         * 20 -> 50 case above is one too): a full block of 8 tiles and a short
+         * one, 100 outputs (a last group of one vector, 4 channels of it); an
+         * odd channel count (a zero channel pads the pairs) into plain, three
+         * blocks; 128 out of 120 into blocked; from blocked into channels-last */
+        { 2, 50, 11, 19, 100, 3, 3, 1, 1, 1, 1, true, BE_NHWC, BE_NHWC },
+        { 3, 25, 6, 34, 18, 3, 3, 1, 1, 1, 1, false, BE_NHWC, BE_PLAIN },
+        { 1, 120, 4, 6, 128, 3, 3, 1, 1, 1, 1, true, BE_NHWC, BE_BLOCKED16 },
+        { 2, 64, 5, 8, 36, 3, 3, 1, 1, 1, 1, true, BE_BLOCKED16, BE_NHWC },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         conv_check(&cases[i], 100 + i);

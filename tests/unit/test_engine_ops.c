@@ -659,13 +659,13 @@ static void test_conv_winograd(void **state)
                            .bias = false), 12, ALG_WINO43);
 }
 
-/* kiln's F(2x2, 3x3) kernels split their jobs (tile rows; the weight
- * gradient's fixed chunks) among the threads, but every output and every
- * partial sum is computed by one thread in one order, so the bits must not
- * depend on the thread count (a weight gradient summed per thread fails
- * this). A size past the kernels' threshold for
+/* kiln's F(2x2, 3x3) kernels (wino16.c, wino_nhwc.c) split their jobs
+ * (tile rows; the weight gradient's fixed chunks) among the threads, but
+ * every output and every partial sum is computed by one thread in one
+ * order, so the bits must not depend on the thread count (a weight gradient
+ * summed per thread fails this). A size past the kernels' threshold for
  * threads (n x plane > 65536), odd in both directions (short blocks), with
- * 1, 2 and 3 threads, FP32 and bfloat16. */
+ * 1, 2 and 3 threads, FP32 and bfloat16, nChw16c and channels-last. */
 static void test_wino16_threads(void **state)
 {
     if (!cpu_wino16_supported()) {
@@ -679,7 +679,8 @@ static void test_wino16_threads(void **state)
     rng_seed(&r, 21);
     float *x = rand_floats(&r, nx, -1, 1), *dy = rand_floats(&r, nx, -1, 1);
     float *w = rand_floats(&r, 16 * 16 * 9, -1, 1), *bias = rand_floats(&r, 16, -1, 1);
-    float *u = aligned_alloc(64, 4096 * sizeof *u), *scratch = aligned_alloc(64, cpu_wino16_bwd_w_scratch());
+    float *u = aligned_alloc(64, 4096 * sizeof *u),
+          *scratch = aligned_alloc(64, cpu_wino16_bwd_w_scratch());
     float *y[3], *dw[3], db[3][16];
     uint16_t *xh = malloc(nx * sizeof *xh), *uh = aligned_alloc(64, 4096 * sizeof *uh),
              *wh = malloc(16 * 16 * 9 * sizeof *wh), *yh[3];
@@ -690,6 +691,15 @@ static void test_wino16_threads(void **state)
         wh[i] = ew_f32_to_bf16(w[i]);
     cpu_wino16_weights(w, false, u);
     cpu_wino16_weights_bf16(wh, false, uh);
+    /* wino_nhwc.c's kernel on the same images, channels-last, 16 -> 50 */
+    const bool nhwc = cpu_wino_nhwc_supported();
+    uint16_t *wn = malloc(50 * 16 * 9 * sizeof *wn), *yn[3], *dxn[3];
+    uint16_t *un = aligned_alloc(64, (cpu_wino_nhwc_u_count(16, 50) * 2 + 63) / 64 * 64),
+             *unf = aligned_alloc(64, (cpu_wino_nhwc_u_count(50, 16) * 2 + 63) / 64 * 64);
+    for (int i = 0; i < 50 * 16 * 9; i++)
+        wn[i] = ew_f32_to_bf16((float)rng_range(&r, -1, 1));
+    cpu_wino_nhwc_weights(wn, 50, 16, false, un);
+    cpu_wino_nhwc_weights(wn, 50, 16, true, unf);
     for (int t = 0; t < 3; t++) {
         omp_set_num_threads(threads[t]);
         y[t] = malloc(nx * sizeof *y[t]);
@@ -699,6 +709,12 @@ static void test_wino16_threads(void **state)
         cpu_wino16_bwd_w(x, dy, dw[t], db[t], N, H, W, scratch);
         if (bf16)
             cpu_wino16_run_bf16(xh, uh, bias, true, yh[t], N, H, W);
+        if (nhwc) {                     /* as 16 -> 50 and its input gradient, 50 -> 16 */
+            yn[t] = malloc(nx * 50 / 16 * sizeof *yn[t]);
+            dxn[t] = malloc(nx * sizeof *dxn[t]);
+            cpu_wino_nhwc_run(xh, 16, un, bias, true, yn[t], 50, N, H, W);
+            cpu_wino_nhwc_run(yn[t], 50, unf, NULL, false, dxn[t], 16, N, H, W);
+        }
     }
     omp_set_num_threads(saved);
     for (int t = 1; t < 3; t++) {
@@ -707,12 +723,23 @@ static void test_wino16_threads(void **state)
         assert_memory_equal(db[t], db[0], sizeof db[0]);
         if (bf16)
             assert_memory_equal(yh[t], yh[0], nx * sizeof *yh[0]);
+        if (nhwc) {
+            assert_memory_equal(yn[t], yn[0], nx * 50 / 16 * sizeof *yn[0]);
+            assert_memory_equal(dxn[t], dxn[0], nx * sizeof *dxn[0]);
+        }
     }
     for (int t = 0; t < 3; t++) {
         free(y[t]);
         free(dw[t]);
         free(yh[t]);
+        if (nhwc) {
+            free(yn[t]);
+            free(dxn[t]);
+        }
     }
+    free(wn);
+    free(un);
+    free(unf);
     free(x);
     free(dy);
     free(w);
