@@ -694,6 +694,7 @@ static void test_wino16_threads(void **state)
     /* wino_nhwc.c's kernel on the same images, channels-last, 16 -> 50 */
     const bool nhwc = cpu_wino_nhwc_supported();
     uint16_t *wn = malloc(50 * 16 * 9 * sizeof *wn), *yn[3], *dxn[3];
+    float *bn = rand_floats(&r, 50, -1, 1);
     uint16_t *un = aligned_alloc(64, (cpu_wino_nhwc_u_count(16, 50) * 2 + 63) / 64 * 64),
              *unf = aligned_alloc(64, (cpu_wino_nhwc_u_count(50, 16) * 2 + 63) / 64 * 64);
     for (int i = 0; i < 50 * 16 * 9; i++)
@@ -712,7 +713,7 @@ static void test_wino16_threads(void **state)
         if (nhwc) {                     /* as 16 -> 50 and its input gradient, 50 -> 16 */
             yn[t] = malloc(nx * 50 / 16 * sizeof *yn[t]);
             dxn[t] = malloc(nx * sizeof *dxn[t]);
-            cpu_wino_nhwc_run(xh, 16, un, bias, true, yn[t], 50, N, H, W);
+            cpu_wino_nhwc_run(xh, 16, un, bn, true, yn[t], 50, N, H, W);
             cpu_wino_nhwc_run(yn[t], 50, unf, NULL, false, dxn[t], 16, N, H, W);
         }
     }
@@ -738,6 +739,7 @@ static void test_wino16_threads(void **state)
         }
     }
     free(wn);
+    free(bn);
     free(un);
     free(unf);
     free(x);
