@@ -171,7 +171,11 @@ bool cpu_conv_wino16(const be_conv_desc *d, unsigned pass)
     return all_bf16(d) && pass != BE_BWD_WEIGHTS && cpu_wino16_bf16_supported();
 }
 
-static bool conv_nhwc_act(const be_conv_desc *d);
+/* Whether the caller's input or output is channels-last (backend.act_layout). */
+static bool conv_nhwc_act(const be_conv_desc *d)
+{
+    return d->src_layout == BE_NHWC || d->dst_layout == BE_NHWC;
+}
 
 /* kiln's bfloat16 Winograd F(2x2, 3x3) on channels-last tensors
  * (wino_nhwc.c) for the forward pass and the input gradient of a bfloat16
@@ -210,12 +214,6 @@ static bool conv_channels_last(const be_conv_desc *d)
      * input-gradient rule asks for fewer channels than the weight gradient's) */
     return all_f32(d) && d->groups == 1 && d->src_layout == BE_BLOCKED16 && d->c % 16 != 0 &&
            !cpu_conv_winograd(d, BE_FWD);
-}
-
-/* Whether the caller's input or output is channels-last (backend.act_layout). */
-static bool conv_nhwc_act(const be_conv_desc *d)
-{
-    return d->src_layout == BE_NHWC || d->dst_layout == BE_NHWC;
 }
 
 /* md's dimensions in type dt, channels-last where nhwc, else with its layout
@@ -355,10 +353,14 @@ static int own_plan(be_ctx *ctx, const be_conv_desc *d, const conv_mds *m, unsig
         dnnl_memory_desc_init_by_tag(&by, 4, m->dst.dims, dt, tag) != dnnl_success)
         return set_err(err, errlen, "cpu backend: no %s layout for a Winograd convolution",
                        nhwc ? "nhwc" : "nChw16c");
-    const size_t ucount = !nhwc ? 16 * 16 * 16 * 2 :
-                          cpu_wino_nhwc_u_count(d->c, d->k) > cpu_wino_nhwc_u_count(d->k, d->c) ?
-                          cpu_wino_nhwc_u_count(d->c, d->k) : cpu_wino_nhwc_u_count(d->k, d->c);
-    if (!(p->wino_u = aligned_alloc(64, (ucount * sizeof(uint16_t) + 63) / 64 * 64)))
+    /* the forward pass's and the input gradient's transformed weights */
+    size_t ubytes = 16 * 16 * 16 * sizeof(float);   /* wino16.c's, FP32 or bfloat16 */
+    if (nhwc) {
+        const size_t fwd = cpu_wino_nhwc_u_count(d->c, d->k),
+                     bwd = cpu_wino_nhwc_u_count(d->k, d->c);
+        ubytes = (fwd > bwd ? fwd : bwd) * sizeof(uint16_t);
+    }
+    if (!(p->wino_u = aligned_alloc(64, (ubytes + 63) / 64 * 64)))
         return set_err(err, errlen, "out of memory");
     p->own_c = d->c;
     p->own_k = d->k;

@@ -85,43 +85,43 @@ static inline __mmask16 first(int n)
 }
 
 /* The products of position block m (16 x GT x GK floats) for output
- * channels [k0, k0 + 16 nv): m[(p * GT + t) * GK + j]. */
-NHWC_TARGET static void products(const uint16_t *v, int cp, const uint16_t *u, int kpad, int k0,
-                                 int nv, float *m)
+ * channels [k0, k0 + 16 nv): m[(p * GT + t) * GK + j]. Inlined with nv a
+ * constant (1 or 2), so the accumulators stay in registers. */
+NHWC_TARGET static inline __attribute__((always_inline)) void
+products_n(const uint16_t *v, int cp, const uint16_t *u, int kpad, int k0, const int nv, float *m)
 {
     const int cpad = 2 * cp;
     for (int p = 0; p < 16; p++) {
         const uint16_t *up = u + ((size_t)p * cp * kpad + k0) * 2, *vp = v + p * GT * cpad;
-        __m512 a0[GT], a1[GT];
+        __m512 acc[GT][GK / 16];
         for (int t = 0; t < GT; t++)
-            a0[t] = a1[t] = _mm512_setzero_ps();
-        if (nv == 2) {
-            for (int c2 = 0; c2 < cp; c2++) {
-                const __m512bh u0 = (__m512bh)_mm512_loadu_si512(up + (size_t)c2 * kpad * 2),
-                               u1 = (__m512bh)_mm512_loadu_si512(up + (size_t)c2 * kpad * 2 + 32);
-                for (int t = 0; t < GT; t++) {
-                    int32_t pair;           /* channels 2 c2 and 2 c2 + 1 of tile t */
-                    memcpy(&pair, vp + t * cpad + 2 * c2, sizeof pair);
-                    const __m512bh b = (__m512bh)_mm512_set1_epi32(pair);
-                    a0[t] = _mm512_dpbf16_ps(a0[t], b, u0);
-                    a1[t] = _mm512_dpbf16_ps(a1[t], b, u1);
-                }
-            }
-        } else {
-            for (int c2 = 0; c2 < cp; c2++) {
-                const __m512bh u0 = (__m512bh)_mm512_loadu_si512(up + (size_t)c2 * kpad * 2);
-                for (int t = 0; t < GT; t++) {
-                    int32_t pair;
-                    memcpy(&pair, vp + t * cpad + 2 * c2, sizeof pair);
-                    a0[t] = _mm512_dpbf16_ps(a0[t], (__m512bh)_mm512_set1_epi32(pair), u0);
-                }
+            for (int i = 0; i < nv; i++)
+                acc[t][i] = _mm512_setzero_ps();
+        for (int c2 = 0; c2 < cp; c2++) {
+            __m512bh uc[GK / 16];
+            for (int i = 0; i < nv; i++)
+                uc[i] = (__m512bh)_mm512_loadu_si512(up + (size_t)c2 * kpad * 2 + 32 * i);
+            for (int t = 0; t < GT; t++) {
+                int32_t pair;               /* channels 2 c2 and 2 c2 + 1 of tile t */
+                memcpy(&pair, vp + t * cpad + 2 * c2, sizeof pair);
+                const __m512bh b = (__m512bh)_mm512_set1_epi32(pair);
+                for (int i = 0; i < nv; i++)
+                    acc[t][i] = _mm512_dpbf16_ps(acc[t][i], b, uc[i]);
             }
         }
-        for (int t = 0; t < GT; t++) {
-            _mm512_store_ps(m + (p * GT + t) * GK, a0[t]);
-            _mm512_store_ps(m + (p * GT + t) * GK + 16, a1[t]);
-        }
+        for (int t = 0; t < GT; t++)
+            for (int i = 0; i < nv; i++)
+                _mm512_store_ps(m + (p * GT + t) * GK + 16 * i, acc[t][i]);
     }
+}
+
+NHWC_TARGET static void products(const uint16_t *v, int cp, const uint16_t *u, int kpad, int k0,
+                                 int nv, float *m)
+{
+    if (nv == 2)
+        products_n(v, cp, u, kpad, k0, 2, m);
+    else
+        products_n(v, cp, u, kpad, k0, 1, m);
 }
 
 /* Tile row r (output rows 2r, 2r + 1) of one image: x h x w x ci, y h x w x
