@@ -209,7 +209,7 @@ static int get_bool(lctx *c, const char *key, bool def, bool *out)
 /* An output of out_h x out_w x c elements per image must fit our sizes. */
 static int check_out(lctx *c, int64_t ch, int64_t h, int64_t w)
 {
-    if (ch * h * w > SPEC_ELEMS_MAX)
+    if (spec_mul(spec_mul(ch, h), w) > SPEC_ELEMS_MAX)
         return lerr(c, "output of %lld x %lld x %lld values per image is too large",
                     (long long)ch, (long long)h, (long long)w);
     c->l->out = (net_shape){ (int)ch, (int)h, (int)w };
@@ -219,14 +219,14 @@ static int check_out(lctx *c, int64_t ch, int64_t h, int64_t w)
 /* "kernel 7 is larger than its 5x5 input" and variants. */
 static int kernel_too_large(lctx *c, int kh, int kw, int64_t eh, int64_t ew, int pth, int ptw)
 {
-    char kb[32], pb[32];
+    char kb[32];
     net_shape in = c->l->in;
     char dil[64] = "", pad[64] = "";
     if (eh != kh || ew != kw)
         snprintf(dil, sizeof dil, " (%lldx%lld dilated)", (long long)eh, (long long)ew);
     if (pth || ptw)
-        snprintf(pad, sizeof pad, " (%s padded)",
-                 pair_str(pb, sizeof pb, in.h + pth, in.w + ptw));
+        snprintf(pad, sizeof pad, " (%lldx%lld padded)", (long long)in.h + pth,
+                 (long long)in.w + ptw);
     return lerr(c, "kernel %s%s is larger than its %dx%d input%s",
                 pair_str(kb, sizeof kb, kh, kw), dil, in.h, in.w, pad);
 }
@@ -267,6 +267,12 @@ static int parse_conv2d(lctx *c)
         get_bool(c, "bias", true, &s->bias) < 0)
         return -1;
     int64_t eh = (int64_t)s->dil_h * (s->kh - 1) + 1, ew = (int64_t)s->dil_w * (s->kw - 1) + 1;
+    if (eh > SPEC_INT_MAX || ew > SPEC_INT_MAX) {
+        char kb[32], db[32];
+        return lerr(c, "kernel %s with dilation %s spans %lldx%lld, more than %d",
+                    pair_str(kb, sizeof kb, s->kh, s->kw), pair_str(db, sizeof db, s->dil_h,
+                    s->dil_w), (long long)eh, (long long)ew, SPEC_INT_MAX);
+    }
     const cJSON *pad = cJSON_GetObjectItemCaseSensitive(c->obj, "padding");
     if (cJSON_IsString(pad)) {
         if (strcmp(pad->valuestring, "same") != 0)
@@ -288,8 +294,13 @@ static int parse_conv2d(lctx *c)
     int pth = s->pad_t + s->pad_b, ptw = s->pad_l + s->pad_r;
     if (eh > (int64_t)in.h + pth || ew > (int64_t)in.w + ptw)
         return kernel_too_large(c, s->kh, s->kw, eh, ew, pth, ptw);
-    if (spec_layer_params(c->l) > SPEC_ELEMS_MAX)
-        return lerr(c, "too many parameters (%lld)", (long long)spec_layer_params(c->l));
+    int64_t params = spec_layer_params(c->l);
+    if (params == INT64_MAX)
+        return lerr(c, "too many parameters (more than 2^63; at most %lld)",
+                    (long long)SPEC_ELEMS_MAX);
+    if (params > SPEC_ELEMS_MAX)
+        return lerr(c, "too many parameters (%lld; at most %lld)", (long long)params,
+                    (long long)SPEC_ELEMS_MAX);
     return check_out(c, s->filters, sweep(in.h, pth, eh, s->stride_h),
                      sweep(in.w, ptw, ew, s->stride_w));
 }
@@ -315,7 +326,7 @@ static int parse_window(lctx *c)
         return lerr(c, "padding %s must be at most half the kernel %s",
                     pair_str(pb, sizeof pb, s->pad_h, s->pad_w),
                     pair_str(kb, sizeof kb, s->kh, s->kw));
-    if (s->kh > in.h + 2 * s->pad_h || s->kw > in.w + 2 * s->pad_w)
+    if (s->kh > (int64_t)in.h + 2 * s->pad_h || s->kw > (int64_t)in.w + 2 * s->pad_w)
         return kernel_too_large(c, s->kh, s->kw, s->kh, s->kw, 2 * s->pad_h, 2 * s->pad_w);
     return check_out(c, in.c, sweep(in.h, 2 * s->pad_h, s->kh, s->stride_h),
                      sweep(in.w, 2 * s->pad_w, s->kw, s->stride_w));
@@ -437,11 +448,13 @@ int64_t spec_layer_params(const layer_spec *l)
     switch (l->kind) {
     case LAYER_CONV2D: {
         const conv_spec *s = &l->u.conv;
-        return (int64_t)s->filters * (l->in.c / s->groups) * s->kh * s->kw +
-               (s->bias ? s->filters : 0);
+        return spec_add(spec_mul(spec_mul(s->filters, l->in.c / s->groups),
+                                 spec_mul(s->kh, s->kw)),
+                        s->bias ? s->filters : 0);
     }
     case LAYER_DENSE:
-        return spec_shape_size(l->in) * l->u.dense.units + (l->u.dense.bias ? l->u.dense.units : 0);
+        return spec_add(spec_mul(spec_shape_size(l->in), l->u.dense.units),
+                        l->u.dense.bias ? l->u.dense.units : 0);
     case LAYER_BATCHNORM:
         return 2 * (int64_t)l->in.c;               /* scale and shift */
     default:

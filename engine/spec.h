@@ -99,10 +99,24 @@ int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
                char *err, size_t errlen);
 void spec_free(net_spec *s);        /* frees the layers; s itself is the caller's */
 
+/* Sums and products of sizes, which are never negative, saturated at
+ * INT64_MAX: a spec may ask for sizes whose product has no int64, and a
+ * saturated result still fails every bound check it should. */
+static inline int64_t spec_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+static inline int64_t spec_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 /* Elements of one image of a shape, and the parameters a layer holds. */
 static inline int64_t spec_shape_size(net_shape s)
 {
-    return (int64_t)s.c * s.h * s.w;
+    return spec_mul(spec_mul(s.c, s.h), s.w);
 }
 int64_t spec_layer_params(const layer_spec *l);
 /* The shape of activation a (0: the input, j + 1: layer j's output). */

@@ -52,10 +52,10 @@ static int64_t layer_macs(const layer_spec *l)
     switch (l->kind) {
     case LAYER_CONV2D: {
         const conv_spec *c = &l->u.conv;
-        return out * (l->in.c / c->groups) * c->kh * c->kw;
+        return spec_mul(spec_mul(out, l->in.c / c->groups), spec_mul(c->kh, c->kw));
     }
     case LAYER_DENSE:
-        return spec_shape_size(l->in) * l->u.dense.units;
+        return spec_mul(spec_shape_size(l->in), l->u.dense.units);
     default:
         return 0;
     }
@@ -66,12 +66,12 @@ static int64_t layer_flops(const layer_spec *l)
     int64_t out = spec_shape_size(l->out);
     switch (l->kind) {
     case LAYER_CONV2D:
-        return 2 * layer_macs(l) + (l->u.conv.bias ? out : 0);
+        return spec_add(spec_mul(2, layer_macs(l)), l->u.conv.bias ? out : 0);
     case LAYER_DENSE:
-        return 2 * layer_macs(l) + (l->u.dense.bias ? out : 0);
+        return spec_add(spec_mul(2, layer_macs(l)), l->u.dense.bias ? out : 0);
     case LAYER_MAXPOOL:
     case LAYER_AVGPOOL:
-        return out * l->u.pool.kh * l->u.pool.kw;
+        return spec_mul(out, spec_mul(l->u.pool.kh, l->u.pool.kw));
     case LAYER_GLOBAL_AVGPOOL:
         return spec_shape_size(l->in);
     case LAYER_RELU:
@@ -159,7 +159,7 @@ int summary_memory(const net_spec *s, int opt_states, precision_mode prec, summa
         int64_t params = spec_layer_params(l);
         int64_t fixed = BYTES_PER_NUMBER * params * (2 + opt_states) +
                         (amp ? BYTES_LOW * copied_weights(l) : 0);
-        m->fixed += fixed;
+        m->fixed = spec_add(m->fixed, fixed);
         if (fixed > m->param_layer_bytes) {
             m->param_layer_bytes = fixed;
             m->param_layer = i;
@@ -170,7 +170,7 @@ int summary_memory(const net_spec *s, int opt_states, precision_mode prec, summa
         int64_t b = 2 * out * (low[i + 1] ? BYTES_LOW : BYTES_PER_NUMBER);
         if (l->kind == LAYER_DROPOUT)
             b += BYTES_PER_NUMBER * out;
-        image += b;
+        image = spec_add(image, b);
         if (b > m->act_layer_bytes) {
             m->act_layer_bytes = b;
             m->act_layer = i;
@@ -195,7 +195,7 @@ static const char *grouped(char *buf, size_t len, int64_t v);
  * is rounded down, memory >> 20). */
 static int64_t mib_up(int64_t v)
 {
-    return (v + (1 << 20) - 1) >> 20;
+    return (v >> 20) + ((v & ((1 << 20) - 1)) != 0);
 }
 
 int summary_check_memory(const net_spec *s, int opt_states, precision_mode prec, int batch,
@@ -225,7 +225,7 @@ int summary_check_memory(const net_spec *s, int opt_states, precision_mode prec,
         const layer_spec *a = &s->layers[m.act_layer];
         snprintf(largest, sizeof largest, " (the largest activation is layer %d (%s \"%s\"): "
                  "%s MiB for the batch)", a->number, a->type, a->name,
-                 grouped(part_s, sizeof part_s, mib_up(m.act_layer_bytes * batch)));
+                 grouped(part_s, sizeof part_s, mib_up(spec_mul(m.act_layer_bytes, batch))));
     }
     int64_t most = summary_max_batch(&m, memory);
     grouped(need_s, sizeof need_s, mib_up(need));
@@ -320,10 +320,10 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
         sl->act_bytes = (low[i + 1] ? BYTES_LOW : BYTES_PER_NUMBER) * spec_shape_size(l->out);
         sl->macs = layer_macs(l);
         sl->flops = layer_flops(l);
-        s.params += sl->params;
-        s.macs += sl->macs;
-        s.flops += sl->flops;
-        s.act_bytes += sl->act_bytes;
+        s.params = spec_add(s.params, sl->params);
+        s.macs = spec_add(s.macs, sl->macs);
+        s.flops = spec_add(s.flops, sl->flops);
+        s.act_bytes = spec_add(s.act_bytes, sl->act_bytes);
         if (l->kind != LAYER_FLATTEN)
             s.kept_bytes += sl->act_bytes;
         if (layer_warnings(&s, l) < 0)
@@ -335,7 +335,7 @@ int summary_build(const cJSON *spec, net_shape in, int classes, int batch,
     s.grad_bytes = BYTES_PER_NUMBER * s.params;
     s.opt_bytes = (int64_t)s.opt_states * BYTES_PER_NUMBER * s.params;
     s.copy_bytes = s.fixed_bytes - s.weight_bytes - s.grad_bytes - s.opt_bytes;
-    s.batch_act_bytes = (int64_t)s.batch * s.image_bytes;
+    s.batch_act_bytes = spec_mul(s.batch, s.image_bytes);
     s.train_bytes = summary_train_bytes(&mem, s.batch);
     if (estimate_devices(&s, &mem) < 0)
         goto oom;

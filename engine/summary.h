@@ -161,7 +161,7 @@ int summary_memory(const net_spec *s, int opt_states, precision_mode prec, summa
 /* The estimate for `batch` images: fixed + batch x per image. */
 static inline int64_t summary_train_bytes(const summary_mem *m, int64_t batch)
 {
-    return m->fixed + batch * m->per_image;
+    return spec_add(m->fixed, spec_mul(batch, m->per_image));
 }
 
 /* The largest batch whose estimate fits in `memory` bytes:

@@ -262,6 +262,41 @@ static void test_impossible_shapes(void **state)
            "layer 2 (dense \"huge\"): too many parameters", NULL);
 }
 
+/* Sizes within the per-key limit whose products have no int64: refused with
+ * the bound they break, never wrapped around into a small or negative size
+ * (the short fuzz run found the first of these). */
+static void test_sizes_past_int64(void **state)
+{
+    (void)state;
+    const net_shape one = { 1, 1, 1 };
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 1000000000, "
+                 "\"kernel\": 1, \"padding\": 1000000000}]}", one, 10,
+                 "layer 1 (conv2d \"conv2d1\"): output of 1000000000 x 2000000001 x "
+                 "2000000001 values per image is too large");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 1, \"kernel\": "
+                 "1000000000, \"dilation\": 1000000000, \"padding\": \"same\"}]}", one, 10,
+                 "layer 1 (conv2d \"conv2d1\"): kernel 1000000000 with dilation 1000000000 "
+                 "spans 999999999000000001x999999999000000001, more than 1000000000");
+    refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 1000000000, "
+                 "\"kernel\": [1, 1000000000], \"padding\": [0, 1000000000]}]}",
+                 (net_shape){ 1000, 1, 1 }, 10,
+                 "layer 1 (conv2d \"conv2d1\"): too many parameters (more than 2^63; at most "
+                 "2147483647)");
+    refuse_exact("{\"input\": [1000000000, 1000000000, 1000000000], \"layers\": "
+                 "[{\"type\": \"relu\"}]}", NONE, 10,
+                 "input [1000000000, 1000000000, 1000000000] is too large");
+    /* A pool on an input near INT32_MAX tall, padded past it. */
+    char err[512];
+    net_spec s;
+    assert_int_equal(parse("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 1, "
+                           "\"kernel\": 1, \"padding\": [1000000000, 0]}, {\"type\": "
+                           "\"maxpool\", \"kernel\": [1000000000, 1], \"padding\": "
+                           "[500000000, 0]}]}", one, 3, &s, err, sizeof err), 0);
+    assert_int_equal(s.layers[0].out.h, 2000000001);
+    assert_int_equal(s.layers[1].out.h, 3);
+    spec_free(&s);
+}
+
 static void test_non_positive(void **state)
 {
     refuse_exact("{\"layers\": [{\"type\": \"conv2d\", \"filters\": 0, \"kernel\": 3}]}",
@@ -530,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_graph),
         cmocka_unit_test(test_layer_keys),
         cmocka_unit_test(test_builtins),
+        cmocka_unit_test(test_sizes_past_int64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
