@@ -243,9 +243,98 @@ static bool changes_state(const char *method)
            !strcmp(method, "DELETE");
 }
 
+static int hex_digit(unsigned char c)
+{
+    return isdigit(c) ? c - '0' : tolower(c) - 'a' + 10;
+}
+
+bool guard_uri_ctl(const char *raw)
+{
+    for (const unsigned char *p = (const unsigned char *)raw; *p; p++) {
+        int v = *p;
+        if (*p == '%' && isxdigit(p[1]) && isxdigit(p[2]))
+            v = hex_digit(p[1]) * 16 + hex_digit(p[2]);
+        if (v < 0x20 || v == 0x7f)
+            return true;
+    }
+    return false;
+}
+
+/* How many header lines name `name` (case-insensitively). */
+typedef struct header_count {
+    const char *name;
+    int n;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                    const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)key_size;
+    (void)value;
+    (void)value_size;
+    header_count *h = cls;
+    if (!strcasecmp(key, h->name))
+        h->n++;
+    return MHD_YES;
+}
+
+static int header_lines(struct MHD_Connection *c, const char *name)
+{
+    header_count h = { name, 0 };
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, count_header, &h);
+    return h.n;
+}
+
+/* The request's framing, which libmicrohttpd 0.9.75 takes as it comes: a
+ * header that decides where the body ends or who may write, sent twice, is
+ * refused rather than guessed at (the first and the last may differ between
+ * kiln and a proxy in front: request smuggling); so are a Content-Length
+ * beside Transfer-Encoding, a transfer coding other than chunked (501, RFC
+ * 9112 6.1: its body would never be delivered, and the client would wait)
+ * and an HTTP/1.1 request without Host (RFC 9112 3.2). */
+static bool framing_refused(request *r, int *answered)
+{
+    static const char *const once[] = { MHD_HTTP_HEADER_CONTENT_LENGTH, MHD_HTTP_HEADER_TRANSFER_ENCODING,
+                                        MHD_HTTP_HEADER_HOST, "Origin" };
+    for (size_t i = 0; i < sizeof once / sizeof once[0]; i++) {
+        if (header_lines(r->conn, once[i]) > 1) {
+            *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
+                                   "the request has more than one %s header", once[i]);
+            return true;
+        }
+    }
+    const char *te = http_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te && strcasecmp(te, "chunked") != 0) {
+        *answered = http_error(r, MHD_HTTP_NOT_IMPLEMENTED, "not_implemented",
+                               "Transfer-Encoding \"%.100s\" is not supported; send the body with a "
+                               "Content-Length or \"chunked\"", te);
+        return true;
+    }
+    if (te && http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               "the request has both Content-Length and Transfer-Encoding; send one");
+        return true;
+    }
+    if (r->version && !strcmp(r->version, MHD_HTTP_VERSION_1_1) && !http_header(r, MHD_HTTP_HEADER_HOST)) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               "an HTTP/1.1 request must have a Host header");
+        return true;
+    }
+    return false;
+}
+
 bool guard_check(request *r, int *answered)
 {
     const serve_limits *l = &r->srv->limits;
+    if (r->uri_ctl) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_uri",
+                               "the URL holds a control character (%%00 to %%1F or %%7F, escaped or "
+                               "not); no path or query value kiln takes has one");
+        return true;
+    }
+    if (framing_refused(r, answered))
+        return true;
     /* The URI as decoded: the path, and each query argument with its '=' and '&'/'?'. */
     size_t uri = strlen(r->url) + kind_bytes(r->conn, MHD_GET_ARGUMENT_KIND, 2);
     if (uri > l->uri_bytes) {

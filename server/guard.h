@@ -9,14 +9,19 @@
  * - Its Host header: one of the names the server is known by (guard_hosts),
  *   else 421. This stops DNS rebinding: a page of evil.example whose name
  *   now resolves to 127.0.0.1 still sends "Host: evil.example:PORT". A
- *   request without Host (HTTP/1.0 only; libmicrohttpd refuses an HTTP/1.1
- *   one itself) passes: a browser always sends Host, so such a request does
- *   not come from a web page.
+ *   request without Host (HTTP/1.0 only; an HTTP/1.1 one is 400, below)
+ *   passes: a browser always sends Host, so such a request does not come
+ *   from a web page.
  * - Its Origin header, on a state-changing method (POST, PUT, PATCH, DELETE):
  *   when present it must be this server's own origin (http or https, the
  *   same host and port as the Host header), else 403 naming the origin.
  *   Requests without Origin (curl, scripts) pass: browsers send Origin on
  *   every cross-site request that changes something.
+ * - Its URI and framing: a control byte in the URI, raw or escaped, is 400
+ *   (guard_uri_ctl); so is a Content-Length, Transfer-Encoding, Host or
+ *   Origin header sent twice, both Content-Length and Transfer-Encoding, or
+ *   an HTTP/1.1 request without Host; a transfer coding other than chunked
+ *   is 501.
  * These run on the access handler's first call (guard_check), before the
  * route is looked at and before any body byte is read or stored.
  *
@@ -88,6 +93,11 @@ bool guard_origin_same(const char *origin, const char *host);
  * Returns false to go on; true when the request was refused, with
  * *answered what queueing the answer returned (an enum MHD_Result). */
 bool guard_check(struct request *r, int *answered);
+
+/* True when the URI as received (before libmicrohttpd decodes it) holds a
+ * control byte, raw or %-escaped (%00-%1F, %7F). Decoded, "%00" would end
+ * the path there: DELETE /api/v1/jobs/1%00/evaluations/2 would delete job 1. */
+bool guard_uri_ctl(const char *raw);
 
 /* After routing (r->rt set or NULL): true when r has a body (has_body) that
  * its route must get as application/json and does not; then 415 is queued

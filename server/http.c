@@ -537,20 +537,28 @@ static void access_log(request *r)
             client, r->method, path, status, bytes, ms, user);
 }
 
+void *http_on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    request *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->srv = cls;
+    r->conn = c;
+    r->uri_ctl = guard_uri_ctl(uri);
+    return r;
+}
+
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
                                 const char *method, const char *version, const char *data,
                                 size_t *size, void **con_cls)
 {
-    (void)version;
     request *r = *con_cls;
-    if (!r) {
-        r = calloc(1, sizeof *r);
-        if (!r)
+    if (!r || !r->method) {                 /* the first call */
+        if (!r && !(r = http_on_uri(cls, "", c)))
             return MHD_NO;
-        r->srv = cls;
-        r->conn = c;
         r->url = r->full_url = url;
         r->method = method;
+        r->version = version;
         r->t0 = mono_now();
         r->tcp_sent0 = r->srv->access_log != ACCESS_LOG_OFF ? tcp_written(c) : -1;
         *con_cls = r;
@@ -583,7 +591,7 @@ void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     request *r = *con_cls;
     if (!r)
         return;
-    if (access_logged(r))
+    if (r->method && access_logged(r))      /* no method: it never reached the handler */
         access_log(r);
     upload_free(r);
     if (r->rt && r->rt->upload)

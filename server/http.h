@@ -37,6 +37,8 @@ typedef struct request {
     const char *url;              /* the path below --base-path, unescaped by MHD (no query string) */
     const char *full_url;         /* the path as received, base path included (the access log) */
     const char *method;
+    const char *version;          /* "HTTP/1.1", as MHD gives it */
+    bool uri_ctl;                 /* the URI as received holds a control byte (guard_uri_ctl) */
     const route *rt;              /* NULL when unrouted (then an error is pending) */
     int64_t id;                   /* the route's :id */
 
@@ -63,6 +65,11 @@ typedef struct request {
     void *form;                   /* BODY_UPLOAD state of a route with its own route_upload */
     bool answered;
 } request;
+
+/* MHD_OPTION_URI_LOG_CALLBACK: the request's state, made when its URI is
+ * seen as received, before libmicrohttpd decodes it in place (cls is the
+ * server); the access handler then fills it on its first call. */
+void *http_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
 
 /* The MHD access handler and completion callback (cls is the server). */
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,

@@ -203,6 +203,7 @@ static struct MHD_Daemon *start_http(server *srv, const serve_opts *o, int *port
         flags, (uint16_t)o->port, NULL, NULL, http_on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,           /* first, as MHD asks */
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, srv,
+        MHD_OPTION_URI_LOG_CALLBACK, http_on_uri, srv,
         MHD_OPTION_SOCK_ADDR, res->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SERVE_THREADS,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->limits.connections,

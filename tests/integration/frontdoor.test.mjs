@@ -10,7 +10,8 @@
 //   connections-per-client connections, and idle ones are closed after
 //   idle-timeout while an SSE stream stays open;
 // - 414/431 in the JSON error format; \u0000 in a JSON string is a 400 that
-//   names the field.
+//   names the field; a control byte in the URI is 400 invalid_uri; doubled
+//   framing headers are 400 and an unknown transfer coding 501.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -259,6 +260,44 @@ test('\\u0000 in any JSON string is refused naming the field, not truncated', as
     assert.match(msg, /\\u0000/);
   }
   assert.equal(await jobCount(), before, 'no job was created');
+});
+
+test('a control byte in the URI, escaped or raw, is 400 and deletes nothing (%00 would cut the path short)', async () => {
+  const ds = `/api/v1/datasets/${datasetId}`;
+  for (const [method, p] of [['DELETE', `${ds}%00/samples`], ['DELETE', `${ds}%0a`], ['GET', '/index.html%00.png'],
+    ['GET', '/api/v1/jobs?q=a%1fb'], ['GET', '/api/v1/jobs%7F']]) {
+    assertError(await request(method, p), 400, 'invalid_uri', `${method} ${p}`);
+  }
+  const r = await raw('GET /api/v1/da\x01tasets HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n');
+  assert.match(r.text, /^HTTP\/1\.1 400 [^]*"invalid_uri"/, r.text);
+  assert.equal((await request('GET', ds)).status, 200, 'the dataset is still there');
+  // A literal "%00" in a query value, sent escaped as %25, is text like any other.
+  assert.equal((await request('GET', '/api/v1/jobs?q=a%2500b')).status, 200);
+});
+
+test('framing is not guessed at: doubled headers, Content-Length with Transfer-Encoding, no Host on HTTP/1.1', async () => {
+  const host = `Host: 127.0.0.1:${port}\r\n`;
+  const summary = 'POST /api/v1/networks/summary HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n';
+  const body = '{"network":"lenet"}';
+  const cases = [
+    [`${summary}${host}Content-Length: ${body.length}\r\nContent-Length: 5\r\n\r\n${body}`, 400, /more than one Content-Length/],
+    [`${summary}${host}Content-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n${body}`, 400,
+      /both Content-Length and Transfer-Encoding/],
+    [`${summary}${host}${host}Content-Length: ${body.length}\r\n\r\n${body}`, 400, /more than one Host/],
+    [`${summary}${host}Origin: ${self()}\r\nOrigin: http://evil.example\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      400, /more than one Origin/],
+    [`GET /api/v1/datasets HTTP/1.1\r\nConnection: close\r\n\r\n`, 400, /must have a Host header/],
+    // A coding MHD would never deliver a body for: answered at once, not after the idle timeout.
+    [`${summary}${host}Transfer-Encoding: gzip\r\n\r\n`, 501, /Transfer-Encoding \\"gzip\\" is not supported/],
+  ];
+  for (const [head, status, msg] of cases) {
+    const r = await raw(head, { ms: 3000 });
+    assert.match(r.text, new RegExp(`^HTTP/1\\.1 ${status} `), head);
+    assert.match(r.text, msg, head);
+    assert.ok(r.ms < 3000, `answered in ${r.ms} ms: ${head}`);
+  }
+  const ok = await raw(`GET /api/v1/datasets HTTP/1.0\r\n\r\n`);
+  assert.match(ok.text, /^HTTP\/1\.1 200 /, 'HTTP/1.0 without Host still passes (no browser sends it)');
 });
 
 async function sseOutlivesIdleTimeout() {
