@@ -650,6 +650,11 @@ static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, 
             imp_log_file(im, &im->rep.outside, "left out", im->recs[i].path, "not inside a class folder");
             continue;
         }
+        const char *problem = readers_class_name_problem(p, (size_t)(slash - p));
+        if (problem) {
+            imp_log_file(im, &im->rep.skipped, "skipped", im->recs[i].path, problem);
+            continue;
+        }
         names[n] = strndup(p, (size_t)(slash - p));
         if (!names[n]) goto oom;
         n++;
@@ -671,7 +676,7 @@ static int assign_classes(importer *im, char ***classes_out, int *nclasses_out, 
     for (size_t i = 0; i < im->nrecs; i++) {
         const char *p = class_path(im, i, strip);
         const char *slash = strchr(p, '/');
-        if (!slash) continue;
+        if (!slash || readers_class_name_problem(p, (size_t)(slash - p))) continue;
         char key[4096];
         size_t kl = (size_t)(slash - p);
         memcpy(key, p, kl);
@@ -941,9 +946,9 @@ int imp_finish(importer *im, char **classes, int nclasses, const char *source,
     }
     if (nclasses < 2) {            /* nothing to tell apart: refuse rather than train on it */
         char why[600];
-        snprintf(why, sizeof why, "the images make up one class (\"%.200s\") after %zu unreadable and "
-                 "%zu left out; a classifier needs at least two classes", classes[0],
-                 im->rep.unreadable, im->rep.outside);
+        snprintf(why, sizeof why, "the images make up one class (\"%.200s\") after %zu unreadable, %zu "
+                 "skipped and %zu left out; a classifier needs at least two classes", classes[0],
+                 im->rep.unreadable, im->rep.skipped, im->rep.outside);
         set_err(err, errlen, "%s", why);
         char head[700];
         snprintf(head, sizeof head, "kiln import: %s\n", why);

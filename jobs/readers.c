@@ -91,6 +91,17 @@ static int check_unique(const class_names *c, const int *lines, const char *file
 
 static bool is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
 
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+
+const char *readers_class_name_problem(const char *s, size_t n) {
+    if (n == 0) return "an empty class name";
+    if (n > READERS_NAME_MAX) return "a class name longer than " TEXT(READERS_NAME_MAX) " bytes";
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return "a control character in a class name";
+    return NULL;
+}
+
 int class_names_parse(class_names *c, const char *text, size_t len, const char *file, int max,
                       char *err, size_t errlen) {
     *c = (class_names){ 0 };
@@ -104,15 +115,10 @@ int class_names_parse(class_names *c, const char *text, size_t len, const char *
         while (n > 0 && is_blank(p[n - 1])) n--;
         while (n > 0 && is_blank(*p)) p++, n--;
         if (n == 0) continue;
-        if (n > READERS_NAME_MAX) {
-            set_err(err, errlen, "%s: line %d: a class name longer than %d bytes", file, line, READERS_NAME_MAX);
+        const char *problem = readers_class_name_problem(p, n);
+        if (problem) {
+            set_err(err, errlen, "%s: line %d: %s", file, line, problem);
             goto out;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f) {
-                set_err(err, errlen, "%s: line %d: a control character in a class name", file, line);
-                goto out;
-            }
         }
         if (!is_utf8((const unsigned char *)p, n)) {
             set_err(err, errlen, "%s: line %d: a class name that is not UTF-8 text", file, line);

@@ -30,6 +30,13 @@ typedef struct class_names {
     char **name;     /* n names, owned (class_names_free) */
 } class_names;
 
+/* What is wrong with s[0..n) as a class name, or NULL when it may be one:
+ * empty, longer than READERS_NAME_MAX bytes, or a control character (which
+ * would break labels.txt's one name a line). UTF-8 is the caller's. The one
+ * rule for every source: a names file, an archive's or folder's class
+ * folders. */
+const char *readers_class_name_problem(const char *s, size_t n);
+
 /* Parses the text of a class-names file (len bytes, need not be
  * NUL-terminated) into c, at most max names. file is the name errors give
  * ("batches.meta.txt"). Returns 0, or -1 with err set and c empty: not text

@@ -29,6 +29,7 @@
 #include "engine/dataset.h"
 #include "engine/image.h"
 #include "jobs/import.h"
+#include "jobs/readers.h"     /* READERS_NAME_MAX */
 #include "jobs/import_job.h"
 #include "jobs/import_roots.h"
 
@@ -605,6 +606,46 @@ static void test_unsafe_entries_skipped(void **state) {
     assert_int_equal(access(p, F_OK), -1);
     assert_int_equal(access("/abs.png", F_OK), -1);
     assert_int_equal(du_count_suffix(f->root, ""), 4);   /* ., .., ds, upload.bin */
+    expect_clean_dir(f);
+}
+
+/* A class folder whose name labels.txt could not hold (a control character,
+ * over READERS_NAME_MAX bytes) is skipped and listed, not made a class: a
+ * name with a newline gave the model one class line too many. */
+static void test_bad_class_folder_names(void **state) {
+    fixture *f = *state;
+    static const uint8_t v1[1] = { 10 }, v2[1] = { 20 }, v3[1] = { 30 };
+    char lng[READERS_NAME_MAX + 16];
+    memset(lng, 'x', READERS_NAME_MAX + 1);
+    strcpy(lng + READERS_NAME_MAX + 1, "/7.png");
+    struct archive *a = arc_open(f->archive, TAR);
+    arc_blob(a, "a/1.png", make_png_const(3, 3, 1, v1));
+    arc_blob(a, "a/2.png", make_png_const(3, 3, 1, v1));
+    arc_blob(a, "c\x01d/5.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, "c\nd/6.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, "e\x7f/8.png", make_png_const(3, 3, 1, v3));
+    arc_blob(a, lng, make_png_const(3, 3, 1, v3));
+    arc_blob(a, "b/3.png", make_png_const(3, 3, 1, v2));
+    arc_blob(a, "b/4.png", make_png_const(3, 3, 1, v2));
+    arc_close(a);
+
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 0;
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    static const char *const classes[] = { "a", "b" };
+    ds_info info;
+    expect_info(f, &info, 1, 3, 3, 4, 0, classes, 2);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    for (size_t i = 0; i < ds_split_count(tr); i++)   /* none of the value-30 images got in */
+        assert_int_equal(ds_split_image(tr, i)[4], ds_split_label(tr, i) == 0 ? 10 : 20);
+    ds_split_close(tr);
+    char *log = read_log(f);
+    assert_non_null(strstr(log, "a control character in a class name"));
+    assert_non_null(strstr(log, "a class name longer than 255 bytes"));
+    assert_non_null(strstr(log, "skipped: 4"));
+    free(log);
     expect_clean_dir(f);
 }
 
@@ -1394,6 +1435,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_not_an_archive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_images, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_entries_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_class_folder_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_png_listed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resize_to_most_common_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
