@@ -510,6 +510,59 @@ bool guard_json_nul(const char *s, size_t n, char *where, size_t wherelen)
     return true;
 }
 
+/* ---- a key given twice in a JSON object ------------------------------------------------ */
+
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Depth first from v, whose path is path[0..len); true with where filled at
+ * the first object holding a key twice. The nesting is cJSON's, at most
+ * CJSON_NESTING_LIMIT deep; each object's keys are sorted once. */
+static bool dup_from(const cJSON *v, char *path, size_t len, size_t cap, char *where, size_t wherelen)
+{
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return false;
+    if (cJSON_IsObject(v)) {
+        size_t n = 0;
+        for (const cJSON *c = v->child; c; c = c->next)
+            n++;
+        const char **keys = n > 1 ? malloc(n * sizeof *keys) : NULL;
+        if (keys) {
+            size_t k = 0;
+            for (const cJSON *c = v->child; c; c = c->next)
+                keys[k++] = c->string ? c->string : "";
+            qsort(keys, n, sizeof *keys, cmp_key);
+            for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++)
+                ;
+            if (k < n) {
+                snprintf(where, wherelen, "the key \"%.64s\" is given twice in %s%.*s%s", keys[k],
+                         len ? "\"" : "the body", (int)len, path, len ? "\"" : "");
+                free(keys);
+                return true;
+            }
+            free(keys);
+        }
+    }
+    size_t i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        int w = cJSON_IsObject(v) ? snprintf(path + len, cap - len, "%s%.40s", len ? "." : "", c->string ? c->string : "")
+                                  : snprintf(path + len, cap - len, "[%zu]", i);
+        size_t sub = w < 0 ? len : len + (size_t)w < cap ? len + (size_t)w : cap - 1;
+        if (dup_from(c, path, sub, cap, where, wherelen))
+            return true;
+        path[len] = '\0';
+    }
+    return false;
+}
+
+bool guard_json_dup(const cJSON *doc, char *where, size_t wherelen)
+{
+    char path[256] = "";
+    return dup_from(doc, path, 0, sizeof path, where, wherelen);
+}
+
 size_t guard_mhd_memory_limit(const serve_limits *l)
 {
     return (size_t)(2 * (l->uri_bytes + l->header_bytes) + 16 * 1024);

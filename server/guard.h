@@ -32,6 +32,7 @@
  *   application/x-www-form-urlencoded, multipart/form-data, none) are refused.
  * - Its JSON text (guard_json_nul): a string holding \u0000 is refused, naming
  *   the field; cJSON would end the string there and the rest would be lost.
+ *   So is an object giving a key twice (guard_json_dup).
  *
  * No CORS header is ever sent: another site's page cannot read an answer.
  */
@@ -108,6 +109,12 @@ bool guard_body_type(struct request *r, bool has_body, int *answered);
  * with the escape \u0000; where then names it: the field "name", the field
  * "network.layers[2].type", a key in "solver", a key of the body. */
 bool guard_json_nul(const char *s, size_t n, char *where, size_t wherelen);
+
+/* True when an object in doc gives a key twice (cJSON keeps both and a
+ * lookup finds the first, so which one counts would be a guess); where then
+ * says which key and where: the key "epochs" is given twice in "solver". */
+struct cJSON;
+bool guard_json_dup(const struct cJSON *doc, char *where, size_t wherelen);
 
 /* libmicrohttpd's memory per connection (MHD_OPTION_CONNECTION_MEMORY_LIMIT):
  * room for twice the uri-bytes and header-bytes limits, so that a request

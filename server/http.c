@@ -202,6 +202,29 @@ enum MHD_Result http_form_start(request *r, http_form *f, uint64_t max, MHD_Post
     return MHD_YES;
 }
 
+void http_form_text(http_form *f, const char *key, char *buf, size_t *len, size_t max, bool *have,
+                    const char *data, uint64_t off, size_t size)
+{
+    /* A part starts at off 0; libmicrohttpd may hand over a part's first
+     * 0 bytes before its data, so only a field with bytes already is seen twice. */
+    if (off == 0 && *have && *len > 0) {
+        HTTP_FORM_BAD(f, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has field \"%s\" more than once", key);
+        return;
+    }
+    *have = true;
+    if (memchr(data, '\0', size)) {
+        HTTP_FORM_BAD(f, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" holds a NUL byte", key);
+        return;
+    }
+    if (*len + size > max) {
+        HTTP_FORM_BAD(f, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is longer than %zu bytes", key, max);
+        return;
+    }
+    memcpy(buf + *len, data, size);
+    *len += size;
+    buf[*len] = '\0';
+}
+
 void http_form_data(http_form *f, const char *data, size_t size)
 {
     f->total += size;
@@ -297,6 +320,11 @@ cJSON *http_body_json(request *r, enum MHD_Result *answered)
         cJSON_Delete(doc);
         *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json",
                                "%s holds \\u0000 (a NUL character), which kiln does not take in text", where);
+        return NULL;
+    }
+    if (guard_json_dup(doc, where, sizeof where)) {
+        cJSON_Delete(doc);
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "invalid_json", "%s; give each once", where);
         return NULL;
     }
     return doc;

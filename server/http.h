@@ -134,6 +134,14 @@ typedef struct http_form {
  * boundary). f was zeroed by the caller; free with http_form_free. */
 enum MHD_Result http_form_start(request *r, http_form *f, uint64_t max, MHD_PostDataIterator on_field);
 
+/* One text field's part (key, data[0..size) at off) appended to buf (*len
+ * bytes so far, at most max, NUL-terminated; *have: the field was seen). A
+ * second part of the same field, a NUL byte or more than max bytes is
+ * recorded in f as 400 invalid_field naming key, and buf is left as it was:
+ * values are never glued together or cut at a NUL. */
+void http_form_text(http_form *f, const char *key, char *buf, size_t *len, size_t max, bool *have,
+                    const char *data, uint64_t off, size_t size);
+
 /* Feeds body bytes: counted always, dropped once the form went wrong. */
 void http_form_data(http_form *f, const char *data, size_t size);
 

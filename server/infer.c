@@ -234,7 +234,9 @@ static void on_image(infer_req *q, const char *filename, const char *data, uint6
 
 static void on_archive(infer_req *q, const char *data, uint64_t off, size_t size)
 {
-    if (off == 0 && q->part != PART_ARCHIVE) {
+    /* A new part starts at off 0: a second "archive" part, even right after
+     * the first, is refused rather than appended to it. */
+    if (off == 0 && (q->part != PART_ARCHIVE || q->archive.size > 0)) {
         if (q->have_archive) {
             HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "the form has more than one archive; put "
                     "the images in one");
@@ -276,14 +278,8 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         if (strcmp(key, small_names[f]) != 0)
             continue;
         q->part = PART_SMALL;
-        q->have_small[f] = true;
-        if (q->small_len[f] + size > SMALL_FIELD_MAX) {
-            HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
-            return MHD_YES;
-        }
-        memcpy(q->small[f] + q->small_len[f], data, size);
-        q->small_len[f] += size;
-        q->small[f][q->small_len[f]] = '\0';
+        http_form_text(&q->body, key, q->small[f], &q->small_len[f], SMALL_FIELD_MAX, &q->have_small[f], data,
+                       off, size);
         return MHD_YES;
     }
     HTTP_FORM_BAD(&q->body, MHD_HTTP_BAD_REQUEST, "unknown_field",

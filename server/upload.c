@@ -214,28 +214,15 @@ static enum MHD_Result on_field(void *cls, enum MHD_ValueKind kind, const char *
         return MHD_YES;
     }
     if (!strcmp(key, "name")) {
-        up->have_name = true;
-        if (up->name_len + size > DATASET_NAME_MAX) {
-            HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "invalid_field",
-                    "field \"name\" is longer than %d bytes", DATASET_NAME_MAX);
-            return MHD_YES;
-        }
-        memcpy(up->name + up->name_len, data, size);
-        up->name_len += size;
-        up->name[up->name_len] = '\0';
+        http_form_text(&up->body, key, up->name, &up->name_len, DATASET_NAME_MAX, &up->have_name, data, off,
+                       size);
         return MHD_YES;
     }
     for (int f = 0; f < IMPORT_OPTION_COUNT; f++) {
         if (strcmp(key, import_option_name(f)) != 0)
             continue;
-        up->have[f] = true;
-        if (up->small_len[f] + size > SMALL_FIELD_MAX) {
-            HTTP_FORM_BAD(&up->body, MHD_HTTP_BAD_REQUEST, "invalid_field", "field \"%s\" is too long", key);
-            return MHD_YES;
-        }
-        memcpy(up->small[f] + up->small_len[f], data, size);
-        up->small_len[f] += size;
-        up->small[f][up->small_len[f]] = '\0';
+        http_form_text(&up->body, key, up->small[f], &up->small_len[f], SMALL_FIELD_MAX, &up->have[f], data, off,
+                       size);
         return MHD_YES;
     }
     char fields[160] = "name, archive";

@@ -150,6 +150,22 @@ test('uploads that are not archives of images: 4xx with an error body', async ()
   noFile.append('name', 'nothing');
   assertError('POST', '/api/v1/datasets (no archive field)', await api(base, 'POST', '/api/v1/datasets', noFile), null, null);
 
+  // A field sent twice is refused, not glued into one value ("onetwo"); a NUL
+  // byte is refused, not the end of the name.
+  const archive = () => new Blob([readFileSync(file)], { type: 'application/gzip' });
+  for (const [what, fields, msg] of [
+    ['name twice', [['name', 'one'], ['name', 'two']], /field "name" more than once/],
+    ['val_percent twice', [['name', 'v'], ['val_percent', '5'], ['val_percent', '7']], /field "val_percent" more than once/],
+    ['a NUL in the name', [['name', 'a\u0000b']], /field "name" holds a NUL byte/],
+  ]) {
+    const form = new FormData();
+    for (const [k, v] of fields) form.append(k, v);
+    form.append('archive', archive(), 'noimages.tar.gz');
+    const e = assertError('POST', `/api/v1/datasets (${what})`, await api(base, 'POST', '/api/v1/datasets', form), 400,
+      'invalid_field');
+    assert.match(e.message, msg, what);
+  }
+
   const list = await api(base, 'GET', '/api/v1/datasets');
   const bad = list.body.items.filter((d) => d.id !== datasetId && d.status === 'ready');
   assert.equal(bad.length, 0, `no bad upload became a ready dataset: ${JSON.stringify(bad)}`);

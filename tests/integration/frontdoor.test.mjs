@@ -262,6 +262,24 @@ test('\\u0000 in any JSON string is refused naming the field, not truncated', as
   assert.equal(await jobCount(), before, 'no job was created');
 });
 
+test('a key given twice in any JSON object is refused naming it, not resolved by a guess', async () => {
+  const before = await jobCount();
+  const cases = [
+    ['/api/v1/jobs', `{"dataset_id": ${datasetId}, "network": "lenet", "devices": 0, "epochs": 1, "epochs": 9}`,
+      /the key "epochs" is given twice in the body/],
+    ['/api/v1/networks/summary', '{"network": {"layers": [{"type": "flatten"}, {"type": "dense", "units": "classes", ' +
+      '"units": 5}]}, "input": [1, 28, 28], "classes": 10}', /the key "units" is given twice in "network\.layers\[1\]"/],
+    ['/api/v1/sweeps', '{"method": "grid", "method": "random"}', /the key "method" is given twice/],
+  ];
+  for (const [p, body, msg] of cases) {
+    const r = await request('POST', p, { headers: JSON_CT, body });
+    assert.match(assertError(r, 400, 'invalid_json', `${p} ${body}`), msg);
+  }
+  const r = await request('PATCH', `/api/v1/datasets/${datasetId}`, { headers: JSON_CT, body: '{"shared": true, "shared": false}' });
+  assert.match(assertError(r, 400, 'invalid_json', 'PATCH shared twice'), /"shared" is given twice/);
+  assert.equal(await jobCount(), before, 'no job was created');
+});
+
 test('a control byte in the URI, escaped or raw, is 400 and deletes nothing (%00 would cut the path short)', async () => {
   const ds = `/api/v1/datasets/${datasetId}`;
   for (const [method, p] of [['DELETE', `${ds}%00/samples`], ['DELETE', `${ds}%0a`], ['GET', '/index.html%00.png'],

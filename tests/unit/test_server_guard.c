@@ -1,5 +1,6 @@
 /* tests/unit/test_server_guard.c: server/guard.c's pure parts: the names the
- * server answers to, same-origin, and \u0000 in JSON text. The checks on
+ * server answers to, same-origin, \u0000 and keys given twice in JSON text, and
+ * control bytes in a URI as received. The checks on
  * requests themselves are tested against a real server in
  * tests/integration/frontdoor.test.mjs. */
 #include <setjmp.h>
@@ -105,6 +106,46 @@ static void test_json_nul(void **state)
     nul_case("{\"a\":\"\\u0001\"}", false, NULL);
 }
 
+/* Checks guard_json_dup on text that cJSON accepts. */
+static void dup_case(const char *text, const char *want_where)
+{
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    char where[256] = "";
+    assert_int_equal(guard_json_dup(doc, where, sizeof where), want_where != NULL);
+    if (want_where)
+        assert_string_equal(where, want_where);
+    cJSON_Delete(doc);
+}
+
+static void test_json_dup(void **state)
+{
+    (void)state;
+    dup_case("{\"a\":1,\"b\":2,\"a\":3}", "the key \"a\" is given twice in the body");
+    dup_case("{\"a\":1,\"b\":{\"a\":2}}", NULL);                 /* the same key in two objects */
+    dup_case("{\"n\":{\"layers\":[{\"t\":1},{\"u\":1,\"t\":2,\"u\":3}]}}",
+             "the key \"u\" is given twice in \"n.layers[1]\"");
+    dup_case("{\"x\":[[{\"k\":1}],[{\"k\":1,\"k\":1}]]}", "the key \"k\" is given twice in \"x[1][0]\"");
+    dup_case("{\"A\":1,\"a\":2}", NULL);                           /* keys are case-sensitive */
+    dup_case("{}", NULL);
+    dup_case("[1,{\"a\":{}}]", NULL);
+}
+
+/* The URI as received: any control byte, raw or %-escaped, and nothing else. */
+static void test_uri_ctl(void **state)
+{
+    (void)state;
+    assert_true(guard_uri_ctl("/api/v1/jobs/1%00/evaluations/2"));
+    assert_true(guard_uri_ctl("/a?q=x%0a"));
+    assert_true(guard_uri_ctl("/a%1F"));
+    assert_true(guard_uri_ctl("/a%7f"));
+    assert_true(guard_uri_ctl("/a\x01b"));
+    assert_false(guard_uri_ctl("/api/v1/jobs?q=a%2500b"));     /* "%00" as text */
+    assert_false(guard_uri_ctl("/a%20b%7E%C3%A9"));
+    assert_false(guard_uri_ctl("/a%0"));                       /* cut short: not an escape */
+    assert_false(guard_uri_ctl("/a%g0"));
+}
+
 static void test_memory_limit_above_the_limits(void **state)
 {
     (void)state;
@@ -120,6 +161,8 @@ int main(void)
         cmocka_unit_test(test_allowed_host_flag),
         cmocka_unit_test(test_origin_same),
         cmocka_unit_test(test_json_nul),
+        cmocka_unit_test(test_json_dup),
+        cmocka_unit_test(test_uri_ctl),
         cmocka_unit_test(test_memory_limit_above_the_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
