@@ -698,6 +698,8 @@ int spec_parse(const cJSON *json, net_shape in, int classes, net_spec *out,
     int n = cJSON_GetArraySize(layers);
     if (n < 1)
         return set_err(err, errlen, "\"layers\" is empty: a network needs at least one layer");
+    if (n > SPEC_LAYERS_MAX)
+        return set_err(err, errlen, "\"layers\" has %d layers, more than %d", n, SPEC_LAYERS_MAX);
     if (!(s.layers = calloc((size_t)n, sizeof *s.layers)))
         return set_err(err, errlen, "out of memory for %d layers", n);
     s.nlayers = n;

@@ -18,6 +18,10 @@
 #include "engine/net.h"
 
 #define SPEC_NAME_MAX 64            /* layer names: at most 63 bytes */
+/* Layers in one spec: ResNet-152 written out layer by layer is about 520.
+ * Names are resolved by a scan of the layers before, so a spec's check is
+ * quadratic in this (about 0.2 s at the limit). */
+#define SPEC_LAYERS_MAX 10000
 #define SPEC_MAX_INPUTS 15          /* inputs of one add or concat */
 
 typedef enum layer_kind {

@@ -285,6 +285,20 @@ static void test_sizes_past_int64(void **state)
     refuse_exact("{\"input\": [1000000000, 1000000000, 1000000000], \"layers\": "
                  "[{\"type\": \"relu\"}]}", NONE, 10,
                  "input [1000000000, 1000000000, 1000000000] is too large");
+    /* More layers than SPEC_LAYERS_MAX: refused before any is parsed. */
+    {
+        cJSON *j = cJSON_CreateObject(), *ls = cJSON_AddArrayToObject(j, "layers");
+        for (int i = 0; i <= SPEC_LAYERS_MAX; i++) {
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddStringToObject(l, "type", "relu");
+            cJSON_AddItemToArray(ls, l);
+        }
+        char e[256];
+        net_spec t;
+        assert_int_equal(spec_parse(j, MNIST, 10, &t, e, sizeof e), -1);
+        assert_string_equal(e, "\"layers\" has 10001 layers, more than 10000");
+        cJSON_Delete(j);
+    }
     /* A pool on an input near INT32_MAX tall, padded past it. */
     char err[512];
     net_spec s;
