@@ -134,7 +134,10 @@ int import_option_set_json(import_opts *o, const char *name, const cJSON *v, api
     }
     char text[32];
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 1e18) {
-        snprintf(text, sizeof text, "%s", cJSON_IsNumber(v) ? "a fraction" : cJSON_IsString(v) ? v->valuestring : "not a number");
+        if (cJSON_IsNumber(v))
+            snprintf(text, sizeof text, "%.6g", v->valuedouble);     /* a fraction, or past any limit */
+        else
+            snprintf(text, sizeof text, "%s", cJSON_IsString(v) ? v->valuestring : "not a number");
         return option_refused(opt, text, e);
     }
     snprintf(text, sizeof text, "%.0f", v->valuedouble);
