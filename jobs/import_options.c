@@ -3,6 +3,7 @@
  */
 #include "jobs/import.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -120,7 +121,8 @@ int import_option_set(import_opts *o, const char *name, const char *text, api_er
     char *end;
     errno = 0;
     long long v = text ? strtoll(text, &end, 10) : 0;
-    if (!text || errno || end == text || *end || !option_allows(opt, v)) return option_refused(opt, text, e);
+    bool starts = text && (isdigit((unsigned char)text[0]) || text[0] == '-');   /* strtoll skips spaces */
+    if (!starts || errno || end == text || *end || !option_allows(opt, v)) return option_refused(opt, text, e);
     option_store(o, opt, v);
     return 0;
 }

@@ -28,6 +28,7 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <linux/tcp.h>              /* struct tcp_info with tcpi_bytes_sent, TCP_INFO */
 #include <netinet/in.h>
@@ -176,8 +177,8 @@ const char *http_header(request *r, const char *key)
 
 bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
-    if (!s || !*s)
-        return false;
+    if (!s || !(isdigit((unsigned char)*s) || *s == '-'))
+        return false;                        /* strtoll would skip spaces and take '+' */
     errno = 0;
     char *end;
     long long v = strtoll(s, &end, 10);

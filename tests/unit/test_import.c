@@ -1286,6 +1286,9 @@ static void test_option_values(void **state) {
     assert_non_null(strstr(e.message, "\"squash\", \"crop\", \"fill\", \"half_crop\""));
     assert_int_equal(import_option_set(&o, "seed", "-1", &e), -1);
     assert_int_equal(import_option_set(&o, "test_percent", "101", &e), -1);
+    assert_int_equal(import_option_set(&o, "val_percent", " 5", &e), -1);   /* as strict as "5 " */
+    assert_int_equal(import_option_set(&o, "val_percent", "5 ", &e), -1);
+    assert_int_equal(import_option_set(&o, "val_percent", "+5", &e), -1);
 
     cJSON *v = cJSON_CreateNumber(32);
     assert_int_equal(import_option_set_json(&o, "width", v, &e), 0);
