@@ -14,9 +14,9 @@ const REFRESH_MS = 3000;
 function label(it) {
   if (it.hidden) return h('span', { class: 'muted' }, `another user's ${it.kind}`);
   if (it.kind === 'evaluation') {
-    return h('span', {}, `evaluation ${it.id} of `, h('a', { href: `#/job/${it.job_id}` }, `job ${it.job_id}`));
+    return h('span', {}, `evaluation ${it.id} of `, h('a', { href: `#/jobs/${it.job_id}` }, `job ${it.job_id}`));
   }
-  return h('a', { href: `#/job/${it.id}` }, `#${it.id}${it.name ? ` ${it.name}` : ''}`);
+  return h('a', { href: `#/jobs/${it.id}` }, `#${it.id}${it.name ? ` ${it.name}` : ''}`);
 }
 
 function devicesText(d) {

@@ -13,7 +13,13 @@ export function parseRuns(query) {
   const m = /(?:^|[?&])runs=([^&]*)/.exec(query || '');
   const ids = [];
   if (!m) return ids;
-  for (const part of decodeURIComponent(m[1]).split(',')) {
+  let list;
+  try {
+    list = decodeURIComponent(m[1]);
+  } catch {
+    list = m[1];      // a stray '%' (typed by hand): the ids around it still count
+  }
+  for (const part of list.split(',')) {
     const t = part.trim();
     if (!/^\d+$/.test(t)) continue;
     const id = Number(t);

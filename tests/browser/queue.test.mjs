@@ -81,5 +81,10 @@ test('the queue card: running with devices, waiting in order with reasons, ▲ r
   assert.match(r[1].cells[3], /2/);
   const c = await api(base, 'GET', `/api/v1/jobs/${ids.c}`);
   assert.equal(c.body.priority, 2);
+
+  // A job's name in the card opens its page (the links said #/job/ID, which no route took).
+  await page.click(`#queue-table tr[data-id="${ids.a}"] a`);
+  await page.waitForSelector('#main[data-view="job"]');
+  assert.equal(await page.evaluate(() => location.hash), `#/jobs/${ids.a}`);
   assert.deepEqual(problems, []);
 });

@@ -65,6 +65,7 @@ test('parseRuns reads the ids a comparison URL names', () => {
   assert.deepEqual(runs.parseRuns('?x=1&runs=3,%201,3,abc,-2,0,1.5,,9'), [3, 1, 9]);
   assert.deepEqual(runs.parseRuns(''), []);
   assert.deepEqual(runs.parseRuns('?runs='), []);
+  assert.deepEqual(runs.parseRuns('?runs=4,%E0,5,%'), [4, 5], 'a malformed escape does not throw');
   const many = Array.from({ length: runs.MAX_RUNS + 5 }, (_, i) => i + 1).join(',');
   assert.equal(runs.parseRuns(`?runs=${many}`).length, runs.MAX_RUNS);
 });
