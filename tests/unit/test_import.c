@@ -560,6 +560,23 @@ static void test_no_images(void **state) {
     assert_string_equal(err, NO_IMAGES);
 }
 
+/* Imports f->archive, all to train: exactly classes a (images of value 10)
+ * and b (20), two images each; no value-30 image got in. */
+static void import_expect_a_b(const fixture *f) {
+    import_opts o = IMPORT_OPTS_DEFAULT;
+    o.val_percent = 0;
+    char err[512] = "";
+    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    static const char *const classes[] = { "a", "b" };
+    ds_info info;
+    expect_info(f, &info, 1, 3, 3, 4, 0, classes, 2);
+    ds_info_free(&info);
+    ds_split *tr = open_split(f, "train.kds");
+    for (size_t i = 0; i < ds_split_count(tr); i++)   /* none of the value-30 images got in */
+        assert_int_equal(ds_split_image(tr, i)[4], ds_split_label(tr, i) == 0 ? 10 : 20);
+    ds_split_close(tr);
+}
+
 static void test_unsafe_entries_skipped(void **state) {
     fixture *f = *state;
     static const uint8_t v1[1] = { 10 }, v2[1] = { 20 }, v3[1] = { 30 };
@@ -576,18 +593,7 @@ static void test_unsafe_entries_skipped(void **state) {
     arc_blob(a, "b/4.png", make_png_const(3, 3, 1, v2));
     arc_close(a);
 
-    import_opts o = IMPORT_OPTS_DEFAULT;
-    o.val_percent = 0;
-    char err[512] = "";
-    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
-    static const char *const classes[] = { "a", "b" };
-    ds_info info;
-    expect_info(f, &info, 1, 3, 3, 4, 0, classes, 2);
-    ds_info_free(&info);
-    ds_split *tr = open_split(f, "train.kds");
-    for (size_t i = 0; i < ds_split_count(tr); i++)   /* none of the value-30 images got in */
-        assert_int_equal(ds_split_image(tr, i)[4], ds_split_label(tr, i) == 0 ? 10 : 20);
-    ds_split_close(tr);
+    import_expect_a_b(f);
 
     char *log = read_log(f);
     assert_non_null(strstr(log, "../evil.png"));
@@ -629,18 +635,7 @@ static void test_bad_class_folder_names(void **state) {
     arc_blob(a, "b/4.png", make_png_const(3, 3, 1, v2));
     arc_close(a);
 
-    import_opts o = IMPORT_OPTS_DEFAULT;
-    o.val_percent = 0;
-    char err[512] = "";
-    if (import_archive(f->archive, f->dir, &o, NULL, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
-    static const char *const classes[] = { "a", "b" };
-    ds_info info;
-    expect_info(f, &info, 1, 3, 3, 4, 0, classes, 2);
-    ds_info_free(&info);
-    ds_split *tr = open_split(f, "train.kds");
-    for (size_t i = 0; i < ds_split_count(tr); i++)   /* none of the value-30 images got in */
-        assert_int_equal(ds_split_image(tr, i)[4], ds_split_label(tr, i) == 0 ? 10 : 20);
-    ds_split_close(tr);
+    import_expect_a_b(f);
     char *log = read_log(f);
     assert_non_null(strstr(log, "a control character in a class name"));
     assert_non_null(strstr(log, "a class name longer than 255 bytes"));
