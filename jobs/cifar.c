@@ -238,7 +238,7 @@ static int scan_folder(scan *sc, const char *dir, const char *prefix, char *err,
             rc = add_meta(sc, name, where, r.meta, err, errlen);
             continue;
         }
-        src s = { .fd = open(where, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) };
+        src s = { .fd = open(where, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) };
         if (s.fd < 0) {
             rc = set_err(err, errlen, "%s: %s", name, strerror(errno));
             break;
@@ -292,7 +292,7 @@ static int read_meta_entry(scan *sc, struct archive *a, meta_kind m, char *err, 
 /* Opens the archive at path; *fd is the file under it (closed by the caller
  * after archive_read_free). */
 static struct archive *open_archive(const char *path, int *fd, char *err, size_t errlen) {
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (*fd < 0) {
         set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return NULL;
@@ -522,7 +522,7 @@ static int read_batch(reading *rd, const batch *b, src *s, char *err, size_t err
 static int read_folder(reading *rd, char *err, size_t errlen) {
     for (int i = 0; i < rd->s->nbatches; i++) {
         const batch *b = &rd->s->batches[i];
-        src s = { .fd = open(b->where, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) };
+        src s = { .fd = open(b->where, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) };
         if (s.fd < 0) return set_err(err, errlen, "%s: %s", b->name, strerror(errno));
         int rc = read_batch(rd, b, &s, err, errlen);
         close(s.fd);

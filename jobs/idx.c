@@ -86,7 +86,7 @@ static void stream_close(stream *s) {
 static int stream_open(stream *s, const idx_file *f, char *err, size_t errlen) {
     *s = (stream){ .fd = -1, .name = f->name };
     struct stat st;
-    s->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    s->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (s->fd < 0) return set_err(err, errlen, "%s: %s", f->name, strerror(errno));
     if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         stream_close(s);

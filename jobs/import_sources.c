@@ -69,7 +69,8 @@ static int list_entry(void *arg, const pathlist_entry *e, char *err, size_t errl
     size_t len = 0;
     int rr = 1;
     struct stat st;
-    int fd = open(resolved, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO named in the list must not block the import queue in open() */
+    int fd = open(resolved, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         set_err(why, sizeof why, "%s", fd < 0 ? strerror(errno) : "not a regular file");
         if (fd >= 0) close(fd);

@@ -214,7 +214,7 @@ pathlist *pathlist_open(const char *list_path, const char *labels_path, char *er
         set_err(err, errlen, "out of memory");
         return NULL;
     }
-    l->fd = open(list_path, O_RDONLY | O_CLOEXEC);
+    l->fd = open(list_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (l->fd < 0) {
         set_err(err, errlen, "cannot read %s: %s", list_path, strerror(errno));

@@ -161,7 +161,7 @@ out:
 
 int class_names_load(class_names *c, const char *path, const char *file, int max, char *err, size_t errlen) {
     *c = (class_names){ 0 };
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return set_err(err, errlen, "%s: %s", file, strerror(errno));
     struct stat st;
     char *buf = NULL;

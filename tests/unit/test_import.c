@@ -1380,7 +1380,10 @@ static void test_list_source(void **state) {
                      "digits/2/0.png 2\ndigits/2/1.png 2\n"
                      "digits/2/2.png 7\n"          /* label out of range */
                      "digits/2/nope.png 2\n"       /* missing */
-                     "%s/secret.png 1\n", f->root);   /* outside the tree */
+                     "%s/secret.png 1\n"             /* outside the tree */
+                     "digits/2/fifo.png 2\n", f->root);   /* a FIFO: open() must not wait for a writer */
+    snprintf(path, sizeof path, "%s/digits/2/fifo.png", tree);
+    assert_int_equal(mkfifo(path, 0644), 0);
     snprintf(path, sizeof path, "%s/list.txt", tree);
     assert_int_equal(du_write_file(path, list, (size_t)n), 0);
     char labels[PATH_MAX + 64];
@@ -1397,7 +1400,7 @@ static void test_list_source(void **state) {
     assert_string_equal(info.classes[0], "zero");
     assert_string_equal(info.classes[2], "two");
     assert_int_equal(info.train_count, 6);
-    assert_int_equal(rep.unreadable, 3);
+    assert_int_equal(rep.unreadable, 4);
     import_report_free(&rep);
     ds_info_free(&info);
     ds_split *tr = open_split(f, "train.kds");
@@ -1416,7 +1419,7 @@ static void test_list_source(void **state) {
     src.roots = NULL;
     if (import_run(&src, f->dir, NULL, NULL, &info, &rep, err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(info.train_count, 7);
-    assert_int_equal(rep.unreadable, 2);
+    assert_int_equal(rep.unreadable, 3);
     import_report_free(&rep);
     ds_info_free(&info);
     import_roots_free(&roots);
