@@ -790,7 +790,14 @@ static int h_job_resume(request *r)
         return answered;
     char status[16];
     snprintf(status, sizeof status, "%s", j.status);
+    /* Its owner must still read its dataset (it may have been unshared since). */
+    cJSON *config = j.config_json ? cJSON_Parse(j.config_json) : NULL;
+    int64_t ds;
+    bool hidden = config && lookup_config_dataset_hidden(r->srv, j.owner_id, config, &ds);
+    cJSON_Delete(config);
     store_job_clear(&j);
+    if (hidden)
+        return http_error(r, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds);
     if (!resumable_status(status))
         return http_error(r, MHD_HTTP_CONFLICT, "job_not_resumable",
                           "job %lld is %s; only a failed or cancelled job can be resumed",

@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 
+#include "db/users.h"          /* store_user_get: a trial's or resumed job's owner */
+
 enum MHD_Result lookup_not_found(request *r, const char *kind, int64_t id)
 {
     char code[32];
@@ -86,6 +88,21 @@ bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id)
     bool hidden = !visible(r, d.owner_id, d.shared);
     store_dataset_clear(&d);
     return hidden;
+}
+
+bool lookup_config_dataset_hidden(server *srv, int64_t owner, const cJSON *config, int64_t *id)
+{
+    request as = { .srv = srv, .user_id = owner };
+    if (owner > 0) {
+        store_user u;
+        if (store_user_get(srv->st, owner, &u) == 0) {
+            as.admin = u.admin;
+            store_user_clear(&u);
+        }
+    } else {
+        as.admin = true;                 /* no owner: made on a server without users */
+    }
+    return lookup_body_dataset_hidden(&as, config, id);
 }
 
 bool lookup_eval(request *r, int64_t id, store_eval *e, enum MHD_Result *answered)

@@ -45,6 +45,12 @@ bool lookup_dataset_change(request *r, int64_t id, store_dataset *d, enum MHD_Re
  * request's own checks answer. Answers nothing. */
 bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id);
 
+/* The same for work started without a request (a sweep's trial) or again
+ * later (a resumed job): true when config's "dataset_id" names a dataset
+ * that exists and user `owner` may not read now (not theirs, not shared, and
+ * they are no admin; owner 0, a server without users, reads all). */
+bool lookup_config_dataset_hidden(server *srv, int64_t owner, const cJSON *config, int64_t *id);
+
 /* The owner to filter lists by (store_*_list_for): 0 for an admin (all),
  * the caller's user id, or -1 (matches nothing) for user 0 without admin. */
 int64_t lookup_owner_filter(const request *r);

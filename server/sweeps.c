@@ -221,6 +221,11 @@ static int start_trial(drive *d, api_error *e)
     cJSON *req = values ? sweep_trial_request(&d->spec, values, epochs, e) : NULL;
     int64_t job_id = 0;
     int rc = !values ? api_fail(e, 500, "internal", "out of memory") : !req ? -1 : name_trial(d, req, i, e);
+    /* The owner must read this trial's dataset now: the space may name one
+     * (not only base.dataset_id), and a dataset may be unshared mid-sweep. */
+    int64_t ds;
+    if (rc == 0 && lookup_config_dataset_hidden(d->srv, d->sw.owner_id, req, &ds))
+        rc = api_fail(e, 422, "dataset_not_found", "dataset %lld does not exist", (long long)ds);
     if (rc == 0)
         rc = jobspec_create(d->srv->st, d->srv->data_dir, req, &job_id, e);
     cJSON_Delete(req);

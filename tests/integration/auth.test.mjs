@@ -266,6 +266,42 @@ test('a shared dataset is readable and trainable by all, changed only by its own
   await expectStatus('GET', `/api/v1/jobs/${carolJob}`, undefined, 'bob', 404);
 });
 
+test('a sweep\'s trial and a resumed job may not use a dataset their owner cannot read', async () => {
+  // Bob's sweep names the demo (nobody's, not shared) in its space, beside his own base dataset:
+  // as its first trial the sweep is refused; as its second, that trial fails and makes no job.
+  const sweepOf = (values) => ({
+    base: { dataset_id: bobDataset, network: 'lenet', epochs: 1, batch_size: 16 },
+    method: 'grid', parallel: 2, space: { dataset_id: { values } },
+  });
+  const first = await expectStatus('POST', '/api/v1/sweeps', sweepOf([demoId]), 'bob', 422);
+  assert.match(first.body.error.message, new RegExp(`first trial: dataset ${demoId} does not exist`));
+  const sw = await expectStatus('POST', '/api/v1/sweeps', sweepOf([bobDataset, demoId]), 'bob', 201);
+  let s;
+  await waitFor(async () => {
+    s = (await call('GET', `/api/v1/sweeps/${sw.body.id}`, undefined, 'bob')).body;
+    return s.trials && s.trials.length === 2;
+  }, { timeoutMs: 30_000, what: 'the sweep\'s two trials' });
+  const bad = s.trials.find((t) => t.params && t.params.dataset_id === demoId) || s.trials.find((t) => t.state === 'failed');
+  assert.ok(bad, JSON.stringify(s.trials));
+  assert.equal(bad.state, 'failed', JSON.stringify(bad));
+  assert.equal(bad.job_id, null, 'no job was made on the demo');
+  assert.match(JSON.stringify(bad), new RegExp(`dataset ${demoId} does not exist`));
+  const cancel = await call('POST', `/api/v1/sweeps/${sw.body.id}/cancel`, undefined, 'bob');
+  assert.ok(cancel.status < 300, describeResponse('POST', 'cancel', cancel));
+  await waitFor(async () => (await call('GET', `/api/v1/sweeps/${sw.body.id}`, undefined, 'bob')).body.state !== 'running',
+    { timeoutMs: 30_000, what: 'the sweep cancelled' });
+  // Bob's job list is his one job again, as the tests after this expect.
+  for (const t of s.trials.filter((x) => x.job_id)) {
+    await waitFor(async () => (await call('DELETE', `/api/v1/jobs/${t.job_id}`, undefined, 'bob')).status === 204,
+      { timeoutMs: 30_000, what: `the trial's job ${t.job_id} deleted` });
+  }
+  // Carol's job on bob's dataset, after he unshares it, does not run again.
+  await expectStatus('PATCH', `/api/v1/datasets/${bobDataset}`, { shared: false }, 'bob', 200);
+  const res = await expectStatus('POST', `/api/v1/jobs/${carolJob}/resume`, undefined, 'carol', 422);
+  assert.equal(res.body.error.code, 'dataset_not_found');
+  await expectStatus('PATCH', `/api/v1/datasets/${bobDataset}`, { shared: true }, 'bob', 200);
+});
+
 test('an admin sees and reaches everyone\'s', async () => {
   const jobs = await expectStatus('GET', '/api/v1/jobs', undefined, 'alice', 200);
   const seen = new Set(jobs.body.items.map((j) => j.id));
