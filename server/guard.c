@@ -286,13 +286,40 @@ static int header_lines(struct MHD_Connection *c, const char *name)
     return h.n;
 }
 
+/* RFC 9110 5.6.2: a header name is a token. "Content-Length : 5" is not one,
+ * and a server that skips it reads the body as the next request. */
+static bool is_token(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!(isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c))))
+            return false;
+    }
+    return true;
+}
+
+static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                     const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)value;
+    (void)value_size;
+    if (is_token(key, key_size))
+        return MHD_YES;
+    *(const char **)cls = key;
+    return MHD_NO;
+}
+
 /* The request's framing, which libmicrohttpd 0.9.75 takes as it comes: a
  * header that decides where the body ends or who may write, sent twice, is
  * refused rather than guessed at (the first and the last may differ between
  * kiln and a proxy in front: request smuggling); so are a Content-Length
  * beside Transfer-Encoding, a transfer coding other than chunked (501, RFC
  * 9112 6.1: its body would never be delivered, and the client would wait)
- * and an HTTP/1.1 request without Host (RFC 9112 3.2). */
+ * an HTTP/1.1 request without Host (RFC 9112 3.2), a header name that is
+ * not a token and a Content-Length that is not digits. */
 static bool framing_refused(request *r, int *answered)
 {
     static const char *const once[] = { MHD_HTTP_HEADER_CONTENT_LENGTH, MHD_HTTP_HEADER_TRANSFER_ENCODING,
@@ -303,6 +330,19 @@ static bool framing_refused(request *r, int *answered)
                                    "the request has more than one %s header", once[i]);
             return true;
         }
+    }
+    const char *bad = NULL;
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, find_bad_name, &bad);
+    if (bad) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               "the header name \"%.64s\" holds a space or another character a name may not", bad);
+        return true;
+    }
+    const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && (!*cl || strspn(cl, "0123456789") != strlen(cl))) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               "Content-Length \"%.40s\" is not a number of bytes", cl);
+        return true;
     }
     const char *te = http_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     if (te && strcasecmp(te, "chunked") != 0) {

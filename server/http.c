@@ -574,6 +574,7 @@ void *http_on_uri(void *cls, const char *uri, struct MHD_Connection *c)
     r->srv = cls;
     r->conn = c;
     r->uri_ctl = guard_uri_ctl(uri);
+    r->uri_end = uri + strlen(uri);
     return r;
 }
 
@@ -588,6 +589,11 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
         r->url = r->full_url = url;
         r->method = method;
         r->version = version;
+        /* libmicrohttpd ends the URI where the request line's last space was
+         * and the version follows it; a raw NUL inside the URI ends the C
+         * string earlier, with bytes left before the version. */
+        if (r->uri_end && version && version > r->uri_end + 1)
+            r->uri_ctl = true;
         r->t0 = mono_now();
         r->tcp_sent0 = r->srv->access_log != ACCESS_LOG_OFF ? tcp_written(c) : -1;
         *con_cls = r;

@@ -39,6 +39,7 @@ typedef struct request {
     const char *method;
     const char *version;          /* "HTTP/1.1", as MHD gives it */
     bool uri_ctl;                 /* the URI as received holds a control byte (guard_uri_ctl) */
+    const char *uri_end;          /* where the URI as received ends as a C string (its NUL) */
     const route *rt;              /* NULL when unrouted (then an error is pending) */
     int64_t id;                   /* the route's :id */
 

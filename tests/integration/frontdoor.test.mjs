@@ -288,6 +288,9 @@ test('a control byte in the URI, escaped or raw, is 400 and deletes nothing (%00
   }
   const r = await raw('GET /api/v1/da\x01tasets HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n');
   assert.match(r.text, /^HTTP\/1\.1 400 [^]*"invalid_uri"/, r.text);
+  // A raw NUL, which ends the URI's C string before libmicrohttpd's version.
+  const nul = await raw(`DELETE ${ds}\x00/samples HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: close\r\n\r\n`);
+  assert.match(nul.text, /^HTTP\/1\.1 400 [^]*"invalid_uri"/, nul.text);
   assert.equal((await request('GET', ds)).status, 200, 'the dataset is still there');
   // A literal "%00" in a query value, sent escaped as %25, is text like any other.
   assert.equal((await request('GET', '/api/v1/jobs?q=a%2500b')).status, 200);
@@ -305,6 +308,7 @@ test('framing is not guessed at: doubled headers, Content-Length with Transfer-E
     [`${summary}${host}Origin: ${self()}\r\nOrigin: http://evil.example\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
       400, /more than one Origin/],
     [`GET /api/v1/datasets HTTP/1.1\r\nConnection: close\r\n\r\n`, 400, /must have a Host header/],
+    [`${summary}${host}Content-Length : ${body.length}\r\n\r\n${body}`, 400, /header name \\"Content-Length \\" holds a space/],
     // A coding MHD would never deliver a body for: answered at once, not after the idle timeout.
     [`${summary}${host}Transfer-Encoding: gzip\r\n\r\n`, 501, /Transfer-Encoding \\"gzip\\" is not supported/],
   ];
