@@ -97,8 +97,13 @@ static bool is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
 const char *readers_class_name_problem(const char *s, size_t n) {
     if (n == 0) return "an empty class name";
     if (n > READERS_NAME_MAX) return "a class name longer than " TEXT(READERS_NAME_MAX) " bytes";
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return "a control character in a class name";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        /* C0, DEL, and C1 (U+0080..U+009F: 0xC2 0x80..0x9F in UTF-8) */
+        if (c < 0x20 || c == 0x7f || (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+                                      (unsigned char)s[i + 1] <= 0x9f))
+            return "a control character in a class name";
+    }
     return NULL;
 }
 

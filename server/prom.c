@@ -53,7 +53,15 @@ static bool same_key(const char *m1, const char *r1, const char *m2, const char 
 void prom_http_observe(const char *method, const char *pattern, unsigned status, double seconds)
 {
     char m[8];
-    snprintf(m, sizeof m, "%s", method ? method : "");
+    /* A method is a label only when HTTP defines it: anyone can send made-up
+     * ones, and each would take a series until the table is full. */
+    static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE",
+                                         "CONNECT" };
+    const char *label = "other";
+    for (size_t k = 0; method && k < sizeof known / sizeof known[0]; k++)
+        if (!strcmp(method, known[k]))
+            label = known[k];
+    snprintf(m, sizeof m, "%s", label);
     pthread_mutex_lock(&reqs.mu);
     size_t i = 0;
     while (i < reqs.nseries && !(reqs.series[i].code == status &&

@@ -133,6 +133,7 @@ static void test_grouped_and_class_names(void **state) {
         { "a\n\xc0\xaf\n", "not UTF-8" },                  /* an overlong '/' */
         { "a\n\xed\xa0\x80\n", "not UTF-8" },              /* a surrogate */
         { "a\nb\nc\nd\n", "m.txt: more than 3 class names" },
+        { "a\nb\xc2\x85" "c\n", "m.txt: line 2: a control character" },   /* U+0085, a C1 control */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int max = i == 7 ? 3 : 256;
