@@ -3,8 +3,6 @@
  */
 #include "jobs/import.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -16,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/err.h"
+#include "base/num.h"         /* num_parse_i64 */
 #include "engine/dataset.h"   /* ds_encoding_name */
 #include "engine/image.h"     /* img_resize_name */
 #include "jobs/import_internal.h"   /* IMPORT_MAX_TARGET, COUNT_OF */
@@ -118,11 +117,8 @@ int import_option_set(import_opts *o, const char *name, const char *text, api_er
             }
         return option_refused(opt, text, e);
     }
-    char *end;
-    errno = 0;
-    long long v = text ? strtoll(text, &end, 10) : 0;
-    bool starts = text && (isdigit((unsigned char)text[0]) || text[0] == '-');   /* strtoll skips spaces */
-    if (!starts || errno || end == text || *end || !option_allows(opt, v)) return option_refused(opt, text, e);
+    int64_t v;
+    if (!num_parse_i64(text, INT64_MIN, INT64_MAX, &v) || !option_allows(opt, v)) return option_refused(opt, text, e);
     option_store(o, opt, v);
     return 0;
 }

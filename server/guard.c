@@ -260,32 +260,6 @@ bool guard_uri_ctl(const char *raw)
     return false;
 }
 
-/* How many header lines name `name` (case-insensitively). */
-typedef struct header_count {
-    const char *name;
-    int n;
-} header_count;
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                    const char *value, size_t value_size)
-{
-    (void)kind;
-    (void)key_size;
-    (void)value;
-    (void)value_size;
-    header_count *h = cls;
-    if (!strcasecmp(key, h->name))
-        h->n++;
-    return MHD_YES;
-}
-
-static int header_lines(struct MHD_Connection *c, const char *name)
-{
-    header_count h = { name, 0 };
-    MHD_get_connection_values_n(c, MHD_HEADER_KIND, count_header, &h);
-    return h.n;
-}
-
 /* RFC 9110 5.6.2: a header name is a token. "Content-Length : 5" is not one,
  * and a server that skips it reads the body as the next request. */
 static bool is_token(const char *s, size_t n)
@@ -300,16 +274,32 @@ static bool is_token(const char *s, size_t n)
     return true;
 }
 
-static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                     const char *value, size_t value_size)
+/* The headers that decide where a body ends or who may write: each may come once. */
+static const char *const once_headers[] = { MHD_HTTP_HEADER_CONTENT_LENGTH, MHD_HTTP_HEADER_TRANSFER_ENCODING,
+                                            MHD_HTTP_HEADER_HOST, "Origin" };
+#define ONCE_COUNT (sizeof once_headers / sizeof once_headers[0])
+
+/* One pass over the header lines: how often each of once_headers comes,
+ * and the first name that is not a token. */
+typedef struct header_scan {
+    int seen[ONCE_COUNT];
+    const char *bad_name;
+} header_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
 {
     (void)kind;
     (void)value;
     (void)value_size;
-    if (is_token(key, key_size))
-        return MHD_YES;
-    *(const char **)cls = key;
-    return MHD_NO;
+    header_scan *h = cls;
+    if (!is_token(key, key_size)) {
+        h->bad_name = key;
+        return MHD_NO;
+    }
+    for (size_t i = 0; i < ONCE_COUNT; i++)
+        h->seen[i] += !strcasecmp(key, once_headers[i]);
+    return MHD_YES;
 }
 
 /* The request's framing, which libmicrohttpd 0.9.75 takes as it comes: a
@@ -322,21 +312,20 @@ static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const c
  * not a token and a Content-Length that is not digits. */
 static bool framing_refused(request *r, int *answered)
 {
-    static const char *const once[] = { MHD_HTTP_HEADER_CONTENT_LENGTH, MHD_HTTP_HEADER_TRANSFER_ENCODING,
-                                        MHD_HTTP_HEADER_HOST, "Origin" };
-    for (size_t i = 0; i < sizeof once / sizeof once[0]; i++) {
-        if (header_lines(r->conn, once[i]) > 1) {
+    header_scan h = { { 0 }, NULL };
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, scan_header, &h);
+    if (h.bad_name) {
+        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               "the header name \"%.64s\" holds a space or another character a name may not",
+                               h.bad_name);
+        return true;
+    }
+    for (size_t i = 0; i < ONCE_COUNT; i++) {
+        if (h.seen[i] > 1) {
             *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
-                                   "the request has more than one %s header", once[i]);
+                                   "the request has more than one %s header", once_headers[i]);
             return true;
         }
-    }
-    const char *bad = NULL;
-    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, find_bad_name, &bad);
-    if (bad) {
-        *answered = http_error(r, MHD_HTTP_BAD_REQUEST, "bad_request",
-                               "the header name \"%.64s\" holds a space or another character a name may not", bad);
-        return true;
     }
     const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && (!*cl || strspn(cl, "0123456789") != strlen(cl))) {

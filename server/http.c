@@ -28,7 +28,6 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <linux/tcp.h>              /* struct tcp_info with tcpi_bytes_sent, TCP_INFO */
 #include <netinet/in.h>
@@ -40,6 +39,7 @@
 #include <time.h>
 
 #include "base/utf8.h"              /* utf8_valid, utf8_dup_any: answers are UTF-8 */
+#include "base/num.h"               /* num_parse_i64 */
 #include "server/auth.h"           /* auth_request */
 #include "server/guard.h"          /* guard_check, guard_body_type, guard_json_nul */
 #include "server/prom.h"           /* prom_http_observe: GET /metrics' request counters */
@@ -177,15 +177,7 @@ const char *http_header(request *r, const char *key)
 
 bool http_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
-    if (!s || !(isdigit((unsigned char)*s) || *s == '-'))
-        return false;                        /* strtoll would skip spaces and take '+' */
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
+    return num_parse_i64(s, lo, hi, out);    /* base/num.c: the one strict rule */
 }
 
 bool http_utf8_valid(const char *s, size_t n, size_t *bad_at)
@@ -582,17 +574,18 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char 
                                 const char *method, const char *version, const char *data,
                                 size_t *size, void **con_cls)
 {
+    (void)cls;
     request *r = *con_cls;
-    if (!r || !r->method) {                 /* the first call */
-        if (!r && !(r = http_on_uri(cls, "", c)))
-            return MHD_NO;
+    if (!r)                                 /* http_on_uri ran out of memory: the URI went unchecked */
+        return MHD_NO;
+    if (!r->method) {                       /* the first call */
         r->url = r->full_url = url;
         r->method = method;
         r->version = version;
         /* libmicrohttpd ends the URI where the request line's last space was
          * and the version follows it; a raw NUL inside the URI ends the C
          * string earlier, with bytes left before the version. */
-        if (r->uri_end && version && version > r->uri_end + 1)
+        if (version && version > r->uri_end + 1)
             r->uri_ctl = true;
         r->t0 = mono_now();
         r->tcp_sent0 = r->srv->access_log != ACCESS_LOG_OFF ? tcp_written(c) : -1;

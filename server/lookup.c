@@ -16,9 +16,14 @@ enum MHD_Result lookup_not_found(request *r, const char *kind, int64_t id)
 /* May r's caller see a row owned by owner (0: nobody's), shared or not? An
  * admin (and everyone on an open server, server/auth.h) sees all; a user
  * their own and shared ones; user 0 without admin nothing. */
+static bool visible_to(int64_t user_id, bool admin, int64_t owner, bool shared)
+{
+    return admin || (user_id > 0 && (owner == user_id || shared));
+}
+
 static bool visible(const request *r, int64_t owner, bool shared)
 {
-    return r->admin || (r->user_id > 0 && (owner == r->user_id || shared));
+    return visible_to(r->user_id, r->admin, owner, shared);
 }
 
 int64_t lookup_owner_filter(const request *r)
@@ -75,7 +80,9 @@ bool lookup_dataset_change(request *r, int64_t id, store_dataset *d, enum MHD_Re
     return false;
 }
 
-bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id)
+/* body's "dataset_id" names a dataset that exists and user_id (admin or
+ * not) may not read; *id is that id. */
+static bool dataset_hidden(server *srv, int64_t user_id, bool admin, const cJSON *body, int64_t *id)
 {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(body, "dataset_id");
     if (!cJSON_IsNumber(f) || f->valuedouble < 1 || f->valuedouble >= 9e15 ||
@@ -83,26 +90,27 @@ bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id)
         return false;
     *id = (int64_t)f->valuedouble;
     store_dataset d;
-    if (store_dataset_get(r->srv->st, *id, &d) != 0)
+    if (store_dataset_get(srv->st, *id, &d) != 0)
         return false;                  /* missing or unreadable: the caller's own check answers */
-    bool hidden = !visible(r, d.owner_id, d.shared);
+    bool hidden = !visible_to(user_id, admin, d.owner_id, d.shared);
     store_dataset_clear(&d);
     return hidden;
 }
 
+bool lookup_body_dataset_hidden(request *r, const cJSON *body, int64_t *id)
+{
+    return dataset_hidden(r->srv, r->user_id, r->admin, body, id);
+}
+
 bool lookup_config_dataset_hidden(server *srv, int64_t owner, const cJSON *config, int64_t *id)
 {
-    request as = { .srv = srv, .user_id = owner };
-    if (owner > 0) {
-        store_user u;
-        if (store_user_get(srv->st, owner, &u) == 0) {
-            as.admin = u.admin;
-            store_user_clear(&u);
-        }
-    } else {
-        as.admin = true;                 /* no owner: made on a server without users */
+    bool admin = owner <= 0;             /* no owner: made on a server without users */
+    store_user u;
+    if (owner > 0 && store_user_get(srv->st, owner, &u) == 0) {
+        admin = u.admin;
+        store_user_clear(&u);
     }
-    return lookup_body_dataset_hidden(&as, config, id);
+    return dataset_hidden(srv, owner, admin, config, id);
 }
 
 bool lookup_eval(request *r, int64_t id, store_eval *e, enum MHD_Result *answered)
