@@ -19,8 +19,9 @@
  *   every cross-site request that changes something.
  * - Its URI and framing: a control byte in the URI, raw or escaped, is 400
  *   (guard_uri_ctl); so is a Content-Length, Transfer-Encoding, Host or
- *   Origin header sent twice, both Content-Length and Transfer-Encoding, or
- *   an HTTP/1.1 request without Host; a transfer coding other than chunked
+ *   Origin header sent twice, both Content-Length and Transfer-Encoding, an
+ *   HTTP/1.1 request without Host, a header name that is not a token or a
+ *   Content-Length that is not digits; a transfer coding other than chunked
  *   is 501.
  * These run on the access handler's first call (guard_check), before the
  * route is looked at and before any body byte is read or stored.
