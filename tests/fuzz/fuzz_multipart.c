@@ -11,7 +11,7 @@
  * (MHD_USE_NO_LISTEN_SOCKET, driven by MHD_run), given one end of a
  * socketpair per input with MHD_add_connection; the other end writes the
  * request and reads the answer. The access handler is kiln's own
- * (http_on_request, http_on_completed) on a server with a real store in a
+ * (http_on_uri, http_on_request, http_on_completed) on a server with a real store in a
  * scratch data folder. Nothing listens on a network.
  *
  * Input: a byte (bit 0: the dataset upload, else classification of job 1;
@@ -37,7 +37,7 @@
 
 #include "base/layout.h"      /* LAYOUT_* */
 #include "server/guard.h"     /* guard_hosts_add */
-#include "server/http.h"      /* http_on_request, http_on_completed */
+#include "server/http.h"      /* http_on_uri, http_on_request, http_on_completed */
 #include "server/server.h"    /* server */
 #include "fuzz_util.h"
 
@@ -48,7 +48,8 @@ static int completed;
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *data, size_t *size, void **con_cls)
 {
-    bool finishing = *con_cls && *size == 0;
+    const request *r = *con_cls;             /* made by http_on_uri; method set on the first call */
+    bool finishing = r && r->method && *size == 0;
     if (finishing)
         atomic_store(&srv.stopping, true);
     enum MHD_Result rc = http_on_request(cls, c, url, method, version, data, size, con_cls);
@@ -94,7 +95,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     sem_init(&srv.check_slots, 0, (unsigned)srv.limits.checks);
     daemon_ = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL, on_request,
-                               &srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv, MHD_OPTION_END);
+                               &srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
+                               MHD_OPTION_URI_LOG_CALLBACK, http_on_uri, &srv, MHD_OPTION_END);
     if (!daemon_) {
         fprintf(stderr, "fuzz_multipart: MHD_start_daemon failed\n");
         abort();
